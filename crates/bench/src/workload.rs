@@ -1,0 +1,214 @@
+//! The workloads `--workload` accepts, and the YCSB operation mixes.
+//!
+//! Our engines have no range scans, so YCSB E's "short scan" is *emulated
+//! by gets*: a scan of length `1..=100` (uniform) is that many consecutive
+//! gets from a start index in the key array (loaded keys, then the keys the
+//! run inserted), stopping at its end. A scan counts as one operation, as
+//! in YCSB.
+
+use crate::dist::Dist;
+use crate::rng::Rng;
+
+/// Longest emulated scan of YCSB E.
+pub const MAX_SCAN: u64 = 100;
+
+/// One benchmark workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Workload {
+    /// Timed inserts of every key into a fresh engine (ops = keys).
+    Insert,
+    /// Gets of loaded keys.
+    GetPos,
+    /// Gets of keys known absent.
+    GetNeg,
+    /// Updates of loaded keys.
+    Update,
+    /// Deletes of distinct loaded keys (ops = at most keys).
+    Delete,
+    /// 50% read, 50% update.
+    YcsbA,
+    /// 95% read, 5% update.
+    YcsbB,
+    /// 100% read.
+    YcsbC,
+    /// 95% read (latest distribution), 5% insert.
+    YcsbD,
+    /// 95% scan (emulated by gets), 5% insert.
+    YcsbE,
+    /// 50% read, 50% read-modify-write.
+    YcsbF,
+}
+
+/// One operation of a YCSB mix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum YcsbOp {
+    Read,
+    Update,
+    Insert,
+    Scan,
+    ReadModifyWrite,
+}
+
+/// Percentages of each operation in a YCSB workload; they add up to 100.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mix {
+    pub read: u32,
+    pub update: u32,
+    pub insert: u32,
+    pub scan: u32,
+    pub rmw: u32,
+}
+
+impl Mix {
+    const fn new(read: u32, update: u32, insert: u32, scan: u32, rmw: u32) -> Mix {
+        Mix { read, update, insert, scan, rmw }
+    }
+
+    /// Draws one operation with the mix's probabilities.
+    #[inline]
+    pub fn choose(&self, rng: &mut Rng) -> YcsbOp {
+        let mut x = rng.below(100) as u32;
+        for (pct, op) in [
+            (self.read, YcsbOp::Read),
+            (self.update, YcsbOp::Update),
+            (self.insert, YcsbOp::Insert),
+            (self.scan, YcsbOp::Scan),
+        ] {
+            if x < pct {
+                return op;
+            }
+            x -= pct;
+        }
+        YcsbOp::ReadModifyWrite
+    }
+}
+
+impl Workload {
+    /// Every workload, in the order of the help text.
+    pub const ALL: [Workload; 11] = [
+        Workload::Insert,
+        Workload::GetPos,
+        Workload::GetNeg,
+        Workload::Update,
+        Workload::Delete,
+        Workload::YcsbA,
+        Workload::YcsbB,
+        Workload::YcsbC,
+        Workload::YcsbD,
+        Workload::YcsbE,
+        Workload::YcsbF,
+    ];
+
+    /// The workloads run when `--workload` is not given.
+    pub const DEFAULT: [Workload; 5] =
+        [Workload::Insert, Workload::GetPos, Workload::GetNeg, Workload::Update, Workload::Delete];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Insert => "insert",
+            Workload::GetPos => "get-pos",
+            Workload::GetNeg => "get-neg",
+            Workload::Update => "update",
+            Workload::Delete => "delete",
+            Workload::YcsbA => "ycsb-a",
+            Workload::YcsbB => "ycsb-b",
+            Workload::YcsbC => "ycsb-c",
+            Workload::YcsbD => "ycsb-d",
+            Workload::YcsbE => "ycsb-e",
+            Workload::YcsbF => "ycsb-f",
+        }
+    }
+
+    /// Parses one `--workload` name.
+    pub fn parse(s: &str) -> Result<Workload, String> {
+        Workload::ALL.into_iter().find(|w| w.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
+            format!("unknown workload {s:?} (expected one of: {})", names.join(", "))
+        })
+    }
+
+    /// The YCSB operation mix, or `None` for the single-operation workloads.
+    pub fn mix(self) -> Option<Mix> {
+        match self {
+            Workload::YcsbA => Some(Mix::new(50, 50, 0, 0, 0)),
+            Workload::YcsbB => Some(Mix::new(95, 5, 0, 0, 0)),
+            Workload::YcsbC => Some(Mix::new(100, 0, 0, 0, 0)),
+            Workload::YcsbD => Some(Mix::new(95, 0, 5, 0, 0)),
+            Workload::YcsbE => Some(Mix::new(0, 0, 5, 95, 0)),
+            Workload::YcsbF => Some(Mix::new(50, 0, 0, 0, 50)),
+            _ => None,
+        }
+    }
+
+    /// Whether the run adds keys beyond the loaded ones (YCSB D and E).
+    pub fn inserts_during_run(self) -> bool {
+        self.mix().is_some_and(|m| m.insert > 0)
+    }
+
+    /// Whether the keys are loaded, untimed, before the timed section
+    /// (every workload but `insert`).
+    pub fn preloads(self) -> bool {
+        self != Workload::Insert
+    }
+
+    /// The distribution reads and updates use: YCSB D always reads the
+    /// latest keys, the others follow `--dist`.
+    pub fn request_dist(self, dist: Dist) -> Dist {
+        if self == Workload::YcsbD {
+            Dist::Latest
+        } else {
+            dist
+        }
+    }
+
+    /// Number of operations a run performs for `--keys keys --ops ops`:
+    /// `insert` does exactly `keys`, `delete` at most `keys`.
+    pub fn op_count(self, keys: u64, ops: u64) -> u64 {
+        match self {
+            Workload::Insert => keys,
+            Workload::Delete => ops.min(keys),
+            _ => ops,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for w in Workload::ALL {
+            assert_eq!(Workload::parse(w.name()), Ok(w));
+        }
+        let err = Workload::parse("ycsb-g").unwrap_err();
+        assert!(err.contains("ycsb-g") && err.contains("ycsb-f"), "{err}");
+    }
+
+    #[test]
+    fn mixes_add_up_and_draw_in_proportion() {
+        for w in Workload::ALL {
+            if let Some(m) = w.mix() {
+                assert_eq!(m.read + m.update + m.insert + m.scan + m.rmw, 100, "{}", w.name());
+            }
+        }
+        let m = Workload::YcsbB.mix().unwrap();
+        let mut rng = Rng::new(4);
+        let updates = (0..100_000).filter(|_| m.choose(&mut rng) == YcsbOp::Update).count();
+        assert!((4_500..5_500).contains(&updates), "{updates}");
+        let f = Workload::YcsbF.mix().unwrap();
+        let rmw = (0..10_000).filter(|_| f.choose(&mut rng) == YcsbOp::ReadModifyWrite).count();
+        assert!((4_700..5_300).contains(&rmw), "{rmw}");
+    }
+
+    #[test]
+    fn op_counts() {
+        assert_eq!(Workload::Insert.op_count(10, 99), 10);
+        assert_eq!(Workload::Delete.op_count(10, 99), 10);
+        assert_eq!(Workload::Delete.op_count(10, 4), 4);
+        assert_eq!(Workload::YcsbA.op_count(10, 99), 99);
+        assert_eq!(Workload::YcsbD.request_dist(Dist::Uniform), Dist::Latest);
+        assert!(Workload::YcsbE.inserts_during_run() && !Workload::YcsbF.inserts_during_run());
+    }
+}

@@ -1,0 +1,207 @@
+//! The contract every pmhash hash engine implements, the registry entry that
+//! lets tools build engines by name, and the crash checker.
+//!
+//! Keys and values are `u64`; every `u64` key works, 0 and `u64::MAX`
+//! included. Engines are `Send + Sync`; readers never write to PM.
+
+use std::fmt;
+use std::sync::Arc;
+
+use pmem::Pool;
+
+pub mod crashtest;
+pub mod slotarray;
+
+/// What an engine promises about a mutating call that has returned
+/// (ARCHITECTURE.md, "Durability contract").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// When a mutating call returns its effect survives a crash; a call cut
+    /// by a crash is all or nothing.
+    #[default]
+    Strict,
+    /// No fence on the write path: after a crash the structure is
+    /// consistent and every key holds a value once written to it, but recent
+    /// acknowledged writes may be missing. `sync()` makes all before it durable.
+    Relaxed,
+}
+
+impl Durability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Strict => "strict",
+            Durability::Relaxed => "relaxed",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Durability, Error> {
+        match s {
+            "strict" => Ok(Durability::Strict),
+            "relaxed" => Ok(Durability::Relaxed),
+            _ => Err(Error::InvalidArgument(format!(
+                "unknown durability {s:?} (expected strict or relaxed)"
+            ))),
+        }
+    }
+}
+
+/// Errors an engine returns. Never a panic for bad input or a full pool.
+#[derive(Debug)]
+pub enum Error {
+    /// The pool has no room left; the engine is unchanged and still usable.
+    OutOfSpace(String),
+    /// The pool layer refused (corrupt, truncated, foreign file, I/O).
+    Pool(pmem::Error),
+    /// The engine's own structure in the pool is inconsistent.
+    Corrupt(String),
+    /// A caller error: unknown option, bad parameter.
+    InvalidArgument(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::OutOfSpace(m) => write!(f, "out of space: {m}"),
+            Error::Pool(e) => write!(f, "{e}"),
+            Error::Corrupt(m) => write!(f, "corrupt engine structure: {m}"),
+            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<pmem::Error> for Error {
+    fn from(e: pmem::Error) -> Self {
+        match e {
+            pmem::Error::OutOfSpace(m) => Error::OutOfSpace(m),
+            other => Error::Pool(other),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Size and shape of an engine, as reported by `stats()`.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Number of keys stored.
+    pub len: u64,
+    /// Number of key slots the structure has now.
+    pub capacity: u64,
+    /// `len / capacity`.
+    pub load_factor: f64,
+    /// Bytes of PM the engine holds (allocated blocks it owns).
+    pub pm_bytes: u64,
+    /// Bytes of DRAM the engine holds beyond the pool (directories, filters).
+    pub dram_bytes: u64,
+    /// Engine-specific figures (levels, segments, resizes, ...), for `inspect`.
+    pub detail: Vec<(String, String)>,
+}
+
+/// What `check()` found: a read-only walk of the whole structure.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Keys found by the walk.
+    pub keys: u64,
+    /// Bytes of PM blocks reachable from the engine's root. The crash
+    /// checker compares this with the allocator's bytes in use: any
+    /// difference is a leak.
+    pub reachable_bytes: u64,
+}
+
+/// One hash index with u64 keys and values.
+pub trait Engine: Send + Sync {
+    /// Short name, as given to `--engine`.
+    fn name(&self) -> &str;
+    /// Inserts a new key. `Ok(false)` if the key is already present (nothing
+    /// is changed).
+    fn insert(&self, key: u64, value: u64) -> Result<bool>;
+    /// The value of `key`, if present.
+    fn get(&self, key: u64) -> Option<u64>;
+    /// Replaces the value of an existing key. `Ok(false)` if absent.
+    fn update(&self, key: u64, value: u64) -> Result<bool>;
+    /// Removes `key`. `Ok(false)` if absent.
+    fn remove(&self, key: u64) -> Result<bool>;
+    /// Inserts or replaces.
+    fn upsert(&self, key: u64, value: u64) -> Result<()> {
+        if !self.update(key, value)? {
+            self.insert(key, value)?;
+        }
+        Ok(())
+    }
+    /// Number of keys.
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Capacity, load factor, memory.
+    fn stats(&self) -> Stats;
+    /// Makes every completed call durable (a no-op under `Strict`).
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Calls `f` for every stored pair, straight from the structure: a key
+    /// stored twice is visited twice. Not linearizable with writers.
+    fn for_each(&self, f: &mut dyn FnMut(u64, u64));
+    /// Read-only verification of the whole structure.
+    fn check(&self) -> Result<CheckReport>;
+    /// Clean shutdown: persists everything and marks the pool clean so the
+    /// next open can skip crash recovery. Further calls are not allowed.
+    fn close(&self) -> Result<()> {
+        self.sync()
+    }
+}
+
+/// Options that every engine understands.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub durability: Durability,
+    /// Expected number of keys; engines size their first table from it.
+    pub initial_capacity: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { durability: Durability::Strict, initial_capacity: 1024 }
+    }
+}
+
+type CreateFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
+type OpenFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
+type VolatileFn = fn(&EngineConfig) -> Box<dyn Engine>;
+
+/// How to build an engine: the tools keep a list of these.
+#[derive(Clone, Copy)]
+pub enum EngineKind {
+    /// A persistent engine living in a pool.
+    Persistent {
+        /// Layout id written into the pool header.
+        layout: &'static str,
+        /// Formats a fresh pool.
+        create: CreateFn,
+        /// Opens (and recovers) an existing pool.
+        open: OpenFn,
+    },
+    /// A DRAM-only structure (baselines): no pool.
+    Volatile { create: VolatileFn },
+}
+
+/// A named engine for the registry.
+#[derive(Clone, Copy)]
+pub struct EngineSpec {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub kind: EngineKind,
+}
+
+impl EngineSpec {
+    pub fn is_persistent(&self) -> bool {
+        matches!(self.kind, EngineKind::Persistent { .. })
+    }
+}
+
+/// The persistent engines of this crate (the crash checker's reference
+/// structures). The binary's registry adds the hash engines and baselines.
+pub fn reference_engines() -> Vec<EngineSpec> {
+    vec![slotarray::spec(), slotarray::misordered_spec()]
+}

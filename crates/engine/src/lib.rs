@@ -33,7 +33,7 @@ impl Durability {
             Durability::Relaxed => "relaxed",
         }
     }
-    pub fn parse(s: &str) -> Result<Durability, Error> {
+    pub fn parse(s: &str) -> Result<Durability> {
         match s {
             "strict" => Ok(Durability::Strict),
             "relaxed" => Ok(Durability::Relaxed),

@@ -76,17 +76,23 @@ const OWNER_NOTHING: u64 = u64::MAX - 1;
 pub enum Link {
     /// The 8-byte word at `owner` (8-aligned pool offset) holds `value`.
     Word { owner: u64, value: u64 },
+    /// The word at `owner` holds the block's own offset: a plain pointer.
+    Pointer { owner: u64 },
     /// The pool header's root offset equals the value ([`Pool::set_root`]).
     Root(u64),
+    /// The pool header's root offset is the block itself.
+    RootPointer,
     /// Never linked: recovery always frees the block.
     Nothing,
 }
 
 impl Link {
-    fn encode(self) -> (u64, u64) {
+    fn encode(self, block: u64) -> (u64, u64) {
         match self {
             Link::Word { owner, value } => (owner, value),
+            Link::Pointer { owner } => (owner, block),
             Link::Root(v) => (OWNER_ROOT, v),
+            Link::RootPointer => (OWNER_ROOT, block),
             Link::Nothing => (OWNER_NOTHING, 0),
         }
     }
@@ -467,7 +473,7 @@ impl Heap {
             Block::Slot { class, .. } => class as u64,
             Block::Extent { n, .. } => n | INFO_EXTENT,
         };
-        let (owner, value) = link.encode();
+        let (owner, value) = link.encode(off);
         let rec = LaneRecord { state, block_off: off, info, owner, value };
         pool.write(lane_off(lane), &rec.encode());
         pool.persist(lane_off(lane), 64);

@@ -1,1 +1,227 @@
-fn main(){}
+//! `pmhash`: benchmark, crash-test, inspect and check persistent hash indexes.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use engine::crashtest::{self, Config};
+use engine::{Durability, EngineConfig, EngineKind};
+use pmem::{Mode, Pool, PoolOptions};
+
+mod registry;
+
+#[derive(Parser, Debug)]
+#[command(name = "pmhash", version, about = "Persistent hash indexes for hybrid DRAM + PM: benchmark, crash-test, inspect, check")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Benchmark engines and DRAM baselines (YCSB-style workloads).
+    Bench(bench::BenchArgs),
+    /// Crash-test an engine: recover many simulated crash states and check
+    /// each against the durability contract. Exits non-zero on any violation.
+    Crashtest(CrashArgs),
+    /// Print a pool's header, allocator figures and engine statistics
+    /// (read-only: the file is never written).
+    Inspect {
+        /// The pool file.
+        pool: PathBuf,
+    },
+    /// Verify a pool and its engine structure, read-only (fsck). Exits
+    /// non-zero on any inconsistency.
+    Check {
+        /// The pool file.
+        pool: PathBuf,
+    },
+    /// List the engines this build knows.
+    Engines,
+}
+
+#[derive(clap::Args, Debug)]
+struct CrashArgs {
+    /// Engine name (see `pmhash engines`).
+    #[arg(long)]
+    engine: String,
+    /// Operations in the workload.
+    #[arg(long, default_value_t = 2000)]
+    ops: u64,
+    /// Crash states to recover and check.
+    #[arg(long, default_value_t = 2000)]
+    states: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// strict or relaxed.
+    #[arg(long, default_value = "strict")]
+    durability: String,
+    /// Distinct keys the workload draws from.
+    #[arg(long, default_value_t = 300)]
+    key_space: u64,
+    /// Write the result as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Bench(args) => bench::run_cli(&args, &registry::all()).map(|_| ExitCode::SUCCESS),
+        Cmd::Crashtest(args) => crashtest_cmd(&args),
+        Cmd::Inspect { pool } => inspect(&pool),
+        Cmd::Check { pool } => check(&pool),
+        Cmd::Engines => {
+            for s in registry::all() {
+                let kind = if s.is_persistent() { "persistent" } else { "DRAM baseline" };
+                println!("{:<22} {:<14} {}", s.name, kind, s.about);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("pmhash: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn crashtest_cmd(args: &CrashArgs) -> Result<ExitCode, String> {
+    let spec = registry::find(&args.engine)?;
+    if !spec.is_persistent() {
+        return Err(format!("{} is a DRAM baseline: nothing to crash-test", spec.name));
+    }
+    let durability = Durability::parse(&args.durability).map_err(|e| e.to_string())?;
+    let cfg = Config {
+        ops: args.ops,
+        states: args.states,
+        seed: args.seed,
+        durability,
+        key_space: args.key_space.max(4),
+        ..Config::default()
+    };
+    let started = std::time::Instant::now();
+    let report = crashtest::run(&spec, &cfg).map_err(|e| format!("crash test of {} could not run: {e}", spec.name))?;
+    println!(
+        "crashtest {} ({}): {} ops, {} fences, {} crash states checked, {} violations, {} leaked bytes, seed {} [{:.1}s]",
+        report.engine,
+        durability.name(),
+        report.ops,
+        report.fences,
+        report.states,
+        report.violations,
+        report.leaked_bytes,
+        report.seed,
+        started.elapsed().as_secs_f64()
+    );
+    for m in &report.messages {
+        println!("  violation: {m}");
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, report.to_json() + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(if report.violations == 0 && report.leaked_bytes == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn open_read_only(path: &Path) -> Result<Pool, String> {
+    let opts = PoolOptions { mode: Mode::Mapped, read_only: true, ..PoolOptions::default() };
+    Pool::open(path, &opts).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn inspect(path: &Path) -> Result<ExitCode, String> {
+    let pool = Arc::new(open_read_only(path)?);
+    let id = pool.identity();
+    let st = pool.header_state();
+    let ps = pool.stats();
+    println!("pool            {}", path.display());
+    println!("format version  {}", id.version);
+    println!("layout          {}", id.layout);
+    println!("uuid            {}", hex(&id.uuid));
+    println!("created         {} ns since the epoch", id.created_unix_ns);
+    println!("size            {} bytes ({} MiB)", st.size, st.size >> 20);
+    println!("root            {:#x}", st.root);
+    println!("clean shutdown  {}", if pool.was_clean() { "yes" } else { "no (recovery runs at open)" });
+    println!("opens           {}", st.opens);
+    println!("header seq      {}", st.seq);
+    println!("flush           {}", pmem::persist::flush_instr().name());
+    println!("heap in use     {} bytes in {} blocks", ps.bytes_in_use, ps.blocks_in_use);
+    println!("free chunks     {} of {} bytes", ps.free_chunks, pmem::CHUNK);
+    println!("pending lanes   {} (settled in memory by this read-only open)", ps.recovered_lanes);
+    match registry::find_layout(&id.layout) {
+        Some(spec) => {
+            let EngineKind::Persistent { open, .. } = spec.kind else { unreachable!("find_layout returns persistent specs") };
+            match open(pool.clone(), &EngineConfig::default()) {
+                Ok(e) => {
+                    let s = e.stats();
+                    println!("engine          {}", spec.name);
+                    println!("keys            {}", s.len);
+                    println!("capacity        {} slots (load factor {:.3})", s.capacity, s.load_factor);
+                    println!("engine PM       {} bytes", s.pm_bytes);
+                    println!("engine DRAM     {} bytes", s.dram_bytes);
+                    for (k, v) in s.detail {
+                        println!("{k:<15} {v}");
+                    }
+                }
+                Err(e) => println!("engine          {} (cannot open: {e})", spec.name),
+            }
+        }
+        None => println!("engine          unknown layout {:?} (no engine of this build reads it)", id.layout),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check(path: &Path) -> Result<ExitCode, String> {
+    let pool = match open_read_only(path) {
+        Ok(p) => Arc::new(p),
+        Err(e) => {
+            println!("FAIL {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let layout = pool.layout().to_string();
+    let Some(spec) = registry::find_layout(&layout) else {
+        println!("FAIL pool layout {layout:?} is not known to this build");
+        return Ok(ExitCode::FAILURE);
+    };
+    let EngineKind::Persistent { open, .. } = spec.kind else { unreachable!("find_layout returns persistent specs") };
+    let engine = match open(pool.clone(), &EngineConfig::default()) {
+        Ok(e) => e,
+        Err(e) => {
+            println!("FAIL {} cannot open: {e}", spec.name);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let report = match engine.check() {
+        Ok(r) => r,
+        Err(e) => {
+            println!("FAIL {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let in_use = pool.stats().bytes_in_use;
+    if in_use != report.reachable_bytes {
+        println!(
+            "FAIL allocator has {in_use} bytes in use but the {} structure reaches {} ({} leaked)",
+            spec.name,
+            report.reachable_bytes,
+            in_use as i128 - report.reachable_bytes as i128
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    println!(
+        "OK {}: {} keys, {} bytes reachable, allocator consistent{}",
+        spec.name,
+        report.keys,
+        report.reachable_bytes,
+        if pool.was_clean() { "" } else { " (recovered from an unclean shutdown, in memory only)" }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+

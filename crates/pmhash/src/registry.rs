@@ -1,0 +1,28 @@
+//! Every engine this build knows, by name: the persistent engines, the
+//! crash checker's reference structures, and the DRAM baselines.
+
+use engine::EngineSpec;
+
+/// All engines, persistent first.
+pub fn all() -> Vec<EngineSpec> {
+    let mut v = engine::reference_engines();
+    v.extend(bench::baselines());
+    v
+}
+
+/// The engine called `name`, or an error listing the known names.
+pub fn find(name: &str) -> Result<EngineSpec, String> {
+    let all = all();
+    all.iter().find(|s| s.name == name).copied().ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+        format!("unknown engine {name:?}; known: {}", names.join(", "))
+    })
+}
+
+/// The (correct) persistent engine that writes pools of `layout`.
+pub fn find_layout(layout: &str) -> Option<EngineSpec> {
+    all().into_iter().find(|s| {
+        !s.name.ends_with("-misordered")
+            && matches!(s.kind, engine::EngineKind::Persistent { layout: l, .. } if l == layout)
+    })
+}

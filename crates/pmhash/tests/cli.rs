@@ -1,0 +1,98 @@
+//! The command-line tools, run as a user would: crashtest, inspect, check.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use engine::{slotarray, EngineConfig, EngineKind};
+use pmem::{Mode, Pool, PoolOptions};
+
+fn pmhash(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pmhash")).args(args).output().expect("runs pmhash");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn temp(name: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    std::env::temp_dir().join(format!("pmhash-cli-{}-{}-{name}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// A slot-array pool file with `n` keys, closed cleanly or not.
+fn make_pool(path: &Path, n: u64, clean: bool) {
+    let opts = PoolOptions { mode: Mode::Mapped, size: 4 << 20, layout: slotarray::LAYOUT.into(), ..PoolOptions::default() };
+    let pool = Arc::new(Pool::create(path, &opts).unwrap());
+    let EngineKind::Persistent { create, .. } = slotarray::spec().kind else { unreachable!() };
+    let e = create(pool.clone(), &EngineConfig { initial_capacity: 8, ..EngineConfig::default() }).unwrap();
+    for k in 0..n {
+        assert!(e.insert(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), k).unwrap());
+    }
+    if clean {
+        e.close().unwrap();
+    }
+}
+
+#[test]
+fn crashtest_passes_reference_and_fails_misordered() {
+    let json = temp("ct.json");
+    let (code, out) = pmhash(&["crashtest", "--engine", "slotarray", "--ops", "300", "--states", "300", "--json", json.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 violations"), "{out}");
+    let j = std::fs::read_to_string(&json).unwrap();
+    assert!(j.contains("\"violations\":0") && j.contains("\"leaked_bytes\":0") && j.contains("\"seed\":1"), "{j}");
+    std::fs::remove_file(&json).unwrap();
+
+    let (code, out) = pmhash(&["crashtest", "--engine", "slotarray-misordered", "--ops", "300", "--states", "300"]);
+    assert_eq!(code, 1, "misordered must fail: {out}");
+    assert!(out.contains("violation:"), "{out}");
+
+    let (code, out) = pmhash(&["crashtest", "--engine", "no-such-engine"]);
+    assert_eq!(code, 2);
+    assert!(out.contains("unknown engine"), "{out}");
+}
+
+#[test]
+fn inspect_and_check_a_good_pool_without_writing_it() {
+    let path = temp("good.pool");
+    make_pool(&path, 500, false);
+    let before = std::fs::read(&path).unwrap();
+    let (code, out) = pmhash(&["inspect", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("layout          slotarray") && out.contains("keys            500"), "{out}");
+    assert!(out.contains("clean shutdown  no"), "{out}");
+    let (code, out) = pmhash(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("OK slotarray: 500 keys"), "{out}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "inspect/check wrote the file");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn check_fails_on_corruption_and_foreign_files() {
+    let path = temp("bad.pool");
+    make_pool(&path, 100, true);
+    // Find a valid slot's meta word (1) inside the table and make it 7.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let state = pmem::header::State::current(&bytes).unwrap().0;
+    let table = state.root as usize;
+    let slot = (0..)
+        .map(|i| table + 64 + i * 32)
+        .find(|&s| u64::from_le_bytes(bytes[s..s + 8].try_into().unwrap()) == 1)
+        .unwrap();
+    bytes[slot] = 7;
+    std::fs::write(&path, &bytes).unwrap();
+    let (code, out) = pmhash(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("FAIL") && out.contains("meta 7"), "{out}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "check wrote the file");
+
+    std::fs::write(&path, b"this is not a pool, just some text that is long enough").unwrap();
+    let (code, out) = pmhash(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL"), "{out}");
+    let (code, out) = pmhash(&["inspect", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("truncated") || out.contains("not a pmhash pool"), "{out}");
+    std::fs::remove_file(&path).unwrap();
+}

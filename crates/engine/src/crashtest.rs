@@ -217,7 +217,10 @@ impl Model {
         if op.kind == OpKind::Sync {
             self.since_sync.clear();
         } else if after != before {
-            self.since_sync.entry(op.key).or_insert_with(|| vec![before]).push(after);
+            self.since_sync
+                .entry(op.key)
+                .or_insert_with(|| vec![before])
+                .push(after);
         }
         match after {
             Some(v) => self.committed.insert(op.key, v),
@@ -251,7 +254,9 @@ impl Checker {
         match self.choice_turn % 3 {
             0 => CrashChoice::Persisted,
             1 => CrashChoice::Newest,
-            _ => CrashChoice::Random(self.cfg.seed ^ self.choice_turn.wrapping_mul(0x2545_f491_4f6c_dd1d)),
+            _ => CrashChoice::Random(
+                self.cfg.seed ^ self.choice_turn.wrapping_mul(0x2545_f491_4f6c_dd1d),
+            ),
         }
     }
 
@@ -261,7 +266,9 @@ impl Checker {
         let spec = self.spec;
         let ecfg = engine_config(&self.cfg);
         let durability = self.cfg.durability;
-        let outcome = catch_unwind(AssertUnwindSafe(|| verify(spec, &ecfg, durability, image, model)));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            verify(spec, &ecfg, durability, image, model)
+        }));
         match outcome {
             Ok(Ok(leaked)) => {
                 if leaked != 0 {
@@ -283,7 +290,10 @@ impl Checker {
 }
 
 fn engine_config(cfg: &Config) -> EngineConfig {
-    EngineConfig { durability: cfg.durability, initial_capacity: cfg.initial_capacity }
+    EngineConfig {
+        durability: cfg.durability,
+        initial_capacity: cfg.initial_capacity,
+    }
 }
 
 /// Recovers `image` and checks it; returns the leaked bytes or a violation.
@@ -297,7 +307,10 @@ fn verify(
     let EngineKind::Persistent { open, .. } = spec.kind else {
         return Err("not a persistent engine".into());
     };
-    let pool = Arc::new(Pool::from_image(image, Mode::Simulated).map_err(|e| format!("pool recovery failed: {e}"))?);
+    let pool = Arc::new(
+        Pool::from_image(image, Mode::Simulated)
+            .map_err(|e| format!("pool recovery failed: {e}"))?,
+    );
     let engine = open(pool.clone(), ecfg).map_err(|e| format!("engine recovery failed: {e}"))?;
     let mut found: HashMap<u64, u64> = HashMap::new();
     let mut twice = Vec::new();
@@ -321,7 +334,9 @@ fn verify(
         let allowed = model.allowed(durability, k);
         if !allowed.contains(&got) {
             let what = match (got, model.committed.get(&k)) {
-                (Some(_), None) if !allowed.iter().any(|a| a.is_some()) => "invented or resurrected key",
+                (Some(_), None) if !allowed.iter().any(|a| a.is_some()) => {
+                    "invented or resurrected key"
+                }
                 (None, Some(_)) => "acknowledged write lost",
                 _ => "wrong value",
             };
@@ -334,13 +349,23 @@ fn verify(
             ));
         }
         if engine.get(k) != got {
-            return Err(format!("get({k:#x}) = {} but the walk found {}", fmt_val(engine.get(k)), fmt_val(got)));
+            return Err(format!(
+                "get({k:#x}) = {} but the walk found {}",
+                fmt_val(engine.get(k)),
+                fmt_val(got)
+            ));
         }
     }
     if engine.len() != found.len() as u64 {
-        return Err(format!("len() = {} but the walk found {} keys", engine.len(), found.len()));
+        return Err(format!(
+            "len() = {} but the walk found {} keys",
+            engine.len(),
+            found.len()
+        ));
     }
-    let report = engine.check().map_err(|e| format!("check() failed after recovery: {e}"))?;
+    let report = engine
+        .check()
+        .map_err(|e| format!("check() failed after recovery: {e}"))?;
     let in_use = pool.stats().bytes_in_use;
     let leaked = in_use.saturating_sub(report.reachable_bytes);
     if report.reachable_bytes > in_use {
@@ -350,7 +375,10 @@ fn verify(
         ));
     }
     // The recovered structure must accept new writes.
-    let fresh = (0u64..).map(|i| 0x5eed_0000_0000_0000 ^ i).find(|k| !found.contains_key(k)).expect("a free key");
+    let fresh = (0u64..)
+        .map(|i| 0x5eed_0000_0000_0000 ^ i)
+        .find(|k| !found.contains_key(k))
+        .expect("a free key");
     match engine.insert(fresh, 42) {
         Ok(true) if engine.get(fresh) == Some(42) => {}
         Ok(_) => return Err("recovered engine lost a new insert".into()),
@@ -375,7 +403,10 @@ fn run_op(engine: &dyn Engine, op: &Op) -> Result<()> {
 
 fn fresh_engine(spec: &EngineSpec, cfg: &Config) -> Result<(Arc<Pool>, Box<dyn Engine>)> {
     let EngineKind::Persistent { layout, create, .. } = spec.kind else {
-        return Err(Error::InvalidArgument(format!("{} is not a persistent engine", spec.name)));
+        return Err(Error::InvalidArgument(format!(
+            "{} is not a persistent engine",
+            spec.name
+        )));
     };
     let opts = PoolOptions {
         mode: Mode::Simulated,
@@ -444,7 +475,8 @@ pub fn run(spec: &EngineSpec, cfg: &Config) -> Result<Report> {
     }
     for (i, op) in ops.iter().enumerate() {
         model.lock().expect("model lock").in_flight = Some(*op);
-        run_op(engine.as_ref(), op).map_err(|e| Error::Corrupt(format!("operation {i} ({op:?}) failed: {e}")))?;
+        run_op(engine.as_ref(), op)
+            .map_err(|e| Error::Corrupt(format!("operation {i} ({op:?}) failed: {e}")))?;
         let mut m = model.lock().expect("model lock");
         m.complete(op);
         // A site between operations: nothing in flight.
@@ -478,14 +510,29 @@ mod tests {
     #[test]
     fn model_allows_in_flight_outcomes_only() {
         let mut m = Model::default();
-        let ins = Op { kind: OpKind::Insert, key: 7, value: 70 };
+        let ins = Op {
+            kind: OpKind::Insert,
+            key: 7,
+            value: 70,
+        };
         m.complete(&ins);
-        m.in_flight = Some(Op { kind: OpKind::Update, key: 7, value: 71 });
+        m.in_flight = Some(Op {
+            kind: OpKind::Update,
+            key: 7,
+            value: 71,
+        });
         assert_eq!(m.allowed(Durability::Strict, 7), vec![Some(70), Some(71)]);
         assert_eq!(m.allowed(Durability::Strict, 8), vec![None]);
         // Relaxed: every state since the last sync.
-        assert_eq!(m.allowed(Durability::Relaxed, 7), vec![None, Some(70), Some(70), Some(71)]);
-        m.complete(&Op { kind: OpKind::Sync, key: 0, value: 0 });
+        assert_eq!(
+            m.allowed(Durability::Relaxed, 7),
+            vec![None, Some(70), Some(70), Some(71)]
+        );
+        m.complete(&Op {
+            kind: OpKind::Sync,
+            key: 0,
+            value: 0,
+        });
         assert_eq!(m.allowed(Durability::Relaxed, 7), vec![Some(70)]);
     }
 

@@ -162,7 +162,10 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { durability: Durability::Strict, initial_capacity: 1024 }
+        EngineConfig {
+            durability: Durability::Strict,
+            initial_capacity: 1024,
+        }
     }
 }
 

@@ -50,7 +50,11 @@ pub fn spec() -> EngineSpec {
     EngineSpec {
         name: "slotarray",
         about: "crash checker reference: linear-probing slot array, correct persist order",
-        kind: EngineKind::Persistent { layout: LAYOUT, create: create_correct, open: open_correct },
+        kind: EngineKind::Persistent {
+            layout: LAYOUT,
+            create: create_correct,
+            open: open_correct,
+        },
     }
 }
 
@@ -123,7 +127,16 @@ impl SlotArray {
         let cap = (cfg.initial_capacity.max(MIN_CAP) * 4 / 3).next_power_of_two();
         let (table, r) = Self::new_table(&pool, cap)?;
         publish_root(&pool, (table, r))?;
-        Ok(SlotArray { pool, misordered, inner: Mutex::new(Inner { table, cap, len: 0, used: 0 }) })
+        Ok(SlotArray {
+            pool,
+            misordered,
+            inner: Mutex::new(Inner {
+                table,
+                cap,
+                len: 0,
+                used: 0,
+            }),
+        })
     }
 
     /// Reserves and formats an empty table; returns it uncommitted.
@@ -141,15 +154,21 @@ impl SlotArray {
     pub fn open(pool: Arc<Pool>, _cfg: &EngineConfig, misordered: bool) -> Result<SlotArray> {
         let table = pool.root();
         if table == 0 {
-            return Err(Error::Corrupt("pool has no slot-array table (root is 0)".into()));
+            return Err(Error::Corrupt(
+                "pool has no slot-array table (root is 0)".into(),
+            ));
         }
         let size = pool.block_size(table)?;
         if pool.load_u64(table) != MAGIC {
-            return Err(Error::Corrupt(format!("table at {table:#x} has no slot-array magic")));
+            return Err(Error::Corrupt(format!(
+                "table at {table:#x} has no slot-array magic"
+            )));
         }
         let cap = pool.load_u64(table + 8);
         if !cap.is_power_of_two() || HEADER + cap.saturating_mul(SLOT) > size {
-            return Err(Error::Corrupt(format!("table capacity {cap} does not fit its {size}-byte block")));
+            return Err(Error::Corrupt(format!(
+                "table capacity {cap} does not fit its {size}-byte block"
+            )));
         }
         let (mut len, mut used) = (0, 0);
         for i in 0..cap {
@@ -163,7 +182,16 @@ impl SlotArray {
                 m => return Err(Error::Corrupt(format!("slot {i} has meta {m}"))),
             }
         }
-        Ok(SlotArray { pool, misordered, inner: Mutex::new(Inner { table, cap, len, used }) })
+        Ok(SlotArray {
+            pool,
+            misordered,
+            inner: Mutex::new(Inner {
+                table,
+                cap,
+                len,
+                used,
+            }),
+        })
     }
 
     fn probe(&self, inner: &Inner, key: u64) -> Probe {
@@ -291,7 +319,9 @@ impl Engine for SlotArray {
 
     fn update(&self, key: u64, value: u64) -> Result<bool> {
         let inner = self.inner.lock().expect("slotarray lock");
-        let Probe::Found(s) = self.probe(&inner, key) else { return Ok(false) };
+        let Probe::Found(s) = self.probe(&inner, key) else {
+            return Ok(false);
+        };
         // persist: a single 8-byte store is failure-atomic.
         self.pool.store_u64(s + 16, value);
         self.pool.persist(s + 16, 8);
@@ -300,7 +330,9 @@ impl Engine for SlotArray {
 
     fn remove(&self, key: u64) -> Result<bool> {
         let mut inner = self.inner.lock().expect("slotarray lock");
-        let Probe::Found(s) = self.probe(&inner, key) else { return Ok(false) };
+        let Probe::Found(s) = self.probe(&inner, key) else {
+            return Ok(false);
+        };
         // persist: one 8-byte meta store turns the slot into a tombstone.
         self.pool.store_u64(s, DELETED);
         self.pool.persist(s, 8);
@@ -347,7 +379,9 @@ impl Engine for SlotArray {
                         return Err(Error::Corrupt(format!("key {k} is stored twice")));
                     }
                     if !matches!(self.probe(&inner, k), Probe::Found(p) if p == s) {
-                        return Err(Error::Corrupt(format!("key {k} in slot {i} is not reachable by probing")));
+                        return Err(Error::Corrupt(format!(
+                            "key {k} in slot {i} is not reachable by probing"
+                        )));
                     }
                     keys += 1;
                 }
@@ -356,9 +390,15 @@ impl Engine for SlotArray {
             }
         }
         if keys != inner.len {
-            return Err(Error::Corrupt(format!("walk found {keys} keys, counter says {}", inner.len)));
+            return Err(Error::Corrupt(format!(
+                "walk found {keys} keys, counter says {}",
+                inner.len
+            )));
         }
-        Ok(CheckReport { keys, reachable_bytes: self.pool.block_size(inner.table)? })
+        Ok(CheckReport {
+            keys,
+            reachable_bytes: self.pool.block_size(inner.table)?,
+        })
     }
 
     fn close(&self) -> Result<()> {

@@ -5,7 +5,14 @@ use engine::crashtest::{self, Config};
 use engine::{slotarray, Durability};
 
 fn cfg(seed: u64, durability: Durability) -> Config {
-    Config { ops: 600, states: 600, seed, durability, key_space: 120, ..Config::default() }
+    Config {
+        ops: 600,
+        states: 600,
+        seed,
+        durability,
+        key_space: 120,
+        ..Config::default()
+    }
 }
 
 #[test]
@@ -21,10 +28,16 @@ fn correct_slot_array_passes_every_crash_state() {
 
 #[test]
 fn misordered_slot_array_is_caught() {
-    let r = crashtest::run(&slotarray::misordered_spec(), &cfg(7, Durability::Strict)).expect("runs");
-    assert!(r.violations > 0, "the checker missed publish-before-persist");
+    let r =
+        crashtest::run(&slotarray::misordered_spec(), &cfg(7, Durability::Strict)).expect("runs");
     assert!(
-        r.messages.iter().any(|m| m.contains("invented") || m.contains("wrong value")),
+        r.violations > 0,
+        "the checker missed publish-before-persist"
+    );
+    assert!(
+        r.messages
+            .iter()
+            .any(|m| m.contains("invented") || m.contains("wrong value")),
         "{:#?}",
         r.messages
     );
@@ -32,9 +45,24 @@ fn misordered_slot_array_is_caught() {
 
 #[test]
 fn reports_serialise_with_the_required_fields() {
-    let r = crashtest::run(&slotarray::spec(), &Config { ops: 50, states: 40, ..Config::default() }).unwrap();
+    let r = crashtest::run(
+        &slotarray::spec(),
+        &Config {
+            ops: 50,
+            states: 40,
+            ..Config::default()
+        },
+    )
+    .unwrap();
     let j = r.to_json();
-    for field in ["\"engine\":\"slotarray\"", "\"durability\":\"strict\"", "\"states\":", "\"violations\":0", "\"leaked_bytes\":0", "\"seed\":1"] {
+    for field in [
+        "\"engine\":\"slotarray\"",
+        "\"durability\":\"strict\"",
+        "\"states\":",
+        "\"violations\":0",
+        "\"leaked_bytes\":0",
+        "\"seed\":1",
+    ] {
         assert!(j.contains(field), "{field} missing from {j}");
     }
 }

@@ -199,7 +199,9 @@ fn parse_chunk_word(word: u64, chunk: u64) -> Option<ChunkKind> {
     let (kind, class, n) = (low & 0xf, (low >> 4) & 0xf, low >> 8);
     match kind {
         KIND_FREE if n >= 1 && class == 0 => Some(ChunkKind::Free(n)),
-        KIND_RUN if (class as usize) < CLASSES.len() && n == 0 => Some(ChunkKind::Run(class as usize)),
+        KIND_RUN if (class as usize) < CLASSES.len() && n == 0 => {
+            Some(ChunkKind::Run(class as usize))
+        }
         KIND_EXTENT if n >= 1 && class == 0 => Some(ChunkKind::Extent(n)),
         _ => None,
     }
@@ -238,7 +240,16 @@ struct LaneRecord {
 impl LaneRecord {
     fn encode(&self) -> [u8; 64] {
         let mut b = [0u8; 64];
-        for (i, w) in [self.state, self.block_off, self.info, self.owner, self.value].iter().enumerate() {
+        for (i, w) in [
+            self.state,
+            self.block_off,
+            self.info,
+            self.owner,
+            self.value,
+        ]
+        .iter()
+        .enumerate()
+        {
             b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
         }
         let c = crc32fast::hash(&b[0..60]);
@@ -254,10 +265,17 @@ impl LaneRecord {
         }
         // A lane whose checksum fails was torn while being written: the
         // metadata change it announces had not started, so it is ignored.
-        if u32::from_le_bytes(b[60..64].try_into().expect("4 bytes")) != crc32fast::hash(&b[0..60]) {
+        if u32::from_le_bytes(b[60..64].try_into().expect("4 bytes")) != crc32fast::hash(&b[0..60])
+        {
             return None;
         }
-        Some(LaneRecord { state, block_off: w(1), info: w(2), owner: w(3), value: w(4) })
+        Some(LaneRecord {
+            state,
+            block_off: w(1),
+            info: w(2),
+            owner: w(3),
+            value: w(4),
+        })
     }
 }
 
@@ -265,7 +283,9 @@ impl Heap {
     pub(crate) fn empty() -> Heap {
         Heap {
             large: Mutex::new(LargeState::default()),
-            classes: (0..CLASSES.len()).map(|_| Mutex::new(ClassState::default())).collect(),
+            classes: (0..CLASSES.len())
+                .map(|_| Mutex::new(ClassState::default()))
+                .collect(),
             lanes: AtomicU64::new(0),
             in_use: AtomicU64::new(0),
             blocks: AtomicU64::new(0),
@@ -277,17 +297,21 @@ impl Heap {
     pub(crate) fn rebuild(&self, pool: &Pool) -> Result<()> {
         let total = pool.size() / CHUNK;
         let mut free = BTreeMap::new();
-        let mut classes: Vec<ClassState> = (0..CLASSES.len()).map(|_| ClassState::default()).collect();
+        let mut classes: Vec<ClassState> =
+            (0..CLASSES.len()).map(|_| ClassState::default()).collect();
         let (mut in_use, mut blocks) = (0u64, 0u64);
         let mut last_free: Option<(u64, u64)> = None;
         let mut c = 1;
         while c < total {
             let word = pool.load_u64(c * CHUNK);
-            let kind = parse_chunk_word(word, c)
-                .ok_or_else(|| Error::Corrupt(format!("chunk {c}: invalid chunk word {word:#018x}")))?;
+            let kind = parse_chunk_word(word, c).ok_or_else(|| {
+                Error::Corrupt(format!("chunk {c}: invalid chunk word {word:#018x}"))
+            })?;
             let n = match kind {
                 ChunkKind::Free(n) | ChunkKind::Extent(n) if c + n > total => {
-                    return Err(Error::Corrupt(format!("chunk {c}: {n} chunks run past the pool's {total}")));
+                    return Err(Error::Corrupt(format!(
+                        "chunk {c}: {n} chunks run past the pool's {total}"
+                    )));
                 }
                 ChunkKind::Free(n) => {
                     last_free = match last_free {
@@ -314,7 +338,9 @@ impl Heap {
                     }
                     let tail = nslots % 64;
                     if tail != 0 && bits[words as usize - 1] >> tail != 0 {
-                        return Err(Error::Corrupt(format!("chunk {c}: run bitmap has bits past slot {nslots}")));
+                        return Err(Error::Corrupt(format!(
+                            "chunk {c}: run bitmap has bits past slot {nslots}"
+                        )));
                     }
                     let used: u64 = bits.iter().map(|b| b.count_ones() as u64).sum();
                     in_use += used * CLASSES[class];
@@ -323,7 +349,13 @@ impl Heap {
                     if used < nslots {
                         st.avail.push(c);
                     }
-                    st.runs.insert(c, Run { bits, free: nslots - used });
+                    st.runs.insert(
+                        c,
+                        Run {
+                            bits,
+                            free: nslots - used,
+                        },
+                    );
                     1
                 }
             };
@@ -351,16 +383,23 @@ impl Heap {
         for lane in 0..LANES {
             let mut b = [0u8; 64];
             pool.read(lane_off(lane), &mut b);
-            let Some(rec) = LaneRecord::decode(&b) else { continue };
+            let Some(rec) = LaneRecord::decode(&b) else {
+                continue;
+            };
             let bad = |why: &str| Error::Corrupt(format!("allocator lane {lane}: {why}"));
             if rec.state != LANE_RESERVE && rec.state != LANE_FREE {
                 return Err(bad(&format!("unknown state {}", rec.state)));
             }
-            let block = self.block_at(pool, rec.block_off, total).map_err(|e| bad(&e))?;
+            let block = self
+                .block_at(pool, rec.block_off, total)
+                .map_err(|e| bad(&e))?;
             let lane_block = if rec.info & INFO_EXTENT != 0 {
                 match block {
                     // A reservation's head word may still say free: recovery rewrites it.
-                    Block::Extent { chunk, .. } => Block::Extent { chunk, n: rec.info & !INFO_EXTENT },
+                    Block::Extent { chunk, .. } => Block::Extent {
+                        chunk,
+                        n: rec.info & !INFO_EXTENT,
+                    },
                     Block::Slot { .. } => return Err(bad("extent lane points into a run")),
                 }
             } else {
@@ -377,7 +416,9 @@ impl Heap {
             let linked = match rec.owner {
                 OWNER_ROOT => root == rec.value,
                 OWNER_NOTHING => false,
-                o if o % 8 == 0 && o >= HEADER_LEN as u64 && o + 8 <= pool.size() => pool.load_u64(o) == rec.value,
+                o if o % 8 == 0 && o >= HEADER_LEN as u64 && o + 8 <= pool.size() => {
+                    pool.load_u64(o) == rec.value
+                }
                 o => return Err(bad(&format!("owner offset {o:#x} is invalid"))),
             };
             fixes.push((lane, lane_block, linked));
@@ -416,7 +457,11 @@ impl Heap {
                 if rel < first || (rel - first) % size != 0 || (rel - first) / size >= nslots {
                     return Err(format!("offset {off:#x} is not a slot of its run"));
                 }
-                Ok(Block::Slot { chunk, class, idx: (rel - first) / size })
+                Ok(Block::Slot {
+                    chunk,
+                    class,
+                    idx: (rel - first) / size,
+                })
             }
             Some(ChunkKind::Extent(n)) | Some(ChunkKind::Free(n)) if off == chunk * CHUNK + 64 => {
                 Ok(Block::Extent { chunk, n })
@@ -474,7 +519,13 @@ impl Heap {
             Block::Extent { n, .. } => n | INFO_EXTENT,
         };
         let (owner, value) = link.encode(off);
-        let rec = LaneRecord { state, block_off: off, info, owner, value };
+        let rec = LaneRecord {
+            state,
+            block_off: off,
+            info,
+            owner,
+            value,
+        };
         pool.write(lane_off(lane), &rec.encode());
         pool.persist(lane_off(lane), 64);
     }
@@ -503,7 +554,9 @@ impl Heap {
             }
             let want = (large.total + n) * CHUNK;
             let grown = pool.grow(want).map_err(|e| match e {
-                Error::OutOfSpace(m) => Error::OutOfSpace(format!("no {n} free chunk(s) of {CHUNK} bytes: {m}")),
+                Error::OutOfSpace(m) => {
+                    Error::OutOfSpace(format!("no {n} free chunk(s) of {CHUNK} bytes: {m}"))
+                }
                 other => other,
             })?;
             let new_total = grown / CHUNK;
@@ -547,7 +600,12 @@ impl Heap {
                 st.avail.pop();
                 continue;
             }
-            let (w, word) = run.bits.iter().enumerate().find(|(_, &b)| b != u64::MAX).expect("run has a free slot");
+            let (w, word) = run
+                .bits
+                .iter()
+                .enumerate()
+                .find(|(_, &b)| b != u64::MAX)
+                .expect("run has a free slot");
             let idx = w as u64 * 64 + (!word).trailing_zeros() as u64;
             run.bits[w] |= 1 << (idx % 64);
             run.free -= 1;
@@ -563,19 +621,35 @@ impl Heap {
         };
         let (nslots, first) = run_geometry(class);
         let base = chunk * CHUNK;
-        pool.zero(base + RUN_BITMAP_OFFSET, (first - RUN_BITMAP_OFFSET) as usize);
+        pool.zero(
+            base + RUN_BITMAP_OFFSET,
+            (first - RUN_BITMAP_OFFSET) as usize,
+        );
         // persist: a zero bitmap before the chunk word says "run", so a
         // recovered run never shows stale bits as allocations.
-        pool.persist(base + RUN_BITMAP_OFFSET, (first - RUN_BITMAP_OFFSET) as usize);
+        pool.persist(
+            base + RUN_BITMAP_OFFSET,
+            (first - RUN_BITMAP_OFFSET) as usize,
+        );
         pool.store_u64(base, chunk_word(KIND_RUN, class as u64, 0, chunk));
         pool.persist(base, 8);
         let mut bits = vec![0u64; nslots.div_ceil(64) as usize];
         bits[0] = 1;
-        st.runs.insert(chunk, Run { bits, free: nslots - 1 });
+        st.runs.insert(
+            chunk,
+            Run {
+                bits,
+                free: nslots - 1,
+            },
+        );
         if nslots > 1 {
             st.avail.push(chunk);
         }
-        Ok(Block::Slot { chunk, class, idx: 0 })
+        Ok(Block::Slot {
+            chunk,
+            class,
+            idx: 0,
+        })
     }
 
     fn block_off_size(block: Block) -> (u64, u64) {
@@ -635,7 +709,8 @@ impl Pool {
             None => {
                 let n = (size + 64).div_ceil(CHUNK);
                 let mut large = heap.large.lock().expect("heap lock");
-                heap.take_chunks(self, &mut large, n).map(|chunk| Block::Extent { chunk, n })
+                heap.take_chunks(self, &mut large, n)
+                    .map(|chunk| Block::Extent { chunk, n })
             }
         };
         let block = match block {
@@ -652,13 +727,21 @@ impl Pool {
         match block {
             Block::Slot { chunk, idx, .. } => {
                 let w = chunk * CHUNK + RUN_BITMAP_OFFSET + (idx / 64) * 8;
-                self.atomic_u64(w).fetch_or(1 << (idx % 64), Ordering::AcqRel);
+                self.atomic_u64(w)
+                    .fetch_or(1 << (idx % 64), Ordering::AcqRel);
             }
-            Block::Extent { chunk, n } => self.store_u64(chunk * CHUNK, chunk_word(KIND_EXTENT, 0, n, chunk)),
+            Block::Extent { chunk, n } => {
+                self.store_u64(chunk * CHUNK, chunk_word(KIND_EXTENT, 0, n, chunk))
+            }
         }
         heap.in_use.fetch_add(usable, Ordering::Relaxed);
         heap.blocks.fetch_add(1, Ordering::Relaxed);
-        Ok(Reservation { off, size: usable, lane, block })
+        Ok(Reservation {
+            off,
+            size: usable,
+            lane,
+            block,
+        })
     }
 
     /// Commits a reservation whose link is durable: after this the block
@@ -692,25 +775,35 @@ impl Pool {
         }
         let heap = &self.heap;
         let total = self.size() / CHUNK;
-        let block = heap.block_at(self, off, total).map_err(Error::InvalidArgument)?;
+        let block = heap
+            .block_at(self, off, total)
+            .map_err(Error::InvalidArgument)?;
         let allocated = match block {
             Block::Slot { chunk, class, idx } => {
                 let st = heap.classes[class].lock().expect("class lock");
-                st.runs.get(&chunk).is_some_and(|r| r.bits[(idx / 64) as usize] & (1 << (idx % 64)) != 0)
+                st.runs
+                    .get(&chunk)
+                    .is_some_and(|r| r.bits[(idx / 64) as usize] & (1 << (idx % 64)) != 0)
             }
-            Block::Extent { chunk, .. } => {
-                parse_chunk_word(self.load_u64(chunk * CHUNK), chunk).is_some_and(|k| matches!(k, ChunkKind::Extent(_)))
-            }
+            Block::Extent { chunk, .. } => parse_chunk_word(self.load_u64(chunk * CHUNK), chunk)
+                .is_some_and(|k| matches!(k, ChunkKind::Extent(_))),
         };
         if !allocated {
-            return Err(Error::InvalidArgument(format!("block {off:#x} is not allocated")));
+            return Err(Error::InvalidArgument(format!(
+                "block {off:#x} is not allocated"
+            )));
         }
         let (_, size) = Heap::block_off_size(block);
         let lane = heap.acquire_lane();
         // persist: the lane before the caller unlinks, so a crash after the
         // unlink finds the lane and frees the block.
         heap.write_lane(self, lane, LANE_FREE, block, off, link);
-        Ok(FreeTicket { off, size, lane, block })
+        Ok(FreeTicket {
+            off,
+            size,
+            lane,
+            block,
+        })
     }
 
     /// Completes a free whose unlink is durable.
@@ -733,7 +826,10 @@ impl Pool {
 
     /// Usable size of the allocated block at `off`.
     pub fn block_size(&self, off: u64) -> Result<u64> {
-        let block = self.heap.block_at(self, off, self.size() / CHUNK).map_err(Error::Corrupt)?;
+        let block = self
+            .heap
+            .block_at(self, off, self.size() / CHUNK)
+            .map_err(Error::Corrupt)?;
         Ok(Heap::block_off_size(block).1)
     }
 }
@@ -747,7 +843,10 @@ mod tests {
         for (k, class, n) in [(KIND_FREE, 0, 1), (KIND_RUN, 3, 0), (KIND_EXTENT, 0, 77)] {
             let w = chunk_word(k, class, n, 5);
             assert!(parse_chunk_word(w, 5).is_some());
-            assert!(parse_chunk_word(w, 6).is_none(), "check binds the chunk index");
+            assert!(
+                parse_chunk_word(w, 6).is_none(),
+                "check binds the chunk index"
+            );
             assert!(parse_chunk_word(w ^ (1 << 9), 5).is_none());
         }
         assert_eq!(parse_chunk_word(0, 9), Some(ChunkKind::Free(1)));
@@ -760,6 +859,25 @@ mod tests {
             assert!(n >= 7, "class {class} has {n} slots");
             assert!(first % 64 == 0 && first >= RUN_BITMAP_OFFSET + n.div_ceil(64) * 8);
             assert!(first + n * CLASSES[class] <= CHUNK);
+        }
+    }
+
+    #[test]
+    fn run_geometry_matches_docs_format_md() {
+        let documented = [
+            (4087, 576),
+            (2045, 320),
+            (1023, 192),
+            (511, 128),
+            (255, 128),
+            (127, 128),
+            (63, 128),
+            (31, 128),
+            (15, 128),
+            (7, 128),
+        ];
+        for (class, want) in documented.iter().enumerate() {
+            assert_eq!(run_geometry(class), *want, "class {class}");
         }
     }
 }

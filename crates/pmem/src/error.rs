@@ -8,7 +8,11 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub enum Error {
     /// An operating-system call failed.
-    Io { what: String, path: Option<PathBuf>, source: io::Error },
+    Io {
+        what: String,
+        path: Option<PathBuf>,
+        source: io::Error,
+    },
     /// The file does not start with the pmhash magic: not a pool.
     Foreign(String),
     /// The file is a pmhash pool of another format version.
@@ -61,7 +65,11 @@ impl std::error::Error for Error {
 
 impl Error {
     pub(crate) fn io(what: &str, path: Option<&std::path::Path>, source: io::Error) -> Error {
-        Error::Io { what: what.to_string(), path: path.map(|p| p.to_path_buf()), source }
+        Error::Io {
+            what: what.to_string(),
+            path: path.map(|p| p.to_path_buf()),
+            source,
+        }
     }
 }
 

@@ -94,7 +94,10 @@ impl Identity {
     /// checksum, then field invariants.
     pub fn decode(b: &[u8]) -> Result<Identity> {
         if b.len() < 64 {
-            return Err(Error::Truncated(format!("{} bytes, a header needs {HEADER_LEN}", b.len())));
+            return Err(Error::Truncated(format!(
+                "{} bytes, a header needs {HEADER_LEN}",
+                b.len()
+            )));
         }
         if b[0..8] != MAGIC {
             return Err(Error::Foreign(format!(
@@ -105,7 +108,10 @@ impl Identity {
         }
         let version = le_u32(b, 8);
         if version != FORMAT_VERSION {
-            return Err(Error::Version { found: version, supported: FORMAT_VERSION });
+            return Err(Error::Version {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
         }
         let stored = le_u32(b, 60);
         let computed = crc(&b[0..60]);
@@ -116,12 +122,19 @@ impl Identity {
         }
         let header_len = le_u32(b, 12);
         if header_len as usize != HEADER_LEN {
-            return Err(Error::Corrupt(format!("header length {header_len}, expected {HEADER_LEN}")));
+            return Err(Error::Corrupt(format!(
+                "header length {header_len}, expected {HEADER_LEN}"
+            )));
         }
         let raw = &b[16..32];
         let end = raw.iter().position(|&c| c == 0).unwrap_or(LAYOUT_MAX);
-        if end == 0 || raw[end..].iter().any(|&c| c != 0) || !raw[..end].iter().all(|c| c.is_ascii_graphic()) {
-            return Err(Error::Corrupt("layout id is not NUL-padded printable ASCII".into()));
+        if end == 0
+            || raw[end..].iter().any(|&c| c != 0)
+            || !raw[..end].iter().all(|c| c.is_ascii_graphic())
+        {
+            return Err(Error::Corrupt(
+                "layout id is not NUL-padded printable ASCII".into(),
+            ));
         }
         let layout = String::from_utf8_lossy(&raw[..end]).into_owned();
         let mut uuid = [0u8; 16];
@@ -172,13 +185,16 @@ impl State {
         let a = State::decode(&header[SLOT_OFFSET..SLOT_OFFSET + SLOT_LEN]);
         let b = State::decode(&header[SLOT_OFFSET + SLOT_LEN..SLOT_OFFSET + 2 * SLOT_LEN]);
         match (a, b) {
-            (Some(a), Some(b)) if a.seq == b.seq => {
-                Err(Error::Corrupt(format!("both state slots carry sequence {}", a.seq)))
-            }
+            (Some(a), Some(b)) if a.seq == b.seq => Err(Error::Corrupt(format!(
+                "both state slots carry sequence {}",
+                a.seq
+            ))),
             (Some(a), Some(b)) => Ok(if a.seq > b.seq { (a, 0) } else { (b, 1) }),
             (Some(a), None) => Ok((a, 0)),
             (None, Some(b)) => Ok((b, 1)),
-            (None, None) => Err(Error::Corrupt("no valid state slot (both checksums fail)".into())),
+            (None, None) => Err(Error::Corrupt(
+                "no valid state slot (both checksums fail)".into(),
+            )),
         }
     }
 }
@@ -194,12 +210,19 @@ pub fn validate(header: &[u8], file_len: u64, min_size: u64) -> Result<(Identity
     }
     let id = Identity::decode(header)?;
     let (st, slot) = State::current(header)?;
-    if header[SLOT_OFFSET + 2 * SLOT_LEN..HEADER_LEN].iter().any(|&c| c != 0) {
-        return Err(Error::Corrupt("reserved header bytes 192..4096 are not zero".into()));
+    if header[SLOT_OFFSET + 2 * SLOT_LEN..HEADER_LEN]
+        .iter()
+        .any(|&c| c != 0)
+    {
+        return Err(Error::Corrupt(
+            "reserved header bytes 192..4096 are not zero".into(),
+        ));
     }
     let chunk = id.chunk_size as u64;
     if chunk == 0 || !chunk.is_power_of_two() {
-        return Err(Error::Corrupt(format!("chunk size {chunk} is not a power of two")));
+        return Err(Error::Corrupt(format!(
+            "chunk size {chunk} is not a power of two"
+        )));
     }
     if st.size < min_size || st.size % chunk != 0 {
         return Err(Error::Corrupt(format!(
@@ -214,10 +237,16 @@ pub fn validate(header: &[u8], file_len: u64, min_size: u64) -> Result<(Identity
         )));
     }
     if st.root != 0 && (st.root < chunk || st.root >= st.size || st.root % 8 != 0) {
-        return Err(Error::Corrupt(format!("root offset {:#x} outside the heap", st.root)));
+        return Err(Error::Corrupt(format!(
+            "root offset {:#x} outside the heap",
+            st.root
+        )));
     }
     if st.clean > 1 {
-        return Err(Error::Corrupt(format!("clean flag is {}, expected 0 or 1", st.clean)));
+        return Err(Error::Corrupt(format!(
+            "clean flag is {}, expected 0 or 1",
+            st.clean
+        )));
     }
     Ok((id, st, slot))
 }
@@ -236,7 +265,13 @@ mod tests {
         };
         let mut p = vec![0u8; HEADER_LEN];
         p[0..64].copy_from_slice(&id.encode().unwrap());
-        let st = State { seq: 1, size: 1 << 20, root: 0, clean: 0, opens: 1 };
+        let st = State {
+            seq: 1,
+            size: 1 << 20,
+            root: 0,
+            clean: 0,
+            opens: 1,
+        };
         p[64..128].copy_from_slice(&st.encode());
         p
     }
@@ -253,7 +288,13 @@ mod tests {
     #[test]
     fn newer_slot_wins_and_torn_slot_is_ignored() {
         let mut p = page();
-        let st2 = State { seq: 2, size: 1 << 20, root: 1 << 18, clean: 1, opens: 1 };
+        let st2 = State {
+            seq: 2,
+            size: 1 << 20,
+            root: 1 << 18,
+            clean: 1,
+            opens: 1,
+        };
         p[128..192].copy_from_slice(&st2.encode());
         let (_, st, slot) = validate(&p, 1 << 20, 1 << 19).unwrap();
         assert_eq!((st.seq, slot, st.root), (2, 1, 1 << 18));
@@ -279,13 +320,19 @@ mod tests {
     #[test]
     fn each_failure_has_its_error() {
         let p = page();
-        assert!(matches!(validate(&p[..100], 100, 1), Err(Error::Truncated(_))));
+        assert!(matches!(
+            validate(&p[..100], 100, 1),
+            Err(Error::Truncated(_))
+        ));
         let mut f = p.clone();
         f[0] = b'X';
         assert!(matches!(validate(&f, 1 << 20, 1), Err(Error::Foreign(_))));
         let mut v = p.clone();
         v[8] = 9;
-        assert!(matches!(validate(&v, 1 << 20, 1), Err(Error::Version { found: 9, .. })));
+        assert!(matches!(
+            validate(&v, 1 << 20, 1),
+            Err(Error::Version { found: 9, .. })
+        ));
         let mut c = p.clone();
         c[40] ^= 0xff;
         assert!(matches!(validate(&c, 1 << 20, 1), Err(Error::Corrupt(_))));

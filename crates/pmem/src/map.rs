@@ -60,7 +60,11 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(last_os_error());
         }
-        Ok(Mapping { base: p as *mut u8, reserved, backing })
+        Ok(Mapping {
+            base: p as *mut u8,
+            reserved,
+            backing,
+        })
     }
 
     pub(crate) fn base(&self) -> *mut u8 {
@@ -74,7 +78,10 @@ impl Mapping {
         if offset % 4096 != 0 || len % 4096 != 0 || offset + len > self.reserved {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("map [{offset}, +{len}) outside a {}-byte reservation", self.reserved),
+                format!(
+                    "map [{offset}, +{len}) outside a {}-byte reservation",
+                    self.reserved
+                ),
             ));
         }
         let prot = libc::PROT_READ | libc::PROT_WRITE;
@@ -82,9 +89,15 @@ impl Mapping {
             (Backing::Shared, Some(f)) => (libc::MAP_SHARED, f.as_raw_fd()),
             (Backing::Sync, Some(f)) => (libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC, f.as_raw_fd()),
             (Backing::Private, Some(f)) => (libc::MAP_PRIVATE, f.as_raw_fd()),
-            (Backing::Anonymous, _) => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1),
+            (Backing::Anonymous, _) => (
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+            ),
             (_, None) => {
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, "file backing without a file"))
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "file backing without a file",
+                ))
             }
         };
         // SAFETY: the target range lies inside our own reservation (checked

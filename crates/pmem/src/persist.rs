@@ -184,11 +184,15 @@ fn flush_line(instr: FlushInstr, p: *const u8) {
     // pass addresses inside a live mapping. They do not modify memory contents.
     unsafe {
         match instr {
-            FlushInstr::Clwb => std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)),
+            FlushInstr::Clwb => {
+                std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags))
+            }
             FlushInstr::Clflushopt => {
                 std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
             }
-            FlushInstr::Clflush => std::arch::asm!("clflush [{0}]", in(reg) p, options(nostack, preserves_flags)),
+            FlushInstr::Clflush => {
+                std::arch::asm!("clflush [{0}]", in(reg) p, options(nostack, preserves_flags))
+            }
             FlushInstr::Unsupported => {}
         }
     }

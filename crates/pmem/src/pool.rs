@@ -162,7 +162,8 @@ fn now_ns() -> u64 {
 /// Address space to reserve for a pool that may grow to `max`.
 fn reservation(size: u64, max: u64) -> Result<usize> {
     let r = round_up(max.max(size), 1 << 21);
-    usize::try_from(r).map_err(|_| Error::InvalidArgument(format!("pool size {r} exceeds the address space")))
+    usize::try_from(r)
+        .map_err(|_| Error::InvalidArgument(format!("pool size {r} exceeds the address space")))
 }
 
 impl Pool {
@@ -170,12 +171,20 @@ impl Pool {
     /// `volatile` and `simulated` pools live in memory and ignore `path`.
     pub fn create(path: &Path, opts: &PoolOptions) -> Result<Pool> {
         if opts.read_only {
-            return Err(Error::InvalidArgument("cannot create a pool read-only".into()));
+            return Err(Error::InvalidArgument(
+                "cannot create a pool read-only".into(),
+            ));
         }
         let size = round_up(opts.size.max(MIN_POOL_SIZE), alloc::CHUNK);
-        let max_size = if opts.max_size == 0 { size } else { round_up(opts.max_size, alloc::CHUNK) };
+        let max_size = if opts.max_size == 0 {
+            size
+        } else {
+            round_up(opts.max_size, alloc::CHUNK)
+        };
         if max_size < size {
-            return Err(Error::InvalidArgument(format!("max size {max_size} is below the size {size}")));
+            return Err(Error::InvalidArgument(format!(
+                "max size {max_size} is below the size {size}"
+            )));
         }
         let identity = Identity {
             version: header::FORMAT_VERSION,
@@ -194,7 +203,8 @@ impl Pool {
                 .open(path)
                 .map_err(|e| Error::io("cannot create pool file", Some(path), e))?;
             let made = (|| {
-                file.set_len(size).map_err(|e| Error::io("cannot size pool file", Some(path), e))?;
+                file.set_len(size)
+                    .map_err(|e| Error::io("cannot size pool file", Some(path), e))?;
                 Self::map_file(&file, path, opts, size, reserve)
             })();
             match made {
@@ -208,11 +218,18 @@ impl Pool {
         } else {
             let map = Mapping::reserve(reserve, Backing::Anonymous)
                 .map_err(|e| Error::io("cannot reserve address space", None, e))?;
-            map.map(None, 0, size as usize).map_err(|e| Error::io("cannot map memory", None, e))?;
+            map.map(None, 0, size as usize)
+                .map_err(|e| Error::io("cannot map memory", None, e))?;
             (map, None, opts.mode, None)
         };
         let sim = (mode == Mode::Simulated).then(|| Mutex::new(Sim::new(vec![0u8; size as usize])));
-        let state = State { seq: 1, size, root: 0, clean: 0, opens: 1 };
+        let state = State {
+            seq: 1,
+            size,
+            root: 0,
+            clean: 0,
+            opens: 1,
+        };
         let pool = Pool {
             map,
             file,
@@ -223,7 +240,10 @@ impl Pool {
             size: AtomicU64::new(size),
             max_size,
             identity,
-            state: Mutex::new(HeaderState { cur: state, slot: 0 }),
+            state: Mutex::new(HeaderState {
+                cur: state,
+                slot: 0,
+            }),
             root: AtomicU64::new(0),
             was_clean: false,
             sim,
@@ -253,7 +273,8 @@ impl Pool {
             Ok(m)
         };
         if opts.read_only {
-            let m = map_with(Backing::Private).map_err(|e| Error::io("cannot map pool file", Some(path), e))?;
+            let m = map_with(Backing::Private)
+                .map_err(|e| Error::io("cannot map pool file", Some(path), e))?;
             return Ok((m, opts.mode, None));
         }
         match opts.mode {
@@ -269,12 +290,14 @@ impl Pool {
                             "{why}; allow the fallback to mapped mode to use it anyway"
                         )));
                     }
-                    let m = map_with(Backing::Shared).map_err(|e| Error::io("cannot map pool file", Some(path), e))?;
+                    let m = map_with(Backing::Shared)
+                        .map_err(|e| Error::io("cannot map pool file", Some(path), e))?;
                     Ok((m, Mode::Mapped, Some(why)))
                 }
             },
             _ => {
-                let m = map_with(Backing::Shared).map_err(|e| Error::io("cannot map pool file", Some(path), e))?;
+                let m = map_with(Backing::Shared)
+                    .map_err(|e| Error::io("cannot map pool file", Some(path), e))?;
                 Ok((m, opts.mode, None))
             }
         }
@@ -292,20 +315,29 @@ impl Pool {
             .write(writable)
             .open(path)
             .map_err(|e| Error::io("cannot open pool file", Some(path), e))?;
-        let len = file.metadata().map_err(|e| Error::io("cannot stat pool file", Some(path), e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("cannot stat pool file", Some(path), e))?
+            .len();
         let mut hdr = vec![0u8; (len as usize).min(HEADER_LEN)];
-        file.read_exact_at(&mut hdr, 0).map_err(|e| Error::io("cannot read pool header", Some(path), e))?;
+        file.read_exact_at(&mut hdr, 0)
+            .map_err(|e| Error::io("cannot read pool header", Some(path), e))?;
         let (identity, state, slot) = header::validate(&hdr, len, MIN_POOL_SIZE)?;
         Self::check_identity(&identity, opts)?;
         let size = state.size;
-        let max_size = if opts.max_size == 0 { size } else { round_up(opts.max_size, alloc::CHUNK).max(size) };
+        let max_size = if opts.max_size == 0 {
+            size
+        } else {
+            round_up(opts.max_size, alloc::CHUNK).max(size)
+        };
         let reserve = reservation(size, max_size)?;
         let (map, file, mode, fallback) = if opts.mode.uses_file() {
             let (map, mode, fb) = Self::map_file(&file, path, opts, size, reserve)?;
             (map, Some(file), mode, fb)
         } else {
             let mut img = vec![0u8; size as usize];
-            file.read_exact_at(&mut img, 0).map_err(|e| Error::io("cannot read pool file", Some(path), e))?;
+            file.read_exact_at(&mut img, 0)
+                .map_err(|e| Error::io("cannot read pool file", Some(path), e))?;
             return Self::from_image_with(img, opts.mode, max_size, &opts.layout);
         };
         let pool = Pool {
@@ -331,7 +363,10 @@ impl Pool {
 
     fn check_identity(identity: &Identity, opts: &PoolOptions) -> Result<()> {
         if !opts.layout.is_empty() && identity.layout != opts.layout {
-            return Err(Error::WrongLayout { found: identity.layout.clone(), expected: opts.layout.clone() });
+            return Err(Error::WrongLayout {
+                found: identity.layout.clone(),
+                expected: opts.layout.clone(),
+            });
         }
         if identity.chunk_size as u64 != alloc::CHUNK {
             return Err(Error::Corrupt(format!(
@@ -352,16 +387,23 @@ impl Pool {
 
     fn from_image_with(image: Vec<u8>, mode: Mode, max_size: u64, layout: &str) -> Result<Pool> {
         if mode.uses_file() {
-            return Err(Error::InvalidArgument(format!("an image opens in volatile or simulated mode, not {}", mode.name())));
+            return Err(Error::InvalidArgument(format!(
+                "an image opens in volatile or simulated mode, not {}",
+                mode.name()
+            )));
         }
         let (identity, state, slot) = header::validate(&image, image.len() as u64, MIN_POOL_SIZE)?;
-        let opts = PoolOptions { layout: layout.to_string(), ..PoolOptions::default() };
+        let opts = PoolOptions {
+            layout: layout.to_string(),
+            ..PoolOptions::default()
+        };
         Self::check_identity(&identity, &opts)?;
         let size = state.size;
         let max_size = max_size.max(size);
         let map = Mapping::reserve(reservation(size, max_size)?, Backing::Anonymous)
             .map_err(|e| Error::io("cannot reserve address space", None, e))?;
-        map.map(None, 0, size as usize).map_err(|e| Error::io("cannot map memory", None, e))?;
+        map.map(None, 0, size as usize)
+            .map_err(|e| Error::io("cannot map memory", None, e))?;
         let mut persisted = image;
         persisted.truncate(size as usize);
         let pool = Pool {
@@ -382,7 +424,10 @@ impl Pool {
             grow_lock: Mutex::new(()),
         };
         pool.write(0, &persisted);
-        let pool = Pool { sim: (mode == Mode::Simulated).then(|| Mutex::new(Sim::new(persisted))), ..pool };
+        let pool = Pool {
+            sim: (mode == Mode::Simulated).then(|| Mutex::new(Sim::new(persisted))),
+            ..pool
+        };
         pool.finish_open()?;
         Ok(pool)
     }
@@ -571,7 +616,13 @@ impl Pool {
         self.bounds(off, buf.len());
         // SAFETY: source range in bounds (checked); buf is a distinct
         // allocation, so the ranges do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(self.map.base().add(off as usize), buf.as_mut_ptr(), buf.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.base().add(off as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        }
     }
 
     /// Copies bytes into the pool. Not atomic and not flushed.
@@ -618,7 +669,12 @@ impl Pool {
             Mode::Volatile => {}
             Mode::Simulated => {
                 self.bounds(off, len);
-                let mut sim = self.sim.as_ref().expect("simulated pool has a simulator").lock().expect("sim lock");
+                let mut sim = self
+                    .sim
+                    .as_ref()
+                    .expect("simulated pool has a simulator")
+                    .lock()
+                    .expect("sim lock");
                 sim.record_flush(self.live(), off as usize, len);
                 persist::count_flush(persist::lines_covered(off as usize, len));
             }
@@ -632,13 +688,24 @@ impl Pool {
             Mode::Dax | Mode::Mapped => persist::fence(),
             Mode::Volatile => {}
             Mode::Simulated => {
-                let mut guard = self.sim.as_ref().expect("simulated pool has a simulator").lock().expect("sim lock");
+                let mut guard = self
+                    .sim
+                    .as_ref()
+                    .expect("simulated pool has a simulator")
+                    .lock()
+                    .expect("sim lock");
                 guard.apply_fence();
                 persist::count_fence();
                 let sim = &mut *guard;
                 if let Some(mut hook) = sim.hook.take() {
                     let n = sim.fences;
-                    hook(n, &CrashSite { live: self.live(), sim });
+                    hook(
+                        n,
+                        &CrashSite {
+                            live: self.live(),
+                            sim,
+                        },
+                    );
                     sim.hook = Some(hook);
                 }
             }
@@ -658,7 +725,9 @@ impl Pool {
         self.bounds(off, data.len());
         match self.mode {
             // SAFETY: destination in bounds (checked); `data` is not pool memory.
-            Mode::Dax | Mode::Mapped => unsafe { persist::nt_copy(self.map.base().add(off as usize), data) },
+            Mode::Dax | Mode::Mapped => unsafe {
+                persist::nt_copy(self.map.base().add(off as usize), data)
+            },
             Mode::Volatile => self.write(off, data),
             Mode::Simulated => {
                 self.write(off, data);
@@ -677,7 +746,10 @@ impl Pool {
         if old >= min_size {
             return Ok(old);
         }
-        let target = round_up(min_size.max(old.saturating_mul(2)).min(self.max_size), alloc::CHUNK);
+        let target = round_up(
+            min_size.max(old.saturating_mul(2)).min(self.max_size),
+            alloc::CHUNK,
+        );
         if target < min_size || target <= old {
             return Err(Error::OutOfSpace(format!(
                 "pool is {old} bytes, growing to {min_size} would pass its limit of {}",
@@ -688,13 +760,17 @@ impl Pool {
             // persist: the file is extended (zero-filled: all new chunks free)
             // before the header records the new size; a crash in between
             // leaves a longer file whose tail open ignores.
-            f.set_len(target).map_err(|e| Error::io("cannot grow pool file", self.path.as_deref(), e))?;
+            f.set_len(target)
+                .map_err(|e| Error::io("cannot grow pool file", self.path.as_deref(), e))?;
         }
         self.map
             .map(self.file.as_ref(), old as usize, (target - old) as usize)
             .map_err(|e| Error::io("cannot map grown pool", self.path.as_deref(), e))?;
         if let Some(sim) = &self.sim {
-            sim.lock().expect("sim lock").persisted.resize(target as usize, 0);
+            sim.lock()
+                .expect("sim lock")
+                .persisted
+                .resize(target as usize, 0);
         }
         self.size.store(target, Ordering::Release);
         self.update_state(|s| s.size = target)?;
@@ -713,28 +789,48 @@ impl Pool {
     /// Installs (or removes) the hook called after every fence of a
     /// simulated pool. The hook must not call this pool's flush or fence.
     pub fn set_fence_hook(&self, hook: Option<FenceHook>) -> Result<()> {
-        let sim = self.sim.as_ref().ok_or_else(|| Error::InvalidArgument("fence hooks need simulated mode".into()))?;
+        let sim = self
+            .sim
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("fence hooks need simulated mode".into()))?;
         sim.lock().expect("sim lock").hook = hook;
         Ok(())
     }
 
     /// Fences issued so far (simulated mode; 0 otherwise).
     pub fn fence_count(&self) -> u64 {
-        self.sim.as_ref().map(|s| s.lock().expect("sim lock").fences).unwrap_or(0)
+        self.sim
+            .as_ref()
+            .map(|s| s.lock().expect("sim lock").fences)
+            .unwrap_or(0)
     }
 
     /// A crash image of the pool as it stands now (simulated mode).
     pub fn crash_image(&self, choice: CrashChoice) -> Result<Vec<u8>> {
-        let sim = self.sim.as_ref().ok_or_else(|| Error::InvalidArgument("crash images need simulated mode".into()))?;
+        let sim = self
+            .sim
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("crash images need simulated mode".into()))?;
         let g = sim.lock().expect("sim lock");
-        Ok(CrashSite { live: self.live(), sim: &g }.image(choice))
+        Ok(CrashSite {
+            live: self.live(),
+            sim: &g,
+        }
+        .image(choice))
     }
 
     /// Cache lines not yet durable (simulated mode).
     pub fn undecided_lines(&self) -> Result<Vec<u64>> {
-        let sim = self.sim.as_ref().ok_or_else(|| Error::InvalidArgument("needs simulated mode".into()))?;
+        let sim = self
+            .sim
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("needs simulated mode".into()))?;
         let g = sim.lock().expect("sim lock");
-        Ok(CrashSite { live: self.live(), sim: &g }.undecided_lines())
+        Ok(CrashSite {
+            live: self.live(),
+            sim: &g,
+        }
+        .undecided_lines())
     }
 
     /// A copy of the whole live image.

@@ -46,7 +46,12 @@ pub type FenceHook = Box<dyn FnMut(u64, &CrashSite<'_>) + Send>;
 
 impl Sim {
     pub(crate) fn new(persisted: Vec<u8>) -> Sim {
-        Sim { persisted, pending: HashMap::new(), fences: 0, hook: None }
+        Sim {
+            persisted,
+            pending: HashMap::new(),
+            fences: 0,
+            hook: None,
+        }
     }
 
     pub(crate) fn record_flush(&mut self, live: &[u8], off: usize, len: usize) {

@@ -12,7 +12,11 @@ use pmem::{Mode, Pool, PoolOptions};
 mod registry;
 
 #[derive(Parser, Debug)]
-#[command(name = "pmhash", version, about = "Persistent hash indexes for hybrid DRAM + PM: benchmark, crash-test, inspect, check")]
+#[command(
+    name = "pmhash",
+    version,
+    about = "Persistent hash indexes for hybrid DRAM + PM: benchmark, crash-test, inspect, check"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -74,7 +78,11 @@ fn main() -> ExitCode {
         Cmd::Check { pool } => check(&pool),
         Cmd::Engines => {
             for s in registry::all() {
-                let kind = if s.is_persistent() { "persistent" } else { "DRAM baseline" };
+                let kind = if s.is_persistent() {
+                    "persistent"
+                } else {
+                    "DRAM baseline"
+                };
                 println!("{:<22} {:<14} {}", s.name, kind, s.about);
             }
             Ok(ExitCode::SUCCESS)
@@ -92,7 +100,10 @@ fn main() -> ExitCode {
 fn crashtest_cmd(args: &CrashArgs) -> Result<ExitCode, String> {
     let spec = registry::find(&args.engine)?;
     if !spec.is_persistent() {
-        return Err(format!("{} is a DRAM baseline: nothing to crash-test", spec.name));
+        return Err(format!(
+            "{} is a DRAM baseline: nothing to crash-test",
+            spec.name
+        ));
     }
     let durability = Durability::parse(&args.durability).map_err(|e| e.to_string())?;
     let cfg = Config {
@@ -104,7 +115,8 @@ fn crashtest_cmd(args: &CrashArgs) -> Result<ExitCode, String> {
         ..Config::default()
     };
     let started = std::time::Instant::now();
-    let report = crashtest::run(&spec, &cfg).map_err(|e| format!("crash test of {} could not run: {e}", spec.name))?;
+    let report = crashtest::run(&spec, &cfg)
+        .map_err(|e| format!("crash test of {} could not run: {e}", spec.name))?;
     println!(
         "crashtest {} ({}): {} ops, {} fences, {} crash states checked, {} violations, {} leaked bytes, seed {} [{:.1}s]",
         report.engine,
@@ -121,13 +133,22 @@ fn crashtest_cmd(args: &CrashArgs) -> Result<ExitCode, String> {
         println!("  violation: {m}");
     }
     if let Some(path) = &args.json {
-        std::fs::write(path, report.to_json() + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, report.to_json() + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    Ok(if report.violations == 0 && report.leaked_bytes == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if report.violations == 0 && report.leaked_bytes == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn open_read_only(path: &Path) -> Result<Pool, String> {
-    let opts = PoolOptions { mode: Mode::Mapped, read_only: true, ..PoolOptions::default() };
+    let opts = PoolOptions {
+        mode: Mode::Mapped,
+        read_only: true,
+        ..PoolOptions::default()
+    };
     Pool::open(path, &opts).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -147,22 +168,44 @@ fn inspect(path: &Path) -> Result<ExitCode, String> {
     println!("created         {} ns since the epoch", id.created_unix_ns);
     println!("size            {} bytes ({} MiB)", st.size, st.size >> 20);
     println!("root            {:#x}", st.root);
-    println!("clean shutdown  {}", if pool.was_clean() { "yes" } else { "no (recovery runs at open)" });
+    println!(
+        "clean shutdown  {}",
+        if pool.was_clean() {
+            "yes"
+        } else {
+            "no (recovery runs at open)"
+        }
+    );
     println!("opens           {}", st.opens);
     println!("header seq      {}", st.seq);
     println!("flush           {}", pmem::persist::flush_instr().name());
-    println!("heap in use     {} bytes in {} blocks", ps.bytes_in_use, ps.blocks_in_use);
-    println!("free chunks     {} of {} bytes", ps.free_chunks, pmem::CHUNK);
-    println!("pending lanes   {} (settled in memory by this read-only open)", ps.recovered_lanes);
+    println!(
+        "heap in use     {} bytes in {} blocks",
+        ps.bytes_in_use, ps.blocks_in_use
+    );
+    println!(
+        "free chunks     {} of {} bytes",
+        ps.free_chunks,
+        pmem::CHUNK
+    );
+    println!(
+        "pending lanes   {} (settled in memory by this read-only open)",
+        ps.recovered_lanes
+    );
     match registry::find_layout(&id.layout) {
         Some(spec) => {
-            let EngineKind::Persistent { open, .. } = spec.kind else { unreachable!("find_layout returns persistent specs") };
+            let EngineKind::Persistent { open, .. } = spec.kind else {
+                unreachable!("find_layout returns persistent specs")
+            };
             match open(pool.clone(), &EngineConfig::default()) {
                 Ok(e) => {
                     let s = e.stats();
                     println!("engine          {}", spec.name);
                     println!("keys            {}", s.len);
-                    println!("capacity        {} slots (load factor {:.3})", s.capacity, s.load_factor);
+                    println!(
+                        "capacity        {} slots (load factor {:.3})",
+                        s.capacity, s.load_factor
+                    );
                     println!("engine PM       {} bytes", s.pm_bytes);
                     println!("engine DRAM     {} bytes", s.dram_bytes);
                     for (k, v) in s.detail {
@@ -172,7 +215,10 @@ fn inspect(path: &Path) -> Result<ExitCode, String> {
                 Err(e) => println!("engine          {} (cannot open: {e})", spec.name),
             }
         }
-        None => println!("engine          unknown layout {:?} (no engine of this build reads it)", id.layout),
+        None => println!(
+            "engine          unknown layout {:?} (no engine of this build reads it)",
+            id.layout
+        ),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -190,7 +236,9 @@ fn check(path: &Path) -> Result<ExitCode, String> {
         println!("FAIL pool layout {layout:?} is not known to this build");
         return Ok(ExitCode::FAILURE);
     };
-    let EngineKind::Persistent { open, .. } = spec.kind else { unreachable!("find_layout returns persistent specs") };
+    let EngineKind::Persistent { open, .. } = spec.kind else {
+        unreachable!("find_layout returns persistent specs")
+    };
     let engine = match open(pool.clone(), &EngineConfig::default()) {
         Ok(e) => e,
         Err(e) => {
@@ -220,8 +268,11 @@ fn check(path: &Path) -> Result<ExitCode, String> {
         spec.name,
         report.keys,
         report.reachable_bytes,
-        if pool.was_clean() { "" } else { " (recovered from an unclean shutdown, in memory only)" }
+        if pool.was_clean() {
+            ""
+        } else {
+            " (recovered from an unclean shutdown, in memory only)"
+        }
     );
     Ok(ExitCode::SUCCESS)
 }
-

@@ -9,22 +9,44 @@ use engine::{slotarray, EngineConfig, EngineKind};
 use pmem::{Mode, Pool, PoolOptions};
 
 fn pmhash(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pmhash")).args(args).output().expect("runs pmhash");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let out = Command::new(env!("CARGO_BIN_EXE_pmhash"))
+        .args(args)
+        .output()
+        .expect("runs pmhash");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
 }
 
 fn temp(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
-    std::env::temp_dir().join(format!("pmhash-cli-{}-{}-{name}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
+    std::env::temp_dir().join(format!(
+        "pmhash-cli-{}-{}-{name}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// A slot-array pool file with `n` keys, closed cleanly or not.
 fn make_pool(path: &Path, n: u64, clean: bool) {
-    let opts = PoolOptions { mode: Mode::Mapped, size: 4 << 20, layout: slotarray::LAYOUT.into(), ..PoolOptions::default() };
+    let opts = PoolOptions {
+        mode: Mode::Mapped,
+        size: 4 << 20,
+        layout: slotarray::LAYOUT.into(),
+        ..PoolOptions::default()
+    };
     let pool = Arc::new(Pool::create(path, &opts).unwrap());
-    let EngineKind::Persistent { create, .. } = slotarray::spec().kind else { unreachable!() };
-    let e = create(pool.clone(), &EngineConfig { initial_capacity: 8, ..EngineConfig::default() }).unwrap();
+    let EngineKind::Persistent { create, .. } = slotarray::spec().kind else {
+        unreachable!()
+    };
+    let e = create(
+        pool.clone(),
+        &EngineConfig {
+            initial_capacity: 8,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
     for k in 0..n {
         assert!(e.insert(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), k).unwrap());
     }
@@ -36,14 +58,37 @@ fn make_pool(path: &Path, n: u64, clean: bool) {
 #[test]
 fn crashtest_passes_reference_and_fails_misordered() {
     let json = temp("ct.json");
-    let (code, out) = pmhash(&["crashtest", "--engine", "slotarray", "--ops", "300", "--states", "300", "--json", json.to_str().unwrap()]);
+    let (code, out) = pmhash(&[
+        "crashtest",
+        "--engine",
+        "slotarray",
+        "--ops",
+        "300",
+        "--states",
+        "300",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("0 violations"), "{out}");
     let j = std::fs::read_to_string(&json).unwrap();
-    assert!(j.contains("\"violations\":0") && j.contains("\"leaked_bytes\":0") && j.contains("\"seed\":1"), "{j}");
+    assert!(
+        j.contains("\"violations\":0")
+            && j.contains("\"leaked_bytes\":0")
+            && j.contains("\"seed\":1"),
+        "{j}"
+    );
     std::fs::remove_file(&json).unwrap();
 
-    let (code, out) = pmhash(&["crashtest", "--engine", "slotarray-misordered", "--ops", "300", "--states", "300"]);
+    let (code, out) = pmhash(&[
+        "crashtest",
+        "--engine",
+        "slotarray-misordered",
+        "--ops",
+        "300",
+        "--states",
+        "300",
+    ]);
     assert_eq!(code, 1, "misordered must fail: {out}");
     assert!(out.contains("violation:"), "{out}");
 
@@ -59,12 +104,19 @@ fn inspect_and_check_a_good_pool_without_writing_it() {
     let before = std::fs::read(&path).unwrap();
     let (code, out) = pmhash(&["inspect", path.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("layout          slotarray") && out.contains("keys            500"), "{out}");
+    assert!(
+        out.contains("layout          slotarray") && out.contains("keys            500"),
+        "{out}"
+    );
     assert!(out.contains("clean shutdown  no"), "{out}");
     let (code, out) = pmhash(&["check", path.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("OK slotarray: 500 keys"), "{out}");
-    assert_eq!(std::fs::read(&path).unwrap(), before, "inspect/check wrote the file");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "inspect/check wrote the file"
+    );
     std::fs::remove_file(&path).unwrap();
 }
 
@@ -87,12 +139,19 @@ fn check_fails_on_corruption_and_foreign_files() {
     assert!(out.starts_with("FAIL") && out.contains("meta 7"), "{out}");
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "check wrote the file");
 
-    std::fs::write(&path, b"this is not a pool, just some text that is long enough").unwrap();
+    std::fs::write(
+        &path,
+        b"this is not a pool, just some text that is long enough",
+    )
+    .unwrap();
     let (code, out) = pmhash(&["check", path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("FAIL"), "{out}");
     let (code, out) = pmhash(&["inspect", path.to_str().unwrap()]);
     assert_eq!(code, 2, "{out}");
-    assert!(out.contains("truncated") || out.contains("not a pmhash pool"), "{out}");
+    assert!(
+        out.contains("truncated") || out.contains("not a pmhash pool"),
+        "{out}"
+    );
     std::fs::remove_file(&path).unwrap();
 }

@@ -9,10 +9,7 @@
 //!   chosen by a multiplicative hash of the key (independent of foldhash).
 //! * `dashmap`: `dashmap::DashMap<u64, u64>` with its default hasher.
 //!
-//! The registry entry can only carry a plain `fn(&EngineConfig)`, which does
-//! not know the thread count, so the registry's `hashbrown` is the
-//! single-lock map and the bench harness builds the sharded one itself
-//! through [`build_for_threads`].
+//! The shard count follows `EngineConfig::threads`.
 //!
 //! DRAM use is an estimate: buckets × (16-byte entry + 1 control byte),
 //! with buckets derived from the map's capacity (7/8 maximum load, power of
@@ -21,7 +18,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 use dashmap::DashMap;
-use engine::{CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Stats};
+use engine::{CheckReport, Engine, EngineKind, EngineSpec, Stats};
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
@@ -40,31 +37,26 @@ pub fn baselines() -> Vec<EngineSpec> {
     vec![
         EngineSpec {
             name: HASHBROWN,
-            about: "DRAM baseline: hashbrown::HashMap<u64,u64>, default hasher, behind Mutex shards",
-            kind: EngineKind::Volatile { create: |_| Box::new(ShardedHashbrown::new(1)) },
+            about:
+                "DRAM baseline: hashbrown::HashMap<u64,u64>, default hasher, behind Mutex shards",
+            kind: EngineKind::Volatile {
+                create: |cfg| {
+                    Box::new(ShardedHashbrown::new(if cfg.threads > 1 {
+                        SHARDS
+                    } else {
+                        1
+                    }))
+                },
+            },
         },
         EngineSpec {
             name: DASHMAP,
             about: "DRAM baseline: dashmap::DashMap<u64,u64>, default hasher",
-            kind: EngineKind::Volatile { create: |_| Box::new(DashMapEngine::default()) },
+            kind: EngineKind::Volatile {
+                create: |_| Box::new(DashMapEngine::default()),
+            },
         },
     ]
-}
-
-/// Builds a volatile engine for a run with `threads` threads: the sharded
-/// hashbrown map when the spec is our `hashbrown` and `threads > 1`,
-/// otherwise whatever the spec's `create` makes.
-pub fn build_for_threads(
-    spec: &EngineSpec,
-    create: fn(&EngineConfig) -> Box<dyn Engine>,
-    cfg: &EngineConfig,
-    threads: usize,
-) -> Box<dyn Engine> {
-    if spec.name == HASHBROWN && threads > 1 {
-        Box::new(ShardedHashbrown::new(SHARDS))
-    } else {
-        create(cfg)
-    }
 }
 
 /// Number of buckets hashbrown allocates to hold `capacity` items.
@@ -81,7 +73,11 @@ fn stats_from(len: u64, buckets: u64, detail: Vec<(String, String)>) -> Stats {
     Stats {
         len,
         capacity: buckets,
-        load_factor: if buckets == 0 { 0.0 } else { len as f64 / buckets as f64 },
+        load_factor: if buckets == 0 {
+            0.0
+        } else {
+            len as f64 / buckets as f64
+        },
         pm_bytes: 0,
         dram_bytes: buckets * BUCKET_BYTES,
         detail,
@@ -175,7 +171,11 @@ impl Engine for ShardedHashbrown {
             len += m.len() as u64;
             buckets += buckets_for(m.capacity() as u64);
         });
-        stats_from(len, buckets, vec![("shards".to_string(), self.shards.len().to_string())])
+        stats_from(
+            len,
+            buckets,
+            vec![("shards".to_string(), self.shards.len().to_string())],
+        )
     }
 
     fn for_each(&self, f: &mut dyn FnMut(u64, u64)) {
@@ -183,7 +183,10 @@ impl Engine for ShardedHashbrown {
     }
 
     fn check(&self) -> engine::Result<CheckReport> {
-        Ok(CheckReport { keys: self.len(), reachable_bytes: 0 })
+        Ok(CheckReport {
+            keys: self.len(),
+            reachable_bytes: 0,
+        })
     }
 }
 
@@ -250,13 +253,17 @@ impl Engine for DashMapEngine {
     }
 
     fn check(&self) -> engine::Result<CheckReport> {
-        Ok(CheckReport { keys: self.len(), reachable_bytes: 0 })
+        Ok(CheckReport {
+            keys: self.len(),
+            reachable_bytes: 0,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engine::EngineConfig;
 
     fn exercise(e: &dyn Engine) {
         for k in [0u64, 1, u64::MAX, 12345] {
@@ -278,7 +285,13 @@ mod tests {
         e.for_each(&mut |k, _| seen.push(k));
         seen.sort_unstable();
         assert_eq!(seen, vec![0, 5, 12345, u64::MAX]);
-        assert_eq!(e.check().unwrap(), CheckReport { keys: 4, reachable_bytes: 0 });
+        assert_eq!(
+            e.check().unwrap(),
+            CheckReport {
+                keys: 4,
+                reachable_bytes: 0
+            }
+        );
         let s = e.stats();
         assert_eq!(s.len, 4);
         assert!(s.capacity >= 4 && s.dram_bytes >= 4 * 16);
@@ -294,12 +307,36 @@ mod tests {
                 panic!("{} is not volatile", spec.name)
             };
             for threads in [1, 4] {
-                let e = build_for_threads(spec, create, &EngineConfig::default(), threads);
+                let e = create(&EngineConfig {
+                    threads,
+                    ..EngineConfig::default()
+                });
                 assert_eq!(e.name(), spec.name);
                 exercise(e.as_ref());
             }
         }
         exercise(&ShardedHashbrown::new(SHARDS));
+    }
+
+    #[test]
+    fn one_thread_gets_one_lock_several_get_shards() {
+        let spec = baselines()[0];
+        let EngineKind::Volatile { create } = spec.kind else {
+            panic!("not volatile")
+        };
+        let shards = |threads| {
+            let e = create(&EngineConfig {
+                threads,
+                ..EngineConfig::default()
+            });
+            e.stats()
+                .detail
+                .iter()
+                .find(|(k, _)| k == "shards")
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(shards(1).as_deref(), Some("1"));
+        assert_eq!(shards(2).as_deref(), Some("64"));
     }
 
     #[test]

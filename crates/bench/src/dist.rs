@@ -41,9 +41,12 @@ impl Dist {
 
     /// Parses a `--dist` value.
     pub fn parse(s: &str) -> Result<Dist, String> {
-        Dist::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| {
-            format!("unknown distribution {s:?} (expected uniform, zipfian or latest)")
-        })
+        Dist::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| {
+                format!("unknown distribution {s:?} (expected uniform, zipfian or latest)")
+            })
     }
 }
 
@@ -70,7 +73,9 @@ impl Zipfian {
     /// must lie in `(0, 1)`. Costs `items` calls to `powf`.
     pub fn new(items: u64, theta: f64) -> Result<Zipfian, String> {
         if !(theta > 0.0 && theta < 1.0) {
-            return Err(format!("zipfian theta must lie strictly between 0 and 1, got {theta}"));
+            return Err(format!(
+                "zipfian theta must lie strictly between 0 and 1, got {theta}"
+            ));
         }
         if items == 0 {
             return Err("zipfian needs at least one item".to_string());
@@ -150,7 +155,10 @@ impl Picker {
     /// A picker for `dist`; `zipf` (the shared, precomputed generator) is
     /// required for the skewed distributions.
     pub fn new(dist: Dist, zipf: Option<&Zipfian>) -> Result<Picker, String> {
-        let need = || zipf.cloned().ok_or_else(|| format!("{} needs a zipfian generator", dist.name()));
+        let need = || {
+            zipf.cloned()
+                .ok_or_else(|| format!("{} needs a zipfian generator", dist.name()))
+        };
         Ok(match dist {
             Dist::Uniform => Picker::Uniform,
             Dist::Zipfian => Picker::Scrambled(need()?),
@@ -207,7 +215,10 @@ mod tests {
         // Item 0 is drawn with probability 1/zeta(n): check within 3%.
         let p0 = h[0] as f64 / draws as f64;
         let expect0 = 1.0 / zeta_range(0, n, theta);
-        assert!((p0 / expect0 - 1.0).abs() < 0.03, "p0 {p0} expected {expect0}");
+        assert!(
+            (p0 / expect0 - 1.0).abs() < 0.03,
+            "p0 {p0} expected {expect0}"
+        );
         // Item 0 is far more frequent than the median item.
         let mut sorted = h.clone();
         sorted.sort_unstable();
@@ -215,17 +226,25 @@ mod tests {
         assert!(h[0] > 50 * median, "item 0: {}, median: {median}", h[0]);
         // Frequencies fall like rank^-theta: least-squares slope of
         // log(freq) on log(rank) over ranks 1..=200 is close to -theta.
-        let pts: Vec<(f64, f64)> =
-            (0..200).map(|r| (((r + 1) as f64).ln(), (h[r] as f64).ln())).collect();
+        let pts: Vec<(f64, f64)> = (0..200)
+            .map(|r| (((r + 1) as f64).ln(), (h[r] as f64).ln()))
+            .collect();
         let mx = pts.iter().map(|p| p.0).sum::<f64>() / pts.len() as f64;
         let my = pts.iter().map(|p| p.1).sum::<f64>() / pts.len() as f64;
         let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
         let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
         let slope = sxy / sxx;
-        assert!((slope + theta).abs() < 0.1, "slope {slope}, expected {}", -theta);
+        assert!(
+            (slope + theta).abs() < 0.1,
+            "slope {slope}, expected {}",
+            -theta
+        );
         // And the ratio between rank 1 and rank 10 is about 10^theta.
         let ratio = h[0] as f64 / h[9] as f64;
-        assert!((ratio / 10f64.powf(theta) - 1.0).abs() < 0.25, "ratio {ratio}");
+        assert!(
+            (ratio / 10f64.powf(theta) - 1.0).abs() < 0.25,
+            "ratio {ratio}"
+        );
     }
 
     #[test]

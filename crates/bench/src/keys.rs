@@ -22,15 +22,27 @@ pub struct KeySet {
 
 impl KeySet {
     /// `loaded` keys, as many absent ones, and `fresh` keys for inserts
-    /// during a run, all distinct, all fixed by `seed`.
-    pub fn generate(seed: u64, loaded: usize, fresh: usize) -> KeySet {
+    /// during a run, all distinct, all fixed by `seed`. Fails cleanly when
+    /// the arrays do not fit in memory.
+    pub fn generate(seed: u64, loaded: usize, fresh: usize) -> Result<KeySet, String> {
         let space = KeySpace::new(seed);
         let n = loaded as u64;
-        KeySet {
-            loaded: (0..n).map(|i| space.key(i)).collect(),
-            absent: (n..2 * n).map(|i| space.key(i)).collect(),
-            fresh: (2 * n..2 * n + fresh as u64).map(|i| space.key(i)).collect(),
-        }
+        let make = |from: u64, count: usize| -> Result<Vec<u64>, String> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(count).map_err(|_| {
+                format!(
+                    "not enough memory for {count} keys ({} bytes)",
+                    count as u128 * 8
+                )
+            })?;
+            v.extend((from..from + count as u64).map(|i| space.key(i)));
+            Ok(v)
+        };
+        Ok(KeySet {
+            loaded: make(0, loaded)?,
+            absent: make(n, loaded)?,
+            fresh: make(2 * n, fresh)?,
+        })
     }
 
     /// Key number `index` of the "insertion order": the loaded keys, then the
@@ -80,7 +92,7 @@ mod tests {
 
     #[test]
     fn keys_are_distinct_and_sets_disjoint() {
-        let ks = KeySet::generate(12345, 50_000, 10_000);
+        let ks = KeySet::generate(12345, 50_000, 10_000).unwrap();
         assert_eq!(ks.loaded.len(), 50_000);
         assert_eq!(ks.absent.len(), 50_000);
         assert_eq!(ks.fresh.len(), 10_000);
@@ -88,9 +100,14 @@ mod tests {
         assert_eq!(loaded.len(), ks.loaded.len(), "loaded keys repeat");
         let absent: HashSet<u64> = ks.absent.iter().copied().collect();
         assert_eq!(absent.len(), ks.absent.len(), "absent keys repeat");
-        assert!(ks.absent.iter().all(|k| !loaded.contains(k)), "negative key among loaded");
         assert!(
-            ks.fresh.iter().all(|k| !loaded.contains(k) && !absent.contains(k)),
+            ks.absent.iter().all(|k| !loaded.contains(k)),
+            "negative key among loaded"
+        );
+        assert!(
+            ks.fresh
+                .iter()
+                .all(|k| !loaded.contains(k) && !absent.contains(k)),
             "fresh key overlaps"
         );
         let fresh: HashSet<u64> = ks.fresh.iter().copied().collect();
@@ -99,9 +116,9 @@ mod tests {
 
     #[test]
     fn keys_look_random_and_depend_on_the_seed() {
-        let a = KeySet::generate(1, 1000, 0);
-        let b = KeySet::generate(2, 1000, 0);
-        assert_eq!(a.loaded, KeySet::generate(1, 1000, 0).loaded);
+        let a = KeySet::generate(1, 1000, 0).unwrap();
+        let b = KeySet::generate(2, 1000, 0).unwrap();
+        assert_eq!(a.loaded, KeySet::generate(1, 1000, 0).unwrap().loaded);
         assert_ne!(a.loaded, b.loaded);
         // Top bits spread: each of the 16 top-nibble buckets gets some keys.
         let mut buckets = [0u32; 16];
@@ -112,8 +129,13 @@ mod tests {
     }
 
     #[test]
+    fn absurd_sizes_fail_cleanly() {
+        assert!(KeySet::generate(1, usize::MAX / 16, 0).is_err());
+    }
+
+    #[test]
     fn insert_order_spans_loaded_then_fresh() {
-        let ks = KeySet::generate(9, 10, 5);
+        let ks = KeySet::generate(9, 10, 5).unwrap();
         assert_eq!(ks.in_insert_order(0), ks.loaded[0]);
         assert_eq!(ks.in_insert_order(9), ks.loaded[9]);
         assert_eq!(ks.in_insert_order(10), ks.fresh[0]);

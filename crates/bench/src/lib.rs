@@ -1,1 +1,30 @@
+//! The pmhash benchmark harness behind `pmhash bench`.
+//!
+//! YCSB-style workloads (insert, positive and negative gets, update,
+//! delete, YCSB A–F) over any registered engine and the DRAM baselines,
+//! with uniform, zipfian and latest request distributions, any number of
+//! threads, sampled latency percentiles, persist counters per operation,
+//! a table on stdout, JSON and an SVG chart.
+//!
+//! One file per concept: [`keys`] (distinct random keys), [`dist`]
+//! (distributions), [`workload`] (workloads and YCSB mixes), [`baselines`]
+//! (hashbrown, dashmap), [`runner`] (building, loading, timing, checking),
+//! [`report`] (table and JSON), [`chart`] (SVG), [`cli`] (options).
 
+#![forbid(unsafe_code)]
+
+pub mod baselines;
+pub mod chart;
+pub mod cli;
+pub mod dist;
+pub mod keys;
+pub mod machine;
+mod progress;
+pub mod report;
+mod rng;
+pub mod runner;
+pub mod workload;
+
+pub use baselines::baselines;
+pub use cli::{run_cli, BenchArgs};
+pub use report::{Latency, Report, RunResult};

@@ -26,7 +26,9 @@ pub struct Rng {
 impl Rng {
     /// A generator whose stream is fixed by `seed`.
     pub fn new(seed: u64) -> Rng {
-        Rng { state: mix64(seed ^ 0x6A09_E667_F3BC_C909) }
+        Rng {
+            state: mix64(seed ^ 0x6A09_E667_F3BC_C909),
+        }
     }
 
     /// The next 64 random bits.

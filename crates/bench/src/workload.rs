@@ -61,7 +61,13 @@ pub struct Mix {
 
 impl Mix {
     const fn new(read: u32, update: u32, insert: u32, scan: u32, rmw: u32) -> Mix {
-        Mix { read, update, insert, scan, rmw }
+        Mix {
+            read,
+            update,
+            insert,
+            scan,
+            rmw,
+        }
     }
 
     /// Draws one operation with the mix's probabilities.
@@ -100,8 +106,13 @@ impl Workload {
     ];
 
     /// The workloads run when `--workload` is not given.
-    pub const DEFAULT: [Workload; 5] =
-        [Workload::Insert, Workload::GetPos, Workload::GetNeg, Workload::Update, Workload::Delete];
+    pub const DEFAULT: [Workload; 5] = [
+        Workload::Insert,
+        Workload::GetPos,
+        Workload::GetNeg,
+        Workload::Update,
+        Workload::Delete,
+    ];
 
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -122,10 +133,16 @@ impl Workload {
 
     /// Parses one `--workload` name.
     pub fn parse(s: &str) -> Result<Workload, String> {
-        Workload::ALL.into_iter().find(|w| w.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
-            format!("unknown workload {s:?} (expected one of: {})", names.join(", "))
-        })
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
+                format!(
+                    "unknown workload {s:?} (expected one of: {})",
+                    names.join(", ")
+                )
+            })
     }
 
     /// The YCSB operation mix, or `None` for the single-operation workloads.
@@ -190,15 +207,24 @@ mod tests {
     fn mixes_add_up_and_draw_in_proportion() {
         for w in Workload::ALL {
             if let Some(m) = w.mix() {
-                assert_eq!(m.read + m.update + m.insert + m.scan + m.rmw, 100, "{}", w.name());
+                assert_eq!(
+                    m.read + m.update + m.insert + m.scan + m.rmw,
+                    100,
+                    "{}",
+                    w.name()
+                );
             }
         }
         let m = Workload::YcsbB.mix().unwrap();
         let mut rng = Rng::new(4);
-        let updates = (0..100_000).filter(|_| m.choose(&mut rng) == YcsbOp::Update).count();
+        let updates = (0..100_000)
+            .filter(|_| m.choose(&mut rng) == YcsbOp::Update)
+            .count();
         assert!((4_500..5_500).contains(&updates), "{updates}");
         let f = Workload::YcsbF.mix().unwrap();
-        let rmw = (0..10_000).filter(|_| f.choose(&mut rng) == YcsbOp::ReadModifyWrite).count();
+        let rmw = (0..10_000)
+            .filter(|_| f.choose(&mut rng) == YcsbOp::ReadModifyWrite)
+            .count();
         assert!((4_700..5_300).contains(&rmw), "{rmw}");
     }
 

@@ -293,6 +293,7 @@ fn engine_config(cfg: &Config) -> EngineConfig {
     EngineConfig {
         durability: cfg.durability,
         initial_capacity: cfg.initial_capacity,
+        threads: 1,
     }
 }
 

@@ -158,6 +158,9 @@ pub struct EngineConfig {
     pub durability: Durability,
     /// Expected number of keys; engines size their first table from it.
     pub initial_capacity: u64,
+    /// Threads that will use the engine (a sizing hint for locks, shards
+    /// and per-thread structures).
+    pub threads: usize,
 }
 
 impl Default for EngineConfig {
@@ -165,6 +168,7 @@ impl Default for EngineConfig {
         EngineConfig {
             durability: Durability::Strict,
             initial_capacity: 1024,
+            threads: 1,
         }
     }
 }

@@ -1,0 +1,347 @@
+//! `pmhash bench` options and the entry point the binary calls.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use engine::{Durability, EngineSpec};
+
+use crate::chart;
+use crate::dist::Dist;
+use crate::progress::Progress;
+use crate::report::Report;
+use crate::runner::{self, BenchConfig};
+use crate::workload::Workload;
+
+/// Options of `pmhash bench` (embed with `#[command(flatten)]` or as a
+/// subcommand's arguments).
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Engines to run, comma-separated [default: every registered engine
+    /// except the "-misordered" ones]
+    #[arg(long = "engine", value_name = "E[,E..]", value_delimiter = ',')]
+    pub engines: Vec<String>,
+
+    /// Workloads: insert, get-pos, get-neg, update, delete, ycsb-a ..
+    /// ycsb-f (YCSB E's scans are emulated by consecutive gets)
+    #[arg(
+        long = "workload",
+        value_name = "W[,W..]",
+        value_delimiter = ',',
+        default_value = "insert,get-pos,get-neg,update,delete"
+    )]
+    pub workloads: Vec<String>,
+
+    /// Keys loaded before each run (accepts 2_000_000, 2M, 500k)
+    #[arg(long, value_name = "N", default_value = "2M", value_parser = parse_count)]
+    pub keys: u64,
+
+    /// Operations per run [default: the number of keys]; insert always
+    /// does one per key and delete at most one per key
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub ops: Option<u64>,
+
+    /// Thread counts, comma-separated; every run is made with each
+    #[arg(
+        long,
+        value_name = "T[,T..]",
+        value_delimiter = ',',
+        default_value = "1"
+    )]
+    pub threads: Vec<usize>,
+
+    /// Request distribution: uniform, zipfian or latest
+    #[arg(long, value_name = "DIST", default_value = "uniform")]
+    pub dist: String,
+
+    /// Zipfian skew, between 0 and 1
+    #[arg(long, value_name = "F", default_value_t = 0.99)]
+    pub theta: f64,
+
+    /// Persistence mode of the pools: dax, mapped, volatile or simulated
+    #[arg(long, value_name = "MODE", default_value = "mapped")]
+    pub mode: String,
+
+    /// Durability contract of the engines: strict or relaxed
+    #[arg(long, value_name = "D", default_value = "strict")]
+    pub durability: String,
+
+    /// Emulated PM write latency per flushed cache line, in ns
+    #[arg(long = "pm-write-latency", value_name = "NS", default_value_t = 0)]
+    pub pm_write_latency: u64,
+
+    /// Directory for the pool files [default: /dev/shm if it exists, else
+    /// the temporary directory]
+    #[arg(long, value_name = "DIR")]
+    pub pool: Option<PathBuf>,
+
+    /// Write the report as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Write a bar chart of Mops/s as SVG to FILE
+    #[arg(long, value_name = "FILE.svg")]
+    pub chart: Option<PathBuf>,
+
+    /// Seed of the keys and of every thread's random choices
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Repetitions of each run; the table shows the median by Mops/s and
+    /// the JSON keeps all of them
+    #[arg(long, value_name = "R", default_value_t = 1)]
+    pub repeat: usize,
+}
+
+#[derive(Parser)]
+#[command(name = "bench", no_binary_name = true)]
+struct Standalone {
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+impl BenchArgs {
+    /// Parses options as they would follow `pmhash bench` (for tests and
+    /// embedding); the error is clap's message.
+    pub fn parse_from<I, T>(args: I) -> Result<BenchArgs, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Standalone::try_parse_from(args)
+            .map(|s| s.args)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Checks every option and resolves the engine names in `registry`.
+    pub fn to_config(&self, registry: &[EngineSpec]) -> Result<BenchConfig, String> {
+        let engines = resolve_engines(&self.engines, registry)?;
+        let mut workloads = Vec::new();
+        for name in &self.workloads {
+            let w = Workload::parse(name.trim())?;
+            if !workloads.contains(&w) {
+                workloads.push(w);
+            }
+        }
+        if workloads.is_empty() {
+            return Err("--workload needs at least one workload".to_string());
+        }
+        if self.keys == 0 {
+            return Err("--keys must be at least 1".to_string());
+        }
+        let ops = self.ops.unwrap_or(self.keys);
+        if ops == 0 {
+            return Err("--ops must be at least 1".to_string());
+        }
+        if self.threads.is_empty() || self.threads.iter().any(|&t| t == 0 || t > 1024) {
+            return Err(format!(
+                "--threads must be between 1 and 1024, got {:?}",
+                self.threads
+            ));
+        }
+        let mut threads: Vec<usize> = Vec::new();
+        for &t in &self.threads {
+            if !threads.contains(&t) {
+                threads.push(t);
+            }
+        }
+        if !(self.theta > 0.0 && self.theta < 1.0) {
+            return Err(format!(
+                "--theta must lie strictly between 0 and 1, got {}",
+                self.theta
+            ));
+        }
+        if self.repeat == 0 {
+            return Err("--repeat must be at least 1".to_string());
+        }
+        let pool_dir = match &self.pool {
+            Some(dir) if dir.is_dir() => dir.clone(),
+            Some(dir) => return Err(format!("--pool {}: not a directory", dir.display())),
+            None => default_pool_dir(),
+        };
+        Ok(BenchConfig {
+            engines,
+            workloads,
+            keys: self.keys,
+            ops,
+            threads,
+            dist: Dist::parse(&self.dist)?,
+            theta: self.theta,
+            mode: pmem::Mode::parse(&self.mode).map_err(|e| format!("--mode: {e}"))?,
+            durability: Durability::parse(&self.durability)
+                .map_err(|e| format!("--durability: {e}"))?,
+            pool_dir,
+            seed: self.seed,
+            repeat: self.repeat,
+        })
+    }
+}
+
+/// `/dev/shm` if it exists, else the system's temporary directory.
+pub fn default_pool_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// The engines named in `names` (all but the "-misordered" ones when
+/// empty), each once, in the order given.
+fn resolve_engines(names: &[String], registry: &[EngineSpec]) -> Result<Vec<EngineSpec>, String> {
+    if names.is_empty() {
+        let all: Vec<EngineSpec> = registry
+            .iter()
+            .filter(|s| !s.name.ends_with("-misordered"))
+            .copied()
+            .collect();
+        if all.is_empty() {
+            return Err("no engine registered".to_string());
+        }
+        return Ok(all);
+    }
+    let mut out: Vec<EngineSpec> = Vec::new();
+    for name in names {
+        let name = name.trim();
+        let spec = registry.iter().find(|s| s.name == name).ok_or_else(|| {
+            let known: Vec<&str> = registry.iter().map(|s| s.name).collect();
+            format!("unknown engine {name:?} (known: {})", known.join(", "))
+        })?;
+        if !out.iter().any(|s| s.name == spec.name) {
+            out.push(*spec);
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a count: digits with optional `_` separators and an optional
+/// `k`, `M` or `G` suffix (powers of 1000).
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1_000),
+        Some((i, 'm' | 'M')) => (&t[..i], 1_000_000),
+        Some((i, 'g' | 'G')) => (&t[..i], 1_000_000_000),
+        _ => (&t[..], 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is not a count (examples: 20000, 2_000_000, 500k, 2M)"))
+}
+
+/// Restores the process-wide emulated write latency when dropped.
+struct LatencyGuard(u64);
+
+impl Drop for LatencyGuard {
+    fn drop(&mut self) {
+        pmem::persist::set_write_latency_ns(self.0);
+    }
+}
+
+/// Runs `pmhash bench`: every selected engine (from `registry`, which
+/// should include [`crate::baselines()`] for the ratio column) on every
+/// workload and thread count. Prints the table on stdout and a progress
+/// bar on stderr (only on a terminal), writes the JSON and SVG files if
+/// asked, and returns the report.
+pub fn run_cli(args: &BenchArgs, registry: &[EngineSpec]) -> Result<Report, String> {
+    let cfg = args.to_config(registry)?;
+    let _restore = LatencyGuard(pmem::persist::write_latency_ns());
+    pmem::persist::set_write_latency_ns(args.pm_write_latency);
+    let total = cfg.engines.len() * cfg.workloads.len() * cfg.threads.len() * cfg.repeat;
+    let report = runner::run(&cfg, &mut Progress::new(total))?;
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, report.to_json() + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.chart {
+        std::fs::write(path, chart::render_svg(&report))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("2_000_000"), Ok(2_000_000));
+        assert_eq!(parse_count("2M"), Ok(2_000_000));
+        assert_eq!(parse_count("500k"), Ok(500_000));
+        assert_eq!(parse_count("7"), Ok(7));
+        assert!(parse_count("").is_err());
+        assert!(parse_count("k").is_err());
+        assert!(parse_count("-3").is_err());
+        assert!(parse_count("99999999999G").is_err());
+    }
+
+    #[test]
+    fn defaults() {
+        let a = BenchArgs::parse_from(Vec::<String>::new()).unwrap();
+        assert!(a.engines.is_empty());
+        assert_eq!(
+            a.workloads,
+            ["insert", "get-pos", "get-neg", "update", "delete"]
+        );
+        assert_eq!(a.keys, 2_000_000);
+        assert_eq!(a.ops, None);
+        assert_eq!(a.threads, [1]);
+        assert_eq!((a.dist.as_str(), a.theta, a.repeat), ("uniform", 0.99, 1));
+        assert_eq!(
+            (a.mode.as_str(), a.durability.as_str()),
+            ("mapped", "strict")
+        );
+        let b = BenchArgs::parse_from(["--engine", "a,b", "--threads", "1,2", "--keys", "20k"])
+            .unwrap();
+        assert_eq!(b.engines, ["a", "b"]);
+        assert_eq!(b.threads, [1, 2]);
+        assert_eq!(b.keys, 20_000);
+        assert!(BenchArgs::parse_from(["--keys", "lots"]).is_err());
+    }
+
+    #[test]
+    fn bad_options_are_clear_errors() {
+        let reg = crate::baselines::baselines();
+        let with = |extra: &[&str]| {
+            BenchArgs::parse_from(extra.iter().copied())
+                .unwrap()
+                .to_config(&reg)
+        };
+        let err = |extra: &[&str]| with(extra).err().unwrap_or_default();
+        assert!(err(&["--engine", "nosuch"]).contains("unknown engine \"nosuch\""));
+        assert!(err(&["--engine", "nosuch"]).contains("hashbrown"));
+        assert!(err(&["--workload", "ycsb-z"]).contains("unknown workload"));
+        assert!(err(&["--keys", "0"]).contains("--keys"));
+        assert!(err(&["--ops", "0"]).contains("--ops"));
+        assert!(err(&["--threads", "0"]).contains("--threads"));
+        assert!(err(&["--theta", "1.5"]).contains("--theta"));
+        assert!(err(&["--dist", "pareto"]).contains("unknown distribution"));
+        assert!(err(&["--mode", "nvram"]).contains("--mode"));
+        assert!(err(&["--durability", "maybe"]).contains("--durability"));
+        assert!(err(&["--repeat", "0"]).contains("--repeat"));
+        assert!(err(&["--pool", "/no/such/dir"]).contains("not a directory"));
+        let cfg = with(&["--engine", "dashmap,hashbrown,dashmap"]).unwrap();
+        let names: Vec<&str> = cfg.engines.iter().map(|s| s.name).collect();
+        assert_eq!(names, ["dashmap", "hashbrown"]);
+    }
+
+    #[test]
+    fn default_engines_skip_misordered() {
+        let mut reg = crate::baselines::baselines();
+        let mut odd = reg[0];
+        odd.name = "slot-misordered";
+        reg.push(odd);
+        let names: Vec<&str> = resolve_engines(&[], &reg)
+            .unwrap()
+            .iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["hashbrown", "dashmap"]);
+        let named = resolve_engines(&["slot-misordered".to_string()], &reg).unwrap();
+        assert_eq!(named[0].name, "slot-misordered");
+    }
+}

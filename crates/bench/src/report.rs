@@ -1,0 +1,256 @@
+//! The results of a benchmark: one record per run, the table printed on
+//! stdout, and the JSON file.
+//!
+//! JSON shape: `{"machine": {...}, "runs": [...]}` with one run object per
+//! engine × workload × threads. With `--repeat R > 1` each run object is
+//! the median of its R repetitions by Mops/s and carries all R of them
+//! (same fields, in the order they ran) under `"repeats"`.
+
+use serde::Serialize;
+
+use crate::baselines::HASHBROWN;
+use crate::machine::Machine;
+
+/// Latency percentiles of the sampled operations, in nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Latency {
+    pub p50: u64,
+    pub p99: u64,
+    pub p999: u64,
+}
+
+impl Latency {
+    /// Nearest-rank percentiles of `samples` (sorted in place); all zero
+    /// when there are none.
+    pub fn from_samples(samples: &mut [u64]) -> Latency {
+        if samples.is_empty() {
+            return Latency::default();
+        }
+        samples.sort_unstable();
+        let at = |p: f64| {
+            let rank = (p * samples.len() as f64).ceil() as usize;
+            samples[rank.clamp(1, samples.len()) - 1]
+        };
+        Latency {
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+        }
+    }
+}
+
+/// One timed run of one engine on one workload with one thread count.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    pub engine: String,
+    pub workload: String,
+    pub threads: usize,
+    /// Keys loaded (or inserted, for the `insert` workload).
+    pub keys: u64,
+    /// Operations timed (a YCSB E scan counts as one).
+    pub ops: u64,
+    /// Millions of operations per second, over the wall time from the
+    /// first thread's start to the last thread's end.
+    pub mops: f64,
+    pub lat_ns: Latency,
+    pub flushes_per_op: f64,
+    pub fences_per_op: f64,
+    pub load_factor: f64,
+    pub pm_bytes: u64,
+    pub dram_bytes: u64,
+    /// `mops` divided by hashbrown's on the same workload and threads,
+    /// when this invocation ran hashbrown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_hashbrown: Option<f64>,
+    /// Every repetition, when `--repeat` was above 1.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<RunResult>,
+    /// `engine.len()` after the run (checked by the runner; not in JSON).
+    #[serde(skip)]
+    pub len_after: u64,
+    /// Wall time of the timed section in seconds (not in JSON).
+    #[serde(skip)]
+    pub seconds: f64,
+}
+
+/// Everything one `pmhash bench` invocation measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub machine: Machine,
+    pub runs: Vec<RunResult>,
+}
+
+impl Report {
+    /// Builds the report from the repetitions of each run: keeps the median
+    /// by Mops/s (the lower one for an even count) and fills in the ratios
+    /// to hashbrown.
+    pub fn from_repetitions(machine: Machine, groups: Vec<Vec<RunResult>>) -> Report {
+        let mut runs: Vec<RunResult> = groups
+            .into_iter()
+            .filter(|g| !g.is_empty())
+            .map(|group| {
+                let mut order: Vec<usize> = (0..group.len()).collect();
+                order.sort_by(|&a, &b| group[a].mops.total_cmp(&group[b].mops));
+                let mut median = group[order[(group.len() - 1) / 2]].clone();
+                if group.len() > 1 {
+                    median.repeats = group;
+                }
+                median
+            })
+            .collect();
+        let baseline: Vec<(String, usize, f64)> = runs
+            .iter()
+            .filter(|r| r.engine == HASHBROWN)
+            .map(|r| (r.workload.clone(), r.threads, r.mops))
+            .collect();
+        for r in &mut runs {
+            r.ratio_to_hashbrown = baseline
+                .iter()
+                .find(|(w, t, m)| *w == r.workload && *t == r.threads && *m > 0.0)
+                .map(|(_, _, m)| r.mops / m);
+        }
+        Report { machine, runs }
+    }
+
+    /// The report as pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        // Serializing plain structs of numbers and strings cannot fail
+        // (non-finite floats become null).
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// The table printed on stdout.
+    pub fn table(&self) -> String {
+        let head = [
+            "engine", "workload", "thr", "Mops/s", "x hbrown", "p50 ns", "p99 ns", "p999 ns",
+            "flush/op", "fence/op", "load",
+        ];
+        let rows: Vec<[String; 11]> = self
+            .runs
+            .iter()
+            .map(|r| {
+                [
+                    r.engine.clone(),
+                    r.workload.clone(),
+                    r.threads.to_string(),
+                    format!("{:.3}", r.mops),
+                    r.ratio_to_hashbrown
+                        .map_or("-".to_string(), |x| format!("{x:.2}")),
+                    r.lat_ns.p50.to_string(),
+                    r.lat_ns.p99.to_string(),
+                    r.lat_ns.p999.to_string(),
+                    format!("{:.2}", r.flushes_per_op),
+                    format!("{:.2}", r.fences_per_op),
+                    format!("{:.3}", r.load_factor),
+                ]
+            })
+            .collect();
+        let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
+        for row in &rows {
+            for (w, cell) in width.iter_mut().zip(row) {
+                *w = (*w).max(cell.len());
+            }
+        }
+        let line = |cells: &[String]| -> String {
+            let parts: Vec<String> = cells
+                .iter()
+                .zip(&width)
+                .enumerate()
+                .map(|(i, (c, &w))| {
+                    if i < 2 {
+                        format!("{c:<w$}")
+                    } else {
+                        format!("{c:>w$}")
+                    }
+                })
+                .collect();
+            parts.join("  ").trim_end().to_string() + "\n"
+        };
+        let mut out = line(&head.map(String::from));
+        out += &line(&width.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>());
+        for row in &rows {
+            out += &line(row);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(engine: &str, workload: &str, mops: f64) -> RunResult {
+        RunResult {
+            engine: engine.to_string(),
+            workload: workload.to_string(),
+            threads: 1,
+            keys: 10,
+            ops: 10,
+            mops,
+            lat_ns: Latency::default(),
+            flushes_per_op: 0.0,
+            fences_per_op: 0.0,
+            load_factor: 0.5,
+            pm_bytes: 0,
+            dram_bytes: 0,
+            ratio_to_hashbrown: None,
+            repeats: Vec::new(),
+            len_after: 10,
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn percentiles_nearest_rank() {
+        let mut v: Vec<u64> = (1..=1000).rev().collect();
+        let l = Latency::from_samples(&mut v);
+        assert_eq!(
+            l,
+            Latency {
+                p50: 500,
+                p99: 990,
+                p999: 999
+            }
+        );
+        assert_eq!(Latency::from_samples(&mut []), Latency::default());
+        assert_eq!(
+            Latency::from_samples(&mut [7]),
+            Latency {
+                p50: 7,
+                p99: 7,
+                p999: 7
+            }
+        );
+    }
+
+    #[test]
+    fn median_and_ratio() {
+        let m = Machine::detect("mapped", "strict", 0);
+        let r = Report::from_repetitions(
+            m,
+            vec![
+                vec![run("hashbrown", "get-pos", 10.0)],
+                vec![
+                    run("x", "get-pos", 1.0),
+                    run("x", "get-pos", 9.0),
+                    run("x", "get-pos", 5.0),
+                ],
+                vec![run("x", "insert", 3.0)],
+            ],
+        );
+        assert_eq!(r.runs.len(), 3);
+        assert_eq!(r.runs[0].ratio_to_hashbrown, Some(1.0));
+        assert_eq!(r.runs[1].mops, 5.0);
+        assert_eq!(r.runs[1].repeats.len(), 3);
+        assert_eq!(r.runs[1].ratio_to_hashbrown, Some(0.5));
+        assert_eq!(r.runs[2].ratio_to_hashbrown, None);
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert!(json["runs"][2].get("ratio_to_hashbrown").is_none());
+        assert!(json["runs"][0].get("repeats").is_none());
+        assert_eq!(json["runs"][1]["repeats"].as_array().unwrap().len(), 3);
+        assert!(json["runs"][0].get("len_after").is_none());
+        let table = r.table();
+        assert_eq!(table.lines().count(), 5);
+        assert!(table.contains("0.50") && table.contains("hashbrown"));
+    }
+}

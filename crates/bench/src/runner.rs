@@ -1,0 +1,628 @@
+//! Runs the benchmark: builds each engine fresh, loads it untimed, times
+//! the workload on worker threads, checks the results, and collects one
+//! [`RunResult`] per run.
+//!
+//! Timing: all workers wait on a barrier, then each notes its start
+//! `Instant` and its persist counters, runs its share, and notes its end.
+//! Wall time is from the earliest start to the latest end.
+//!
+//! Latency: timing every operation would cost two `Instant::now()` (about
+//! 20–40 ns each) per operation and distort fast DRAM maps, so each thread
+//! times one operation in [`SAMPLE_EVERY`] (the 1st, 65th, ...) on its own
+//! and keeps the samples; the percentiles come from all threads' samples.
+//! A sample includes about 20 ns of timer overhead, and it is the latency
+//! of one operation on its own: the timer reads order the operation, so
+//! its cache misses cannot overlap its neighbours' as they do between
+//! untimed operations. That is why `1 / Mops` can be well below p50.
+//!
+//! Every result is checked: inserts and deletes of fresh/loaded keys must
+//! succeed, positive gets must return the loaded value, negative gets must
+//! miss, updates must find their key, and `len()` after the run must equal
+//! what the workload implies. A wrong answer fails the benchmark with a
+//! message instead of producing a number.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use engine::{Durability, Engine, EngineConfig, EngineKind, EngineSpec};
+
+use crate::dist::{Dist, Picker, Zipfian};
+use crate::keys::{load_value, KeySet};
+use crate::machine::Machine;
+use crate::progress::Progress;
+use crate::report::{Latency, Report, RunResult};
+use crate::rng::{mix64, Rng};
+use crate::workload::{Workload, YcsbOp, MAX_SCAN};
+
+/// One operation in this many is timed for the latency percentiles.
+pub const SAMPLE_EVERY: u64 = 64;
+
+const MIB: u64 = 1 << 20;
+const MAX_POOL: u64 = 20 << 30;
+
+/// A validated benchmark plan (what `BenchArgs` turns into).
+#[derive(Clone)]
+pub struct BenchConfig {
+    /// Engines to run, in order.
+    pub engines: Vec<EngineSpec>,
+    pub workloads: Vec<Workload>,
+    /// Keys loaded before each run (inserted by `insert`).
+    pub keys: u64,
+    /// Operations per run (see [`Workload::op_count`]).
+    pub ops: u64,
+    /// Thread counts; every engine and workload runs with each.
+    pub threads: Vec<usize>,
+    pub dist: Dist,
+    pub theta: f64,
+    pub mode: pmem::Mode,
+    pub durability: Durability,
+    /// Directory for the pool files.
+    pub pool_dir: PathBuf,
+    pub seed: u64,
+    /// Repetitions of each run; the report keeps the median.
+    pub repeat: usize,
+}
+
+/// Runs every engine × workload × threads × repetition of `cfg`, ticking
+/// `progress`, and builds the report.
+pub fn run(cfg: &BenchConfig, progress: &mut Progress) -> Result<Report, String> {
+    if cfg.keys == 0 {
+        return Err("--keys must be at least 1".to_string());
+    }
+    let fresh = if cfg.workloads.iter().any(|w| w.inserts_during_run()) {
+        cfg.ops
+    } else {
+        0
+    };
+    progress.note(&format!("generating {} keys", cfg.keys));
+    let keys = KeySet::generate(cfg.seed, to_usize(cfg.keys)?, to_usize(fresh)?)?;
+    let skewed = cfg.dist != Dist::Uniform || cfg.workloads.contains(&Workload::YcsbD);
+    let zipf = if skewed {
+        Some(Zipfian::new(cfg.keys, cfg.theta)?)
+    } else {
+        None
+    };
+    let inputs = Inputs { keys, zipf };
+
+    let mut effective_mode: Option<pmem::Mode> = None;
+    let mut groups = Vec::new();
+    for spec in &cfg.engines {
+        for &workload in &cfg.workloads {
+            for &threads in &cfg.threads {
+                let mut group = Vec::with_capacity(cfg.repeat);
+                for rep in 0..cfg.repeat {
+                    progress.tick(&format!("{} {} x{threads}", spec.name, workload.name()));
+                    let (result, mode, fallback) =
+                        run_one(cfg, spec, workload, threads, &inputs, rep)?;
+                    if let (Some(m), None) = (mode, effective_mode) {
+                        if let Some(why) = fallback {
+                            progress.warn(&format!(
+                                "note: --mode {} fell back to {}: {why}",
+                                cfg.mode.name(),
+                                m.name()
+                            ));
+                        }
+                        effective_mode = Some(m);
+                    }
+                    group.push(result);
+                }
+                groups.push(group);
+            }
+        }
+    }
+    progress.finish();
+    let machine = Machine::detect(
+        effective_mode.unwrap_or(cfg.mode).name(),
+        cfg.durability.name(),
+        pmem::persist::write_latency_ns(),
+    );
+    Ok(Report::from_repetitions(machine, groups))
+}
+
+fn to_usize(n: u64) -> Result<usize, String> {
+    usize::try_from(n).map_err(|_| format!("{n} keys do not fit in memory"))
+}
+
+/// What every run shares: the keys and the precomputed zipfian generator.
+struct Inputs {
+    keys: KeySet,
+    zipf: Option<Zipfian>,
+}
+
+/// Removes the pool file when dropped, so it goes on every path out.
+struct PoolFile(PathBuf);
+
+impl Drop for PoolFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A freshly built engine. Fields drop in order: the engine (and with it
+/// the last `Arc<Pool>`), then the pool file.
+struct Instance {
+    engine: Box<dyn Engine>,
+    mode: Option<pmem::Mode>,
+    /// Why `dax` fell back to `mapped`, if it did.
+    fallback: Option<String>,
+    _file: Option<PoolFile>,
+}
+
+/// Pool size for `keys` keys: 64 MiB + 128 bytes a key, whole MiB; it may
+/// grow to 16 times that, at most 20 GiB.
+pub fn pool_sizes(keys: u64) -> (u64, u64) {
+    let size = (64 * MIB)
+        .saturating_add(keys.saturating_mul(128))
+        .div_ceil(MIB)
+        * MIB;
+    (size, size.saturating_mul(16).min(MAX_POOL).max(size))
+}
+
+fn instantiate(
+    cfg: &BenchConfig,
+    spec: &EngineSpec,
+    threads: usize,
+    capacity_keys: u64,
+) -> Result<Instance, String> {
+    let ecfg = EngineConfig {
+        durability: cfg.durability,
+        initial_capacity: cfg.keys,
+        threads,
+    };
+    match spec.kind {
+        EngineKind::Volatile { create } => Ok(Instance {
+            engine: create(&ecfg),
+            mode: None,
+            fallback: None,
+            _file: None,
+        }),
+        EngineKind::Persistent { layout, create, .. } => {
+            let safe: String = spec
+                .name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let path = cfg
+                .pool_dir
+                .join(format!("pmhash-bench-{}-{safe}.pool", std::process::id()));
+            // A file of ours left by a failed earlier run of this process.
+            let _ = std::fs::remove_file(&path);
+            let file = PoolFile(path);
+            let (size, max_size) = pool_sizes(capacity_keys);
+            let opts = pmem::PoolOptions {
+                mode: cfg.mode,
+                size,
+                max_size,
+                layout: layout.to_string(),
+                allow_dax_fallback: true,
+                ..Default::default()
+            };
+            let pool = pmem::Pool::create(&file.0, &opts).map_err(|e| {
+                format!(
+                    "{}: cannot create pool {}: {e}",
+                    spec.name,
+                    file.0.display()
+                )
+            })?;
+            let mode = pool.mode();
+            let fallback = pool.dax_fallback().map(str::to_string);
+            let engine = create(Arc::new(pool), &ecfg)
+                .map_err(|e| format!("{}: cannot create engine: {e}", spec.name))?;
+            Ok(Instance {
+                engine,
+                mode: Some(mode),
+                fallback,
+                _file: Some(file),
+            })
+        }
+    }
+}
+
+/// `[start, end)` of part `t` of `n` items split into `parts` chunks.
+fn chunk(n: u64, parts: usize, t: usize) -> (u64, u64) {
+    let at = |i: usize| (n as u128 * i as u128 / parts as u128) as u64;
+    (at(t), at(t + 1))
+}
+
+/// Inserts every loaded key, untimed, on as many threads as there are
+/// cores (at most 8).
+fn load(engine: &dyn Engine, keys: &[u64]) -> Result<(), String> {
+    let parts = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let n = keys.len() as u64;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..parts)
+            .map(|t| {
+                let (a, b) = chunk(n, parts, t);
+                let slice = &keys[a as usize..b as usize];
+                s.spawn(move || -> Result<(), String> {
+                    for &k in slice {
+                        if !engine
+                            .insert(k, load_value(k))
+                            .map_err(|e| format!("load: {e}"))?
+                        {
+                            return Err(format!(
+                                "load: insert of new key {k:#x} reported a duplicate"
+                            ));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("load: a thread panicked".to_string()))
+            })
+            .collect::<Result<Vec<()>, String>>()
+    })?;
+    let len = engine.len();
+    if len != n {
+        return Err(format!("after loading {n} keys, len() = {len}"));
+    }
+    Ok(())
+}
+
+/// What one worker thread brings back.
+struct Outcome {
+    start: Instant,
+    end: Instant,
+    ops: u64,
+    inserted: u64,
+    counters: pmem::persist::Counters,
+    samples: Vec<u64>,
+    result: Result<(), String>,
+}
+
+/// Everything a worker reads.
+struct Job<'a> {
+    engine: &'a dyn Engine,
+    inputs: &'a Inputs,
+    workload: Workload,
+    dist: Dist,
+    threads: usize,
+    ops: u64,
+    seed: u64,
+    /// Fresh keys handed out so far (YCSB D/E inserts).
+    claimed: AtomicU64,
+}
+
+fn run_one(
+    cfg: &BenchConfig,
+    spec: &EngineSpec,
+    workload: Workload,
+    threads: usize,
+    inputs: &Inputs,
+    rep: usize,
+) -> Result<(RunResult, Option<pmem::Mode>, Option<String>), String> {
+    let ctx = |e: String| {
+        format!(
+            "{} / {} / {threads} threads: {e}",
+            spec.name,
+            workload.name()
+        )
+    };
+    let ops = workload.op_count(cfg.keys, cfg.ops);
+    let extra = if workload.inserts_during_run() {
+        ops
+    } else {
+        0
+    };
+    let inst = instantiate(cfg, spec, threads, cfg.keys + extra).map_err(ctx)?;
+    let engine = inst.engine.as_ref();
+    if workload.preloads() {
+        load(engine, &inputs.keys.loaded).map_err(ctx)?;
+    }
+    let job = Job {
+        engine,
+        inputs,
+        workload,
+        dist: workload.request_dist(cfg.dist),
+        threads,
+        ops,
+        seed: mix64(cfg.seed ^ mix64(rep as u64 + 1) ^ mix64(workload as u64 + 77)),
+        claimed: AtomicU64::new(0),
+    };
+    let barrier = Barrier::new(threads);
+    let outcomes: Vec<Outcome> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (job, barrier) = (&job, &barrier);
+                s.spawn(move || worker(job, t, barrier))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join())
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .map_err(|_| ctx("a worker thread panicked".to_string()))?;
+
+    for o in &outcomes {
+        o.result.clone().map_err(ctx)?;
+    }
+    let start = outcomes
+        .iter()
+        .map(|o| o.start)
+        .min()
+        .unwrap_or_else(Instant::now);
+    let end = outcomes.iter().map(|o| o.end).max().unwrap_or(start);
+    let seconds = end.duration_since(start).as_secs_f64().max(1e-9);
+    let done: u64 = outcomes.iter().map(|o| o.ops).sum();
+    let inserted: u64 = outcomes.iter().map(|o| o.inserted).sum();
+    let (flushes, fences) = outcomes.iter().fold((0, 0), |(f, n), o| {
+        (f + o.counters.flushes, n + o.counters.fences)
+    });
+    let mut samples: Vec<u64> = outcomes.into_iter().flat_map(|o| o.samples).collect();
+
+    let expected_len = match workload {
+        Workload::Delete => cfg.keys - ops,
+        _ => cfg.keys + inserted,
+    };
+    let stats = engine.stats();
+    let len_after = engine.len();
+    if len_after != expected_len {
+        return Err(ctx(format!(
+            "len() = {len_after} after the run, expected {expected_len}"
+        )));
+    }
+    inst.engine
+        .close()
+        .map_err(|e| ctx(format!("close: {e}")))?;
+    let per_op = |x: u64| {
+        if done == 0 {
+            0.0
+        } else {
+            x as f64 / done as f64
+        }
+    };
+    let result = RunResult {
+        engine: spec.name.to_string(),
+        workload: workload.name().to_string(),
+        threads,
+        keys: cfg.keys,
+        ops: done,
+        mops: done as f64 / seconds / 1e6,
+        lat_ns: Latency::from_samples(&mut samples),
+        flushes_per_op: per_op(flushes),
+        fences_per_op: per_op(fences),
+        load_factor: if stats.load_factor.is_finite() {
+            stats.load_factor
+        } else {
+            0.0
+        },
+        pm_bytes: stats.pm_bytes,
+        dram_bytes: stats.dram_bytes,
+        ratio_to_hashbrown: None,
+        repeats: Vec::new(),
+        len_after,
+        seconds,
+    };
+    Ok((result, inst.mode, inst.fallback))
+}
+
+/// Runs `count` operations, timing one in [`SAMPLE_EVERY`]; stops at the
+/// first wrong answer or engine error.
+#[inline]
+fn timed(
+    count: u64,
+    samples: &mut Vec<u64>,
+    mut op: impl FnMut(u64) -> Result<(), String>,
+) -> Result<(), String> {
+    for i in 0..count {
+        if i % SAMPLE_EVERY == 0 {
+            let t = Instant::now();
+            op(i)?;
+            samples.push(t.elapsed().as_nanos() as u64);
+        } else {
+            op(i)?;
+        }
+    }
+    Ok(())
+}
+
+fn engine_err(what: &str, key: u64, e: engine::Error) -> String {
+    format!("{what} of key {key:#x} failed: {e}")
+}
+
+fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
+    let keys = &job.inputs.keys;
+    let n = keys.loaded.len() as u64;
+    let engine = job.engine;
+    // Disjoint slice of the key space (insert, delete) or share of the ops.
+    let (lo, hi) = chunk(job.ops, job.threads, t);
+    let count = hi - lo;
+    let mut rng = Rng::new(job.seed ^ mix64(t as u64));
+    let picker = Picker::new(job.dist, job.inputs.zipf.as_ref());
+    let mut samples = Vec::with_capacity((count / SAMPLE_EVERY + 1) as usize);
+    let mut inserted = 0u64;
+
+    barrier.wait();
+    let c0 = pmem::persist::counters();
+    let start = Instant::now();
+    let result = match picker {
+        Err(e) => Err(e),
+        Ok(mut picker) => match job.workload {
+            Workload::Insert => timed(count, &mut samples, |i| {
+                let k = keys.loaded[(lo + i) as usize];
+                match engine.insert(k, load_value(k)) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(format!("insert of new key {k:#x} reported a duplicate")),
+                    Err(e) => Err(engine_err("insert", k, e)),
+                }
+            }),
+            Workload::Delete => timed(count, &mut samples, |i| {
+                let k = keys.loaded[(lo + i) as usize];
+                match engine.remove(k) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(format!("delete of loaded key {k:#x} found nothing")),
+                    Err(e) => Err(engine_err("delete", k, e)),
+                }
+            }),
+            Workload::GetPos => timed(count, &mut samples, |_| {
+                let k = keys.loaded[picker.pick(&mut rng, n) as usize];
+                match engine.get(k) {
+                    Some(v) if v == load_value(k) => Ok(()),
+                    Some(v) => Err(format!(
+                        "get of key {k:#x} returned {v:#x}, stored {:#x}",
+                        load_value(k)
+                    )),
+                    None => Err(format!("get of loaded key {k:#x} found nothing")),
+                }
+            }),
+            Workload::GetNeg => timed(count, &mut samples, |_| {
+                let k = keys.absent[picker.pick(&mut rng, n) as usize];
+                match engine.get(k) {
+                    None => Ok(()),
+                    Some(v) => Err(format!("get of absent key {k:#x} returned {v:#x}")),
+                }
+            }),
+            Workload::Update => timed(count, &mut samples, |i| {
+                let k = keys.loaded[picker.pick(&mut rng, n) as usize];
+                match engine.update(k, i) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(format!("update of loaded key {k:#x} found nothing")),
+                    Err(e) => Err(engine_err("update", k, e)),
+                }
+            }),
+            _ => ycsb(
+                job,
+                &mut picker,
+                &mut rng,
+                count,
+                &mut samples,
+                &mut inserted,
+            ),
+        },
+    };
+    let end = Instant::now();
+    let counters = pmem::persist::counters().since(&c0);
+    let ops = if result.is_ok() { count } else { 0 };
+    Outcome {
+        start,
+        end,
+        ops,
+        inserted,
+        counters,
+        samples,
+        result,
+    }
+}
+
+/// The YCSB mixes. Reads and updates pick an index among the keys visible
+/// so far (loaded, then inserted by this run); a key whose insert another
+/// thread has claimed but not finished may be missed, so misses are only
+/// errors below the loaded count.
+fn ycsb(
+    job: &Job<'_>,
+    picker: &mut Picker,
+    rng: &mut Rng,
+    count: u64,
+    samples: &mut Vec<u64>,
+    inserted: &mut u64,
+) -> Result<(), String> {
+    let keys = &job.inputs.keys;
+    let engine = job.engine;
+    let n = keys.loaded.len() as u64;
+    let mix = job.workload.mix().ok_or("not a YCSB workload")?;
+    let grows = mix.insert > 0;
+    let claimed = &job.claimed;
+    let visible = || {
+        if grows {
+            n + claimed.load(Ordering::Relaxed)
+        } else {
+            n
+        }
+    };
+    let read = |idx: u64| -> Result<Option<u64>, String> {
+        let k = keys.in_insert_order(idx);
+        match engine.get(k) {
+            None if idx < n => Err(format!("get of loaded key {k:#x} found nothing")),
+            v => Ok(v),
+        }
+    };
+    timed(count, samples, |i| match mix.choose(rng) {
+        YcsbOp::Read => read(picker.pick(rng, visible())).map(drop),
+        YcsbOp::Update => {
+            let idx = picker.pick(rng, visible());
+            let k = keys.in_insert_order(idx);
+            match engine.update(k, i) {
+                Ok(false) if idx < n => Err(format!("update of loaded key {k:#x} found nothing")),
+                Ok(_) => Ok(()),
+                Err(e) => Err(engine_err("update", k, e)),
+            }
+        }
+        YcsbOp::Insert => {
+            let j = claimed.fetch_add(1, Ordering::Relaxed);
+            let k = *keys.fresh.get(j as usize).ok_or("ran out of fresh keys")?;
+            match engine.insert(k, load_value(k)) {
+                Ok(true) => {
+                    *inserted += 1;
+                    Ok(())
+                }
+                Ok(false) => Err(format!("insert of new key {k:#x} reported a duplicate")),
+                Err(e) => Err(engine_err("insert", k, e)),
+            }
+        }
+        YcsbOp::Scan => {
+            // Emulated scan: consecutive gets in the key array.
+            let vis = visible();
+            let first = picker.pick(rng, vis);
+            let len = 1 + rng.below(MAX_SCAN);
+            (first..(first + len).min(vis)).try_for_each(|idx| read(idx).map(drop))
+        }
+        YcsbOp::ReadModifyWrite => {
+            let idx = picker.pick(rng, visible());
+            let k = keys.in_insert_order(idx);
+            match read(idx)? {
+                Some(v) => engine
+                    .update(k, v.wrapping_add(1))
+                    .map(drop)
+                    .map_err(|e| engine_err("update", k, e)),
+                None => Ok(()),
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_without_overlap() {
+        for (n, parts) in [(10u64, 3usize), (0, 2), (2, 5), (1_000_001, 7)] {
+            let mut next = 0;
+            for t in 0..parts {
+                let (a, b) = chunk(n, parts, t);
+                assert_eq!(a, next);
+                assert!(b >= a);
+                next = b;
+            }
+            assert_eq!(next, n);
+        }
+    }
+
+    #[test]
+    fn pool_size_rule() {
+        assert_eq!(pool_sizes(0), (64 * MIB, 1024 * MIB));
+        let (s, m) = pool_sizes(2_000_000);
+        assert_eq!(s, (64 * MIB + 256_000_000).div_ceil(MIB) * MIB);
+        assert_eq!(m, 16 * s);
+        assert_eq!(pool_sizes(1 << 26).1, MAX_POOL);
+        // A pool bigger than the cap may still be created; it just won't grow.
+        let (s, m) = pool_sizes(1 << 30);
+        assert_eq!(m, s);
+    }
+}

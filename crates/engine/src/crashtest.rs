@@ -414,6 +414,14 @@ fn fresh_engine(spec: &EngineSpec, cfg: &Config) -> Result<(Arc<Pool>, Box<dyn E
         size: cfg.pool_size,
         max_size: cfg.pool_size * 4,
         layout: layout.to_string(),
+        // A uuid from the seed: engines that seed their hashes from it
+        // behave the same in the dry run and the checked run.
+        uuid: Some({
+            let mut u = [0u8; 16];
+            u[..8].copy_from_slice(&cfg.seed.to_le_bytes());
+            u[8..].copy_from_slice(b"crashtst");
+            u
+        }),
         ..PoolOptions::default()
     };
     let pool = Arc::new(Pool::create(Path::new(""), &opts)?);

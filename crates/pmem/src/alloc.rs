@@ -229,6 +229,21 @@ fn lane_off(lane: usize) -> u64 {
     LANE_OFFSET + lane as u64 * LANE_LEN
 }
 
+/// `Err(InvalidArgument)` unless recovery accepts the link's owner word (8-aligned,
+/// past the header, inside the pool): a lane it rejects would make the pool
+/// unopenable after a crash.
+fn check_link(pool: &Pool, link: Link) -> Result<()> {
+    if let Link::Word { owner, .. } | Link::Pointer { owner } = link {
+        let in_pool = owner.checked_add(8).is_some_and(|end| end <= pool.size());
+        if !owner.is_multiple_of(8) || owner < HEADER_LEN as u64 || !in_pool {
+            return Err(Error::InvalidArgument(format!(
+                "owner word {owner:#x} must be 8-aligned, past the header and inside the pool"
+            )));
+        }
+    }
+    Ok(())
+}
+
 struct LaneRecord {
     state: u64,
     block_off: u64,
@@ -416,7 +431,10 @@ impl Heap {
             let linked = match rec.owner {
                 OWNER_ROOT => root == rec.value,
                 OWNER_NOTHING => false,
-                o if o % 8 == 0 && o >= HEADER_LEN as u64 && o + 8 <= pool.size() => {
+                o if o.is_multiple_of(8)
+                    && o >= HEADER_LEN as u64
+                    && o.checked_add(8).is_some_and(|end| end <= pool.size()) =>
+                {
                     pool.load_u64(o) == rec.value
                 }
                 o => return Err(bad(&format!("owner offset {o:#x} is invalid"))),
@@ -454,7 +472,10 @@ impl Heap {
                 let (nslots, first) = run_geometry(class);
                 let rel = off - chunk * CHUNK;
                 let size = CLASSES[class];
-                if rel < first || (rel - first) % size != 0 || (rel - first) / size >= nslots {
+                if rel < first
+                    || !(rel - first).is_multiple_of(size)
+                    || (rel - first) / size >= nslots
+                {
                     return Err(format!("offset {off:#x} is not a slot of its run"));
                 }
                 Ok(Block::Slot {
@@ -552,7 +573,12 @@ impl Heap {
                 }
                 return Ok(start);
             }
-            let want = (large.total + n) * CHUNK;
+            // A free range at the end of the pool joins the grown space.
+            let tail = match large.free.iter().next_back() {
+                Some((&s, &l)) if s + l == large.total => l,
+                _ => 0,
+            };
+            let want = (large.total + n - tail) * CHUNK;
             let grown = pool.grow(want).map_err(|e| match e {
                 Error::OutOfSpace(m) => {
                     Error::OutOfSpace(format!("no {n} free chunk(s) of {CHUNK} bytes: {m}"))
@@ -593,9 +619,11 @@ impl Heap {
 
     fn pick_slot(&self, pool: &Pool, class: usize) -> Result<Block> {
         let mut st = self.classes[class].lock().expect("class lock");
-        loop {
-            let Some(&chunk) = st.avail.last() else { break };
-            let run = st.runs.get_mut(&chunk).expect("avail names a run");
+        while let Some(&chunk) = st.avail.last() {
+            let Some(run) = st.runs.get_mut(&chunk) else {
+                st.avail.pop();
+                continue;
+            };
             if run.free == 0 {
                 st.avail.pop();
                 continue;
@@ -662,15 +690,37 @@ impl Heap {
         }
     }
 
-    fn release_dram(&self, block: Block) {
+    fn release_dram(&self, pool: &Pool, block: Block) {
         match block {
             Block::Slot { chunk, class, idx } => {
                 let mut st = self.classes[class].lock().expect("class lock");
                 let run = st.runs.get_mut(&chunk).expect("slot of a known run");
                 run.bits[(idx / 64) as usize] &= !(1 << (idx % 64));
                 run.free += 1;
+                let (nslots, _) = run_geometry(class);
+                let empty = run.free == nslots;
                 if run.free == 1 {
                     st.avail.push(chunk);
+                }
+                // An empty run goes back to the free chunks when its class
+                // has another run with room, so space freed by one size
+                // class serves the others; one empty run per class stays,
+                // so alternating alloc/free does not convert chunks back and
+                // forth.
+                let other_room = st
+                    .avail
+                    .iter()
+                    .any(|&c| c != chunk && st.runs.get(&c).is_some_and(|r| r.free > 0));
+                if empty && other_room {
+                    st.runs.remove(&chunk);
+                    st.avail.retain(|&c| c != chunk);
+                    // persist: every bit of this run is already durably
+                    // clear (finish_free and cancel persist them), so one
+                    // 8-byte chunk word turns the run into a free chunk.
+                    pool.store_u64(chunk * CHUNK, chunk_word(KIND_FREE, 0, 1, chunk));
+                    pool.persist(chunk * CHUNK, 8);
+                    let mut large = self.large.lock().expect("heap lock");
+                    Self::give_back_chunks(&mut large, chunk, 1);
                 }
             }
             Block::Extent { chunk, n } => {
@@ -702,6 +752,13 @@ impl Pool {
         if self.is_read_only() {
             return Err(Error::InvalidArgument("pool is read-only".into()));
         }
+        if size > self.max_size() {
+            return Err(Error::OutOfSpace(format!(
+                "{size} bytes exceed the pool's size limit of {}",
+                self.max_size()
+            )));
+        }
+        check_link(self, link)?;
         let heap = &self.heap;
         let lane = heap.acquire_lane();
         let block = match class_of(size) {
@@ -763,7 +820,7 @@ impl Pool {
         self.heap.clear_lane(self, r.lane);
         self.heap.in_use.fetch_sub(r.size, Ordering::Relaxed);
         self.heap.blocks.fetch_sub(1, Ordering::Relaxed);
-        self.heap.release_dram(r.block);
+        self.heap.release_dram(self, r.block);
     }
 
     /// Starts freeing the allocated block at `off`, which `link` links while
@@ -773,6 +830,7 @@ impl Pool {
         if self.is_read_only() {
             return Err(Error::InvalidArgument("pool is read-only".into()));
         }
+        check_link(self, link)?;
         let heap = &self.heap;
         let total = self.size() / CHUNK;
         let block = heap
@@ -814,7 +872,7 @@ impl Pool {
         self.heap.clear_lane(self, t.lane);
         self.heap.in_use.fetch_sub(t.size, Ordering::Relaxed);
         self.heap.blocks.fetch_sub(1, Ordering::Relaxed);
-        self.heap.release_dram(t.block);
+        self.heap.release_dram(self, t.block);
     }
 
     /// Frees a block that nothing links any more (durably).
@@ -854,11 +912,11 @@ mod tests {
 
     #[test]
     fn run_geometry_fits() {
-        for class in 0..CLASSES.len() {
+        for (class, &size) in CLASSES.iter().enumerate() {
             let (n, first) = run_geometry(class);
             assert!(n >= 7, "class {class} has {n} slots");
-            assert!(first % 64 == 0 && first >= RUN_BITMAP_OFFSET + n.div_ceil(64) * 8);
-            assert!(first + n * CLASSES[class] <= CHUNK);
+            assert!(first.is_multiple_of(64) && first >= RUN_BITMAP_OFFSET + n.div_ceil(64) * 8);
+            assert!(first + n * size <= CHUNK);
         }
     }
 

@@ -75,7 +75,8 @@ impl Mapping {
     /// at the same offset of the reservation. `offset` and `len` are
     /// multiples of the page size and inside the reservation.
     pub(crate) fn map(&self, file: Option<&File>, offset: usize, len: usize) -> io::Result<()> {
-        if offset % 4096 != 0 || len % 4096 != 0 || offset + len > self.reserved {
+        if !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) || offset + len > self.reserved
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(

@@ -233,7 +233,7 @@ pub unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
         use std::arch::x86_64::_mm_stream_si64;
         let mut i = 0usize;
         // Head: ordinary stores up to 8-byte alignment.
-        while i < len && (dst as usize + i) % 8 != 0 {
+        while i < len && !(dst as usize + i).is_multiple_of(8) {
             *dst.add(i) = src[i];
             i += 1;
         }

@@ -74,6 +74,9 @@ pub struct PoolOptions {
     /// Open without ever writing the file: a private copy-on-write mapping.
     /// Recovery still runs, in memory only.
     pub read_only: bool,
+    /// The uuid to write at create; `None` draws a random one. Fixed uuids
+    /// make simulated runs reproducible (engines may seed hashes from it).
+    pub uuid: Option<[u8; 16]>,
 }
 
 impl Default for PoolOptions {
@@ -85,6 +88,7 @@ impl Default for PoolOptions {
             layout: String::new(),
             allow_dax_fallback: false,
             read_only: false,
+            uuid: None,
         }
     }
 }
@@ -189,7 +193,7 @@ impl Pool {
         let identity = Identity {
             version: header::FORMAT_VERSION,
             layout: opts.layout.clone(),
-            uuid: random_uuid(),
+            uuid: opts.uuid.unwrap_or_else(random_uuid),
             created_unix_ns: now_ns(),
             chunk_size: alloc::CHUNK as u32,
         };
@@ -502,6 +506,12 @@ impl Pool {
     /// [`crate::Link::Root`].
     pub fn set_root(&self, off: u64) -> Result<()> {
         if off != 0 {
+            // Refuse what open's header validation would refuse.
+            if off < alloc::CHUNK || !off.is_multiple_of(8) {
+                return Err(Error::InvalidArgument(format!(
+                    "root offset {off:#x} must be 8-aligned and inside the heap"
+                )));
+            }
             self.check_range(off, 8)?;
         }
         self.update_state(|s| s.root = off)?;
@@ -582,10 +592,43 @@ impl Pool {
     #[track_caller]
     pub fn atomic_u64(&self, off: u64) -> &AtomicU64 {
         self.bounds(off, 8);
-        assert!(off % 8 == 0, "atomic_u64 at unaligned offset {off:#x}");
+        assert!(
+            off.is_multiple_of(8),
+            "atomic_u64 at unaligned offset {off:#x}"
+        );
         // SAFETY: in bounds (checked), aligned (checked), the mapping lives
         // as long as &self, and AtomicU64 tolerates concurrent access.
         unsafe { &*(self.map.base().add(off as usize) as *const AtomicU64) }
+    }
+
+    /// `n` consecutive 8-byte words from `off` (8-byte aligned) with one
+    /// bounds check: a cache line or a bucket read by a hot path.
+    #[inline]
+    #[track_caller]
+    pub fn words(&self, off: u64, n: usize) -> &[AtomicU64] {
+        self.bounds(off, n * 8);
+        assert!(off.is_multiple_of(8), "words at unaligned offset {off:#x}");
+        // SAFETY: `n` words in bounds (checked) and aligned (checked); the
+        // mapping lives as long as &self; atomics tolerate concurrent access.
+        unsafe {
+            std::slice::from_raw_parts(self.map.base().add(off as usize) as *const AtomicU64, n)
+        }
+    }
+
+    /// Hints the CPU to load the cache line at `off` (no effect on contents,
+    /// never faults). For hot paths that know their next misses early.
+    #[inline]
+    pub fn prefetch(&self, off: u64) {
+        debug_assert!(off < self.size());
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unused_unsafe)]
+        // SAFETY: prefetch is a hint; it neither faults nor changes memory,
+        // and the address is inside our reservation.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                self.map.base().add(off as usize) as *const i8,
+            )
+        }
     }
 
     /// The byte at `off`, as an atomic.
@@ -694,11 +737,12 @@ impl Pool {
                     .expect("simulated pool has a simulator")
                     .lock()
                     .expect("sim lock");
-                guard.apply_fence();
-                persist::count_fence();
                 let sim = &mut *guard;
+                // The hook sees the instant just before the fence takes
+                // effect: lines flushed since the previous fence are still
+                // undecided, so crash states between two fences are offered.
                 if let Some(mut hook) = sim.hook.take() {
-                    let n = sim.fences;
+                    let n = sim.fences + 1;
                     hook(
                         n,
                         &CrashSite {
@@ -708,6 +752,8 @@ impl Pool {
                     );
                     sim.hook = Some(hook);
                 }
+                guard.apply_fence();
+                persist::count_fence();
             }
         }
     }
@@ -786,8 +832,9 @@ impl Pool {
         unsafe { std::slice::from_raw_parts(self.map.base(), self.size() as usize) }
     }
 
-    /// Installs (or removes) the hook called after every fence of a
-    /// simulated pool. The hook must not call this pool's flush or fence.
+    /// Installs (or removes) the hook called at every fence of a simulated
+    /// pool, just before the fence takes effect. The hook must not call this
+    /// pool's flush or fence.
     pub fn set_fence_hook(&self, hook: Option<FenceHook>) -> Result<()> {
         let sim = self
             .sim

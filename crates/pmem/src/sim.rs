@@ -40,8 +40,9 @@ pub(crate) struct Sim {
     pub(crate) hook: Option<FenceHook>,
 }
 
-/// Called after every fence of a simulated pool with the fence number and
-/// the crash site at that instant.
+/// Called at every fence of a simulated pool, just before the fence takes
+/// effect (lines flushed since the previous fence still undecided), with the
+/// fence's number and the crash site at that instant.
 pub type FenceHook = Box<dyn FnMut(u64, &CrashSite<'_>) + Send>;
 
 impl Sim {

@@ -5,7 +5,8 @@ use engine::EngineSpec;
 
 /// All engines, persistent first.
 pub fn all() -> Vec<EngineSpec> {
-    let mut v = engine::reference_engines();
+    let mut v = vec![level::spec()];
+    v.extend(engine::reference_engines());
     v.extend(bench::baselines());
     v
 }

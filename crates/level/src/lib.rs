@@ -1,0 +1,1288 @@
+//! Level hashing (Zuo, Hua, Wu; OSDI'18) on the pmhash pool, with the
+//! paper's gaps closed. Design, persist orders and every decision:
+//! `docs/engines/level.md`.
+//!
+//! - Two-level sharing table: top level of N buckets, bottom level of N/2;
+//!   two hash functions; buckets of 6 slots (two cache lines of 3 slots,
+//!   each line with its own 1-bit tokens in one 8-byte header word).
+//! - Insert: direct insert into the less-loaded top bucket, one-item
+//!   movement in the top level, bottom-level insert and movement,
+//!   bottom-to-top movement; expansion when all fail.
+//! - Opportunistic log-free update (new slot + both tokens flipped in one
+//!   8-byte store) and an undo-logged update when the line is full.
+//! - In-place expansion that rehashes only the interim level (the old
+//!   bottom, 1/3 of the buckets), and shrinking.
+//! - Readers are optimistic (per-line seqlocks, never a PM write); writers
+//!   lock lines, serialise per key through DRAM stripes, and resizes
+//!   exclude writers but not readers.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use engine::{CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Error, Result, Stats};
+use pmem::{Link, Pool};
+
+mod layout;
+mod sync;
+
+use layout::*;
+use sync::{Counter, LineLock, SlotSet, Stripes};
+
+/// Layout id written in the pool header.
+pub const LAYOUT: &str = "level";
+/// Smallest top level, in buckets.
+const MIN_TOP: u64 = 16;
+/// Shrink when items fall below 1/5 of the slots (the result is at most 2/5 full).
+const SHRINK_DIVISOR: u64 = 5;
+
+/// The registry entry.
+pub fn spec() -> EngineSpec {
+    EngineSpec {
+        name: "level",
+        about: "level hashing: two-level sharing table, log-free tokens, in-place resizing",
+        kind: EngineKind::Persistent {
+            layout: LAYOUT,
+            create: create_boxed,
+            open: open_boxed,
+        },
+    }
+}
+
+fn create_boxed(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(Level::create(pool, cfg)?))
+}
+
+fn open_boxed(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(Level::open(pool, cfg)?))
+}
+
+const TOP: usize = 0;
+const BOT: usize = 1;
+const IL: usize = 2;
+
+/// A geometry snapshot.
+#[derive(Clone, Copy, Debug)]
+struct Geo {
+    seq: u64,
+    phase: Phase,
+    lv: [Lvl; 3],
+}
+
+impl Geo {
+    fn from_record(r: &Record) -> Geo {
+        Geo {
+            seq: r.seq,
+            phase: r.phase,
+            lv: [r.top, r.bot, r.il],
+        }
+    }
+}
+
+/// Where a key was found.
+#[derive(Clone, Copy, Debug)]
+struct Loc {
+    level: usize,
+    line: u64,
+    slot: usize,
+}
+
+enum LineFind {
+    Found(u64, u64),
+    Missing(u64),
+}
+
+#[inline]
+fn fmix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+#[inline]
+fn free_slot(hdr: u64) -> Option<usize> {
+    let free = !hdr & TOKEN_MASK;
+    (free != 0).then(|| free.trailing_zeros() as usize)
+}
+
+#[inline]
+fn free_count(hdr: u64) -> u32 {
+    (!hdr & TOKEN_MASK).count_ones()
+}
+
+/// The level hashing engine.
+pub struct Level {
+    pool: Arc<Pool>,
+    root: u64,
+    seeds: (u64, u64),
+    lock: LineLock,
+    /// Writers share it; resizes take it exclusively. Readers never touch it.
+    gate: RwLock<()>,
+    geo_ver: AtomicU64,
+    geo: [AtomicU64; 8],
+    stripes: Stripes,
+    counts: [Counter; 3],
+    bl_first: AtomicBool,
+    logs: SlotSet,
+    min_top: u64,
+    expansions: AtomicU64,
+    shrinks: AtomicU64,
+    moves: AtomicU64,
+    b2t_moves: AtomicU64,
+    logfree_updates: AtomicU64,
+    logged_updates: AtomicU64,
+    max_lf_bits: AtomicU64,
+    ticks: AtomicU64,
+}
+
+fn corrupt(m: String) -> Error {
+    Error::Corrupt(m)
+}
+
+impl Level {
+    fn new_handle(
+        pool: Arc<Pool>,
+        root: u64,
+        seeds: (u64, u64),
+        min_top: u64,
+        threads: usize,
+    ) -> Level {
+        let lock = LineLock::new(pool.header_state().opens);
+        Level {
+            pool,
+            root,
+            seeds,
+            lock,
+            gate: RwLock::new(()),
+            geo_ver: AtomicU64::new(0),
+            geo: Default::default(),
+            stripes: Stripes::new(4096.max(threads * 256)),
+            counts: Default::default(),
+            bl_first: AtomicBool::new(false),
+            logs: SlotSet::default(),
+            min_top,
+            expansions: AtomicU64::new(0),
+            shrinks: AtomicU64::new(0),
+            moves: AtomicU64::new(0),
+            b2t_moves: AtomicU64::new(0),
+            logfree_updates: AtomicU64::new(0),
+            logged_updates: AtomicU64::new(0),
+            max_lf_bits: AtomicU64::new(0),
+            ticks: AtomicU64::new(0),
+        }
+    }
+
+    /// Formats a fresh pool: a table whose top level holds
+    /// `initial_capacity` keys at about 3/4 load.
+    pub fn create(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Level> {
+        if pool.root() != 0 {
+            return Err(Error::InvalidArgument("pool already holds a table".into()));
+        }
+        // 1.5 N buckets × 6 slots = 9 N slots; size for 3/4 load.
+        let want = cfg.initial_capacity.max(1).saturating_mul(4) / 3;
+        let top_n = want.div_ceil(9).next_power_of_two().max(MIN_TOP);
+        let uuid = pool.identity().uuid;
+        let seeds = (
+            fmix(u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes")) | 1),
+            fmix(
+                u64::from_le_bytes(uuid[8..].try_into().expect("8 bytes")) ^ 0x5851_f42d_4c95_7f2d,
+            ),
+        );
+        // Reserve the root and both levels; link them all through the root.
+        let root_r = pool.reserve(ROOT_BYTES, Link::RootPointer)?;
+        let root = root_r.offset();
+        let top_r = match pool.reserve(
+            level_alloc_bytes(top_n),
+            Link::Word {
+                owner: root + R_SELECTOR,
+                value: 1,
+            },
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                pool.cancel(root_r);
+                return Err(e.into());
+            }
+        };
+        let bot_r = match pool.reserve(
+            level_alloc_bytes(top_n / 2),
+            Link::Word {
+                owner: root + R_SELECTOR,
+                value: 1,
+            },
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                pool.cancel(top_r);
+                pool.cancel(root_r);
+                return Err(e.into());
+            }
+        };
+        for r in [&top_r, &bot_r] {
+            pool.zero(r.offset(), r.size() as usize);
+            pool.flush(r.offset(), r.size() as usize);
+        }
+        pool.zero(root, ROOT_BYTES as usize);
+        pool.store_u64(root, ROOT_MAGIC);
+        pool.store_u64(root + R_SEED1, seeds.0);
+        pool.store_u64(root + R_SEED2, seeds.1);
+        pool.store_u64(root + R_MIN_TOP, top_n);
+        let rec = Record {
+            seq: 1,
+            top: Lvl {
+                raw: top_r.offset(),
+                n: top_n,
+            },
+            bot: Lvl {
+                raw: bot_r.offset(),
+                n: top_n / 2,
+            },
+            il: Lvl::default(),
+            phase: Phase::Normal,
+        };
+        for (i, w) in rec.encode().iter().enumerate() {
+            pool.store_u64(root + R_RECORDS + 64 + i as u64 * 8, *w);
+        }
+        pool.store_u64(root + R_SELECTOR, 1);
+        // persist: levels, root contents and record 1 (selector = 1) in one
+        // fence, then the pool root names the block; until that durable
+        // switch every reservation above is unlinked and recovery frees it.
+        pool.flush(root, ROOT_BYTES as usize);
+        pool.fence();
+        if let Err(e) = pool.set_root(root) {
+            pool.cancel(bot_r);
+            pool.cancel(top_r);
+            pool.cancel(root_r);
+            return Err(e.into());
+        }
+        pool.commit(root_r);
+        pool.commit(top_r);
+        pool.commit(bot_r);
+        let lv = Level::new_handle(pool, root, seeds, top_n, cfg.threads);
+        lv.publish(&Geo::from_record(&rec));
+        Ok(lv)
+    }
+
+    /// Opens an existing pool: validates the root and geometry, applies the
+    /// logs, finishes an interrupted resize and rebuilds the counters.
+    pub fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Level> {
+        let root = pool.root();
+        if root == 0 {
+            return Err(corrupt("pool has no level-hashing root (root is 0)".into()));
+        }
+        if pool.block_size(root)? < ROOT_BYTES {
+            return Err(corrupt(format!(
+                "root block at {root:#x} is smaller than {ROOT_BYTES} bytes"
+            )));
+        }
+        if pool.load_u64(root) != ROOT_MAGIC {
+            return Err(corrupt(format!(
+                "root block at {root:#x} has no level-hashing magic"
+            )));
+        }
+        let seeds = (pool.load_u64(root + R_SEED1), pool.load_u64(root + R_SEED2));
+        let selector = pool.load_u64(root + R_SELECTOR);
+        let rec_off = root + R_RECORDS + (selector % 2) * 64;
+        let mut w = [0u64; 8];
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = pool.load_u64(rec_off + i as u64 * 8);
+        }
+        let rec = Record::decode(&w)
+            .filter(|r| r.seq == selector)
+            .ok_or_else(|| corrupt(format!("geometry record {selector} is missing or torn")))?;
+        Self::validate_record(&pool, &rec)?;
+        let min_top = pool.load_u64(root + R_MIN_TOP).max(MIN_TOP);
+        let lv = Level::new_handle(pool, root, seeds, min_top, cfg.threads);
+        let g = Geo::from_record(&rec);
+        lv.replay_logs(&g)?;
+        lv.publish(&g);
+        if lv.pool.was_clean() && rec.phase == Phase::Normal {
+            for (i, c) in lv.counts.iter().enumerate() {
+                c.set(lv.pool.load_u64(root + R_COUNTS + i as u64 * 8) as i64);
+            }
+        } else {
+            let counts = lv.scan_counts(&g);
+            for (c, n) in lv.counts.iter().zip(counts) {
+                c.set(n as i64);
+            }
+        }
+        lv.bl_first.store(
+            lv.counts[BOT].get() > lv.counts[TOP].get(),
+            Ordering::Relaxed,
+        );
+        if rec.phase != Phase::Normal {
+            let _w = lv.gate.write().expect("gate");
+            lv.finish_resize(&g)?;
+        }
+        Ok(lv)
+    }
+
+    fn validate_record(pool: &Pool, r: &Record) -> Result<()> {
+        let check = |name: &str, l: &Lvl| -> Result<()> {
+            if !l.present() {
+                return Ok(());
+            }
+            if !l.n.is_power_of_two() {
+                return Err(corrupt(format!(
+                    "{name} level has {} buckets, not a power of two",
+                    l.n
+                )));
+            }
+            let size = pool.block_size(l.raw)?;
+            if size < level_alloc_bytes(l.n) {
+                return Err(corrupt(format!(
+                    "{name} level block of {size} bytes cannot hold {} buckets",
+                    l.n
+                )));
+            }
+            Ok(())
+        };
+        check("top", &r.top)?;
+        check("bottom", &r.bot)?;
+        check("interim", &r.il)?;
+        let shape_ok = match r.phase {
+            Phase::Normal => r.top.n >= 2 && r.bot.n * 2 == r.top.n && !r.il.present(),
+            Phase::Expanding => r.bot.n * 2 == r.top.n && r.il.n * 2 == r.bot.n,
+            Phase::Shrinking => r.bot.n * 2 == r.top.n && r.il.n == r.top.n * 2,
+        };
+        if !shape_ok {
+            return Err(corrupt(format!(
+                "geometry {r:?} has inconsistent level sizes"
+            )));
+        }
+        Ok(())
+    }
+
+    // ----- geometry --------------------------------------------------------------
+
+    fn publish(&self, g: &Geo) {
+        self.geo_ver.fetch_add(1, Ordering::AcqRel);
+        let vals = [
+            g.seq,
+            g.phase as u64,
+            g.lv[0].raw,
+            g.lv[0].n,
+            g.lv[1].raw,
+            g.lv[1].n,
+            g.lv[2].raw,
+            g.lv[2].n,
+        ];
+        for (a, v) in self.geo.iter().zip(vals) {
+            a.store(v, Ordering::Relaxed);
+        }
+        self.geo_ver.fetch_add(1, Ordering::Release);
+    }
+
+    fn geo_fields(&self) -> Geo {
+        let v: Vec<u64> = self.geo.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        let phase = match v[1] {
+            1 => Phase::Expanding,
+            2 => Phase::Shrinking,
+            _ => Phase::Normal,
+        };
+        Geo {
+            seq: v[0],
+            phase,
+            lv: [
+                Lvl { raw: v[2], n: v[3] },
+                Lvl { raw: v[4], n: v[5] },
+                Lvl { raw: v[6], n: v[7] },
+            ],
+        }
+    }
+
+    /// A consistent geometry snapshot for readers, with its version.
+    #[inline]
+    fn geo_read(&self) -> (u64, Geo) {
+        loop {
+            let v1 = self.geo_ver.load(Ordering::Acquire);
+            if v1 & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let g = self.geo_fields();
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.geo_ver.load(Ordering::Relaxed) == v1 {
+                return (v1, g);
+            }
+        }
+    }
+
+    #[inline]
+    fn hashes(&self, key: u64) -> (u64, u64) {
+        (
+            fmix(key ^ self.seeds.0),
+            fmix(key.rotate_left(32) ^ self.seeds.1),
+        )
+    }
+
+    /// Probe order: the level holding more items first (dynamic search),
+    /// then the other, then the interim level.
+    #[inline]
+    fn order(&self, g: &Geo) -> ([usize; 3], usize) {
+        let first_two = if self.bl_first.load(Ordering::Relaxed) {
+            [BOT, TOP]
+        } else {
+            [TOP, BOT]
+        };
+        let n = if g.lv[IL].present() { 3 } else { 2 };
+        ([first_two[0], first_two[1], IL], n)
+    }
+
+    #[inline]
+    fn cands(l: &Lvl, h: (u64, u64)) -> ([u64; 2], usize) {
+        let m = l.n - 1;
+        let (a, b) = (h.0 & m, h.1 & m);
+        if a == b {
+            ([a, a], 1)
+        } else {
+            ([a, b], 2)
+        }
+    }
+
+    // ----- reading ---------------------------------------------------------------
+
+    /// Reads one line optimistically and looks for `key`: `Found(value,
+    /// slot)` or `Missing(version)` for later validation.
+    #[inline]
+    fn find_in_line(&self, line: u64, key: u64) -> LineFind {
+        let w = self.pool.words(line, 8);
+        loop {
+            let Some(v1) = self.lock.read_begin(&w[W_LOCK]) else {
+                std::hint::spin_loop();
+                continue;
+            };
+            let hdr = w[W_HDR].load(Ordering::Relaxed);
+            let mut found = None;
+            for s in 0..SLOTS_PER_LINE {
+                if hdr & (1 << s) != 0 && w[w_key(s)].load(Ordering::Relaxed) == key {
+                    found = Some((w[w_val(s)].load(Ordering::Relaxed), s as u64));
+                    break;
+                }
+            }
+            if self.lock.read_valid(&w[W_LOCK], v1) {
+                return match found {
+                    Some((v, s)) => LineFind::Found(v, s),
+                    None => LineFind::Missing(v1),
+                };
+            }
+        }
+    }
+
+    fn prefetch(&self, g: &Geo, h: (u64, u64)) {
+        for l in &g.lv {
+            if l.present() {
+                let (c, n) = Self::cands(l, h);
+                for &b in &c[..n] {
+                    let off = l.bucket(b);
+                    self.pool.prefetch(off);
+                    self.pool.prefetch(off + LINE);
+                }
+            }
+        }
+    }
+
+    /// Finds `key` with a validated search: a miss is returned only if no
+    /// line probed changed while probing (a concurrent move re-probes).
+    fn locate(&self, key: u64, h: (u64, u64)) -> (Option<(Loc, u64)>, u64, Geo) {
+        loop {
+            let (gv, g) = self.geo_read();
+            self.prefetch(&g, h);
+            let (order, nlev) = self.order(&g);
+            let mut seen = [(0u64, 0u64); 12];
+            let mut ns = 0;
+            let mut hit = None;
+            'probe: for &li in &order[..nlev] {
+                let l = g.lv[li];
+                let (c, nc) = Self::cands(&l, h);
+                for &b in &c[..nc] {
+                    for line in [l.bucket(b), l.bucket(b) + LINE] {
+                        match self.find_in_line(line, key) {
+                            LineFind::Found(v, s) => {
+                                hit = Some((
+                                    Loc {
+                                        level: li,
+                                        line,
+                                        slot: s as usize,
+                                    },
+                                    v,
+                                ));
+                                break 'probe;
+                            }
+                            LineFind::Missing(ver) => {
+                                seen[ns] = (line, ver);
+                                ns += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            let stable = self.geo_ver.load(Ordering::Acquire) == gv;
+            if hit.is_some() && stable {
+                return (hit, gv, g);
+            }
+            if hit.is_none()
+                && stable
+                && seen[..ns]
+                    .iter()
+                    .all(|&(line, ver)| self.lock.read_valid(&self.pool.words(line, 1)[0], ver))
+            {
+                return (None, gv, g);
+            }
+        }
+    }
+
+    // ----- writing ---------------------------------------------------------------
+
+    /// Writes `key`/`value` into free `slot` of a locked line and makes it
+    /// durable.
+    fn fill_slot(&self, line: u64, w: &[AtomicU64], slot: usize, key: u64, value: u64) {
+        let hdr = w[W_HDR].load(Ordering::Relaxed);
+        w[w_key(slot)].store(key, Ordering::Relaxed);
+        w[w_val(slot)].store(value, Ordering::Relaxed);
+        w[W_HDR].store(hdr | (1 << slot), Ordering::Release);
+        // persist: key, value, then the token, all in this one cache line.
+        // x86 writes a line back whole, holding its stores in program order,
+        // so the token is never durable without the item (CRASH-PATTERNS
+        // #1): one flush and one fence per insert.
+        self.pool.persist(line, LINE as usize);
+    }
+
+    /// Clears `slot`'s token of a locked line, durably.
+    fn clear_slot(&self, line: u64, w: &[AtomicU64], slot: usize) {
+        let hdr = w[W_HDR].load(Ordering::Relaxed);
+        w[W_HDR].store(hdr & !(1 << slot), Ordering::Release);
+        // persist: one 8-byte header store: failure-atomic.
+        self.pool.persist(line, LINE as usize);
+    }
+
+    fn bucket_free(&self, l: &Lvl, b: u64) -> u32 {
+        let off = l.bucket(b);
+        free_count(self.pool.load_u64(off + 8)) + free_count(self.pool.load_u64(off + LINE + 8))
+    }
+
+    /// Direct insert into the less-loaded of a level's candidate buckets.
+    fn try_direct(&self, l: &Lvl, h: (u64, u64), key: u64, value: u64) -> bool {
+        let (c, nc) = Self::cands(l, h);
+        loop {
+            let (mut best, mut best_free) = (c[0], self.bucket_free(l, c[0]));
+            if nc == 2 {
+                let f = self.bucket_free(l, c[1]);
+                if f > best_free {
+                    (best, best_free) = (c[1], f);
+                }
+            }
+            if best_free == 0 {
+                return false;
+            }
+            for line in [l.bucket(best), l.bucket(best) + LINE] {
+                let w = self.pool.words(line, 8);
+                if free_count(w[W_HDR].load(Ordering::Relaxed)) == 0 {
+                    continue;
+                }
+                self.lock.lock(&w[W_LOCK]);
+                if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
+                    self.fill_slot(line, w, s, key, value);
+                    self.lock.unlock(&w[W_LOCK]);
+                    return true;
+                }
+                self.lock.unlock(&w[W_LOCK]);
+            }
+            // Another writer took the slots we saw free: look again.
+        }
+    }
+
+    /// Moves the item in (`src`, `slot`) to a free slot of bucket `dst_b` of
+    /// level `dst`, then writes `key`/`value` into the freed slot. False if
+    /// the item or the room is gone by the time both lines are locked.
+    #[allow(clippy::too_many_arguments)]
+    fn move_and_fill(
+        &self,
+        src: u64,
+        slot: usize,
+        item: u64,
+        dst: &Lvl,
+        dst_b: u64,
+        key: u64,
+        value: u64,
+    ) -> bool {
+        let dst_line = [dst.bucket(dst_b), dst.bucket(dst_b) + LINE]
+            .into_iter()
+            .find(|&d| free_count(self.pool.load_u64(d + 8)) > 0);
+        let Some(dline) = dst_line else { return false };
+        let sw = self.pool.words(src, 8);
+        let dw = self.pool.words(dline, 8);
+        let (first, second) = if src < dline { (sw, dw) } else { (dw, sw) };
+        self.lock.lock(&first[W_LOCK]);
+        self.lock.lock(&second[W_LOCK]);
+        let shdr = sw[W_HDR].load(Ordering::Relaxed);
+        let ok = shdr & (1 << slot) != 0 && sw[w_key(slot)].load(Ordering::Relaxed) == item;
+        let dslot = free_slot(dw[W_HDR].load(Ordering::Relaxed));
+        if let (true, Some(ds)) = (ok, dslot) {
+            let ival = sw[w_val(slot)].load(Ordering::Relaxed);
+            let log = self.logs.claim();
+            let rec = LogRecord {
+                kind: LogKind::Move,
+                src_line: src,
+                src_slot: slot as u64,
+                key: item,
+                value: ival,
+                dst_line: dline,
+                dst_slot: ds as u64,
+            };
+            // persist: the move record before the destination copy, so that
+            // a crash leaving both copies valid finds the record and clears
+            // the source (CRASH-PATTERNS #3: no key twice).
+            self.write_log(log, &rec);
+            self.fill_slot(dline, dw, ds, item, ival);
+            self.clear_slot(src, sw, slot);
+            self.clear_log(log);
+            // persist: the moved item's old slot is free and durable; the new
+            // key goes in with the usual one-line order.
+            self.fill_slot(src, sw, slot, key, value);
+            self.lock.unlock(&second[W_LOCK]);
+            self.lock.unlock(&first[W_LOCK]);
+            self.moves.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        self.lock.unlock(&second[W_LOCK]);
+        self.lock.unlock(&first[W_LOCK]);
+        false
+    }
+
+    /// One-item movement: an item of a candidate bucket in `from` moves to
+    /// one of its own buckets in `to` (same level: its alternative bucket;
+    /// `to` = top from bottom: bottom-to-top), and `key` takes its slot.
+    fn try_move(
+        &self,
+        from: &Lvl,
+        to: &Lvl,
+        same_level: bool,
+        h: (u64, u64),
+        key: u64,
+        value: u64,
+    ) -> bool {
+        let (c, nc) = Self::cands(from, h);
+        for &b in &c[..nc] {
+            for line in [from.bucket(b), from.bucket(b) + LINE] {
+                let w = self.pool.words(line, 8);
+                let hdr = w[W_HDR].load(Ordering::Relaxed);
+                for s in 0..SLOTS_PER_LINE {
+                    if hdr & (1 << s) == 0 {
+                        continue;
+                    }
+                    let item = w[w_key(s)].load(Ordering::Relaxed);
+                    let ih = self.hashes(item);
+                    let (ic, inc) = Self::cands(to, ih);
+                    for &alt in &ic[..inc] {
+                        if (same_level && alt == b) || self.bucket_free(to, alt) == 0 {
+                            continue;
+                        }
+                        if self.move_and_fill(line, s, item, to, alt, key, value) {
+                            return true;
+                        }
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// Places a new key in the top two levels; the level it landed in.
+    fn place(&self, g: &Geo, h: (u64, u64), key: u64, value: u64) -> Option<usize> {
+        let (top, bot) = (&g.lv[TOP], &g.lv[BOT]);
+        if self.try_direct(top, h, key, value) {
+            return Some(TOP);
+        }
+        if self.try_move(top, top, true, h, key, value) {
+            return Some(TOP);
+        }
+        if self.try_direct(bot, h, key, value) {
+            return Some(BOT);
+        }
+        if self.try_move(bot, bot, true, h, key, value) {
+            return Some(BOT);
+        }
+        if self.try_move(bot, top, false, h, key, value) {
+            // The moved item went up, the new key took its bottom slot.
+            self.b2t_moves.fetch_add(1, Ordering::Relaxed);
+            self.counts[TOP].add(1);
+            self.counts[BOT].add(-1);
+            return Some(BOT);
+        }
+        None
+    }
+
+    fn write_log(&self, slot: usize, rec: &LogRecord) {
+        let off = self.root + R_LOGS + slot as u64 * 64;
+        for (i, w) in rec.encode().iter().enumerate() {
+            self.pool.store_u64(off + i as u64 * 8, *w);
+        }
+        self.pool.persist(off, 64);
+    }
+
+    fn clear_log(&self, slot: usize) {
+        let off = self.root + R_LOGS + slot as u64 * 64;
+        self.pool.store_u64(off, 0);
+        // persist: the cleared kind word; a stale record is harmless anyway
+        // (recovery acts only when its keys still match), and the next use
+        // of this slot rewrites it whole.
+        self.pool.persist(off, 8);
+        self.logs.release(slot);
+    }
+
+    fn tick(&self) -> u64 {
+        let t = self.ticks.fetch_add(1, Ordering::Relaxed);
+        if t.is_multiple_of(256) {
+            self.bl_first.store(
+                self.counts[BOT].get() > self.counts[TOP].get(),
+                Ordering::Relaxed,
+            );
+        }
+        t
+    }
+
+    fn slots(g: &Geo) -> u64 {
+        g.lv.iter().map(|l| l.n).sum::<u64>() * SLOTS_PER_BUCKET
+    }
+
+    /// Locks the line of `loc` and checks that it still holds `key`; the
+    /// words on success (line left locked).
+    fn lock_at(&self, loc: &Loc, key: u64) -> Option<&[AtomicU64]> {
+        let w = self.pool.words(loc.line, 8);
+        self.lock.lock(&w[W_LOCK]);
+        let hdr = w[W_HDR].load(Ordering::Relaxed);
+        if hdr & (1 << loc.slot) != 0 && w[w_key(loc.slot)].load(Ordering::Relaxed) == key {
+            Some(w)
+        } else {
+            self.lock.unlock(&w[W_LOCK]);
+            None
+        }
+    }
+
+    // ----- resizing --------------------------------------------------------------
+
+    fn write_record(&self, r: &Record) {
+        let off = self.root + R_RECORDS + (r.seq % 2) * 64;
+        for (i, w) in r.encode().iter().enumerate() {
+            self.pool.store_u64(off + i as u64 * 8, *w);
+        }
+        // persist: the whole record before the selector names it (CRASH-
+        // PATTERNS #2: geometry changes with one 8-byte store).
+        self.pool.persist(off, 64);
+        self.pool.store_u64(self.root + R_SELECTOR, r.seq);
+        self.pool.persist(self.root + R_SELECTOR, 8);
+    }
+
+    fn new_level(&self, n: u64, seq: u64) -> Result<pmem::Reservation> {
+        let r = self.pool.reserve(
+            level_alloc_bytes(n),
+            Link::Word {
+                owner: self.root + R_SELECTOR,
+                value: seq,
+            },
+        )?;
+        self.pool.zero(r.offset(), r.size() as usize);
+        // persist: an empty level (all tokens 0) before a record names it.
+        self.pool.flush(r.offset(), r.size() as usize);
+        self.pool.fence();
+        Ok(r)
+    }
+
+    /// Expands the table if its geometry is still `seen` (another writer may
+    /// have done it already). Writers are excluded, readers are not.
+    fn expand(&self, seen: u64) -> Result<()> {
+        let _w = self.gate.write().expect("gate");
+        let g = self.geo_fields();
+        if g.seq != seen {
+            return Ok(());
+        }
+        if g.phase != Phase::Normal {
+            return self.finish_resize(&g);
+        }
+        let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as f64;
+        let lf = len / Self::slots(&g) as f64;
+        if lf > f64::from_bits(self.max_lf_bits.load(Ordering::Relaxed)) {
+            self.max_lf_bits.store(lf.to_bits(), Ordering::Relaxed);
+        }
+        let top_n = g.lv[TOP].n * 2;
+        let r = self.new_level(top_n, g.seq + 1)?;
+        let rec = Record {
+            seq: g.seq + 1,
+            top: Lvl {
+                raw: r.offset(),
+                n: top_n,
+            },
+            bot: g.lv[TOP],
+            il: g.lv[BOT],
+            phase: Phase::Expanding,
+        };
+        self.write_record(&rec);
+        self.pool.commit(r);
+        let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
+        self.counts[IL].set(b);
+        self.counts[BOT].set(t);
+        self.counts[TOP].set(0);
+        let ng = Geo::from_record(&rec);
+        self.publish(&ng);
+        self.expansions.fetch_add(1, Ordering::Relaxed);
+        self.finish_resize(&ng)
+    }
+
+    /// Shrinks the table if its geometry is still `seen` and it is still
+    /// sparse enough.
+    fn shrink(&self, seen: u64) -> Result<()> {
+        let _w = self.gate.write().expect("gate");
+        let g = self.geo_fields();
+        let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as u64;
+        if g.seq != seen
+            || g.phase != Phase::Normal
+            || g.lv[TOP].n / 2 < self.min_top
+            || len * SHRINK_DIVISOR >= Self::slots(&g)
+        {
+            return Ok(());
+        }
+        let bot_n = g.lv[TOP].n / 4;
+        let r = self.new_level(bot_n, g.seq + 1)?;
+        let rec = Record {
+            seq: g.seq + 1,
+            top: g.lv[BOT],
+            bot: Lvl {
+                raw: r.offset(),
+                n: bot_n,
+            },
+            il: g.lv[TOP],
+            phase: Phase::Shrinking,
+        };
+        self.write_record(&rec);
+        self.pool.commit(r);
+        let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
+        self.counts[IL].set(t);
+        self.counts[TOP].set(b);
+        self.counts[BOT].set(0);
+        let ng = Geo::from_record(&rec);
+        self.publish(&ng);
+        self.shrinks.fetch_add(1, Ordering::Relaxed);
+        self.finish_resize(&ng)
+    }
+
+    /// Rehashes every item left in the interim level into the top two
+    /// levels, then drops the interim level. Callers hold the gate
+    /// exclusively (or are `open`).
+    fn finish_resize(&self, g: &Geo) -> Result<()> {
+        let il = g.lv[IL];
+        for b in 0..il.n {
+            for line in [il.bucket(b), il.bucket(b) + LINE] {
+                let w = self.pool.words(line, 8);
+                for s in 0..SLOTS_PER_LINE {
+                    if w[W_HDR].load(Ordering::Relaxed) & (1 << s) == 0 {
+                        continue;
+                    }
+                    let (k, v) = (
+                        w[w_key(s)].load(Ordering::Relaxed),
+                        w[w_val(s)].load(Ordering::Relaxed),
+                    );
+                    let h = self.hashes(k);
+                    // An item whose copy already sits in the top two levels
+                    // was being rehashed when a crash hit (the paper's
+                    // I_first rule, applied to every remaining item).
+                    let copy = self.find_top_two(g, k, h);
+                    if copy.is_none() {
+                        match self.place(g, h, k, v) {
+                            Some(level) => self.counts[level].add(1),
+                            None => {
+                                return Err(Error::OutOfSpace(format!(
+                                    "rehash of key {k:#x} found no slot in the top two levels; the resize stays in progress and every key stays reachable"
+                                )))
+                            }
+                        }
+                    }
+                    // persist: the copy above is durable before the interim
+                    // slot is cleared: a crash in between leaves a duplicate
+                    // that the rule above removes.
+                    self.lock.lock(&w[W_LOCK]);
+                    self.clear_slot(line, w, s);
+                    self.lock.unlock(&w[W_LOCK]);
+                    self.counts[IL].add(-1);
+                }
+            }
+        }
+        let ticket = self.pool.begin_free(
+            il.raw,
+            Link::Word {
+                owner: self.root + R_SELECTOR,
+                value: g.seq,
+            },
+        )?;
+        let rec = Record {
+            seq: g.seq + 1,
+            top: g.lv[TOP],
+            bot: g.lv[BOT],
+            il: Lvl::default(),
+            phase: Phase::Normal,
+        };
+        self.write_record(&rec);
+        self.pool.finish_free(ticket);
+        self.counts[IL].set(0);
+        self.publish(&Geo::from_record(&rec));
+        self.bl_first.store(
+            self.counts[BOT].get() > self.counts[TOP].get(),
+            Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    fn find_top_two(&self, g: &Geo, key: u64, h: (u64, u64)) -> Option<u64> {
+        for li in [TOP, BOT] {
+            let l = g.lv[li];
+            let (c, nc) = Self::cands(&l, h);
+            for &b in &c[..nc] {
+                for line in [l.bucket(b), l.bucket(b) + LINE] {
+                    if let LineFind::Found(v, _) = self.find_in_line(line, key) {
+                        return Some(v);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    // ----- recovery and verification --------------------------------------------
+
+    /// Which level block holds `line`, if it is a line of one.
+    fn line_ok(g: &Geo, line: u64, slot: u64) -> bool {
+        slot < SLOTS_PER_LINE as u64
+            && line.is_multiple_of(LINE)
+            && g.lv
+                .iter()
+                .any(|l| l.present() && line >= l.base() && line < l.base() + l.n * BUCKET)
+    }
+
+    /// Applies the undo and move records a crash left behind.
+    fn replay_logs(&self, g: &Geo) -> Result<()> {
+        let mut touched = false;
+        for i in 0..LOG_SLOTS {
+            let off = self.root + R_LOGS + i as u64 * 64;
+            let mut w = [0u64; 8];
+            for (j, x) in w.iter_mut().enumerate() {
+                *x = self.pool.load_u64(off + j as u64 * 8);
+            }
+            if w[0] == 0 {
+                continue;
+            }
+            touched = true;
+            let Some(rec) = LogRecord::decode(&w) else {
+                self.pool.store_u64(off, 0);
+                self.pool.flush(off, 8);
+                continue;
+            };
+            if !Self::line_ok(g, rec.src_line, rec.src_slot)
+                || (rec.kind == LogKind::Move && !Self::line_ok(g, rec.dst_line, rec.dst_slot))
+            {
+                return Err(corrupt(format!(
+                    "log slot {i} names lines outside the table: {rec:?}"
+                )));
+            }
+            let sw = self.pool.words(rec.src_line, 8);
+            let s = rec.src_slot as usize;
+            let src_holds = sw[W_HDR].load(Ordering::Relaxed) & (1 << s) != 0
+                && sw[w_key(s)].load(Ordering::Relaxed) == rec.key;
+            match rec.kind {
+                LogKind::Update if src_holds => {
+                    // persist: the old value back, before the log is cleared.
+                    sw[w_val(s)].store(rec.value, Ordering::Relaxed);
+                    self.pool.flush(rec.src_line, LINE as usize);
+                }
+                LogKind::Move if src_holds => {
+                    let dw = self.pool.words(rec.dst_line, 8);
+                    let d = rec.dst_slot as usize;
+                    if dw[W_HDR].load(Ordering::Relaxed) & (1 << d) != 0
+                        && dw[w_key(d)].load(Ordering::Relaxed) == rec.key
+                    {
+                        // Both copies valid: drop the source.
+                        let hdr = sw[W_HDR].load(Ordering::Relaxed);
+                        sw[W_HDR].store(hdr & !(1 << s), Ordering::Relaxed);
+                        self.pool.flush(rec.src_line, LINE as usize);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if touched {
+            // persist: every repair before any log slot is cleared, so a
+            // crash during recovery replays the same idempotent repairs.
+            self.pool.fence();
+            for i in 0..LOG_SLOTS {
+                let off = self.root + R_LOGS + i as u64 * 64;
+                if self.pool.load_u64(off) != 0 {
+                    self.pool.store_u64(off, 0);
+                    self.pool.flush(off, 8);
+                }
+            }
+            self.pool.fence();
+        }
+        Ok(())
+    }
+
+    fn scan_counts(&self, g: &Geo) -> [u64; 3] {
+        let mut out = [0u64; 3];
+        for (li, l) in g.lv.iter().enumerate() {
+            for b in 0..l.n {
+                let off = l.bucket(b);
+                out[li] += (self.pool.load_u64(off + 8) & TOKEN_MASK).count_ones() as u64
+                    + (self.pool.load_u64(off + LINE + 8) & TOKEN_MASK).count_ones() as u64;
+            }
+        }
+        out
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(usize, u64, u64, u64)) {
+        let (_, g) = self.geo_read();
+        for (li, l) in g.lv.iter().enumerate() {
+            for b in 0..l.n {
+                for line in [l.bucket(b), l.bucket(b) + LINE] {
+                    let w = self.pool.words(line, 8);
+                    let hdr = w[W_HDR].load(Ordering::Acquire);
+                    for s in 0..SLOTS_PER_LINE {
+                        if hdr & (1 << s) != 0 {
+                            f(
+                                li,
+                                b,
+                                w[w_key(s)].load(Ordering::Relaxed),
+                                w[w_val(s)].load(Ordering::Relaxed),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn maybe_shrink(&self, t: u64) {
+        if !t.is_multiple_of(64) {
+            return;
+        }
+        let g = self.geo_fields();
+        let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as u64;
+        if g.phase == Phase::Normal
+            && g.lv[TOP].n / 2 >= self.min_top
+            && len * SHRINK_DIVISOR < Self::slots(&g)
+        {
+            // A failed shrink (out of space for the small new level) leaves
+            // the table as it was; there is nothing to report to the caller
+            // whose delete succeeded.
+            let _ = self.shrink(g.seq);
+        }
+    }
+}
+
+impl Engine for Level {
+    fn name(&self) -> &str {
+        "level"
+    }
+
+    fn insert(&self, key: u64, value: u64) -> Result<bool> {
+        let h = self.hashes(key);
+        loop {
+            let seq = {
+                let _gate = self.gate.read().expect("gate");
+                let _stripe = self.stripes.lock(h.0);
+                let (found, _, g) = self.locate(key, h);
+                if found.is_some() {
+                    return Ok(false);
+                }
+                if g.phase == Phase::Normal {
+                    if let Some(level) = self.place(&g, h, key, value) {
+                        self.counts[level].add(1);
+                        self.tick();
+                        return Ok(true);
+                    }
+                }
+                g.seq
+            };
+            // Insertion failure (or a resize left in progress): resize, retry.
+            self.expand(seq)?;
+        }
+    }
+
+    fn get(&self, key: u64) -> Option<u64> {
+        let h = self.hashes(key);
+        self.locate(key, h).0.map(|(_, v)| v)
+    }
+
+    fn update(&self, key: u64, value: u64) -> Result<bool> {
+        let h = self.hashes(key);
+        let _gate = self.gate.read().expect("gate");
+        let _stripe = self.stripes.lock(h.0);
+        loop {
+            let (Some((loc, _)), _, _) = self.locate(key, h) else {
+                return Ok(false);
+            };
+            let Some(w) = self.lock_at(&loc, key) else {
+                continue;
+            };
+            let hdr = w[W_HDR].load(Ordering::Relaxed);
+            if let Some(f) = free_slot(hdr) {
+                // Opportunistic log-free update: the new item in a free slot
+                // of the same line, then both tokens flipped by one store.
+                w[w_key(f)].store(key, Ordering::Relaxed);
+                w[w_val(f)].store(value, Ordering::Relaxed);
+                w[W_HDR].store((hdr & !(1 << loc.slot)) | (1 << f), Ordering::Release);
+                // persist: new item and the token flip share the line and are
+                // stored in that order: old or new item, never both or none.
+                self.pool.persist(loc.line, LINE as usize);
+                self.logfree_updates.fetch_add(1, Ordering::Relaxed);
+            } else {
+                // Line full: undo-log the old value, update in place.
+                let old = w[w_val(loc.slot)].load(Ordering::Relaxed);
+                let log = self.logs.claim();
+                let rec = LogRecord {
+                    kind: LogKind::Update,
+                    src_line: loc.line,
+                    src_slot: loc.slot as u64,
+                    key,
+                    value: old,
+                    dst_line: 0,
+                    dst_slot: 0,
+                };
+                // persist: the undo record before the in-place write, the
+                // write before the record is cleared.
+                self.write_log(log, &rec);
+                w[w_val(loc.slot)].store(value, Ordering::Release);
+                self.pool.persist(loc.line, LINE as usize);
+                self.clear_log(log);
+                self.logged_updates.fetch_add(1, Ordering::Relaxed);
+            }
+            self.lock.unlock(&w[W_LOCK]);
+            return Ok(true);
+        }
+    }
+
+    fn remove(&self, key: u64) -> Result<bool> {
+        let h = self.hashes(key);
+        let t = {
+            let _gate = self.gate.read().expect("gate");
+            let _stripe = self.stripes.lock(h.0);
+            loop {
+                let (Some((loc, _)), _, _) = self.locate(key, h) else {
+                    return Ok(false);
+                };
+                let Some(w) = self.lock_at(&loc, key) else {
+                    continue;
+                };
+                self.clear_slot(loc.line, w, loc.slot);
+                self.lock.unlock(&w[W_LOCK]);
+                self.counts[loc.level].add(-1);
+                break self.tick();
+            }
+        };
+        self.maybe_shrink(t);
+        Ok(true)
+    }
+
+    fn len(&self) -> u64 {
+        self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as u64
+    }
+
+    fn stats(&self) -> Stats {
+        let (_, g) = self.geo_read();
+        let len = self.len();
+        let capacity = Self::slots(&g);
+        let mut pm = ROOT_BYTES;
+        for l in g.lv.iter().filter(|l| l.present()) {
+            pm += self.pool.block_size(l.raw).unwrap_or(0);
+        }
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        Stats {
+            len,
+            capacity,
+            load_factor: len as f64 / capacity.max(1) as f64,
+            pm_bytes: pm,
+            dram_bytes: std::mem::size_of::<Self>() as u64 + self.stripes.bytes(),
+            detail: vec![
+                ("top buckets".into(), g.lv[TOP].n.to_string()),
+                ("bottom buckets".into(), g.lv[BOT].n.to_string()),
+                ("top items".into(), self.counts[TOP].get().to_string()),
+                ("bottom items".into(), self.counts[BOT].get().to_string()),
+                ("expansions".into(), c(&self.expansions)),
+                ("shrinks".into(), c(&self.shrinks)),
+                ("movements".into(), c(&self.moves)),
+                ("b2t movements".into(), c(&self.b2t_moves)),
+                ("log-free updates".into(), c(&self.logfree_updates)),
+                ("logged updates".into(), c(&self.logged_updates)),
+                (
+                    "max load factor".into(),
+                    format!(
+                        "{:.4}",
+                        f64::from_bits(self.max_lf_bits.load(Ordering::Relaxed))
+                    ),
+                ),
+            ],
+        }
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(u64, u64)) {
+        self.visit(&mut |_, _, k, v| f(k, v));
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        let (_, g) = self.geo_read();
+        let mut seen = std::collections::HashSet::new();
+        let mut bad = None;
+        let mut per_level = [0u64; 3];
+        self.visit(&mut |li, b, k, _| {
+            let (c, nc) = Self::cands(&g.lv[li], self.hashes(k));
+            if !c[..nc].contains(&b) && bad.is_none() {
+                bad = Some(format!(
+                    "key {k:#x} sits in bucket {b} of level {li}, not one of its candidates"
+                ));
+            }
+            if !seen.insert(k) && bad.is_none() {
+                bad = Some(format!("key {k:#x} is stored twice"));
+            }
+            per_level[li] += 1;
+        });
+        if let Some(m) = bad {
+            return Err(corrupt(m));
+        }
+        for l in g.lv.iter().filter(|l| l.present()) {
+            for b in 0..l.n {
+                for line in [l.bucket(b), l.bucket(b) + LINE] {
+                    let hdr = self.pool.load_u64(line + 8);
+                    if hdr & !TOKEN_MASK != 0 {
+                        return Err(corrupt(format!("line {line:#x} has header {hdr:#x}")));
+                    }
+                }
+            }
+        }
+        for (li, (&found, counter)) in per_level.iter().zip(&self.counts).enumerate() {
+            if found as i64 != counter.get() {
+                return Err(corrupt(format!(
+                    "level {li} holds {found} items, its counter says {}",
+                    counter.get()
+                )));
+            }
+        }
+        let mut reachable = self.pool.block_size(self.root)?;
+        for l in g.lv.iter().filter(|l| l.present()) {
+            reachable += self.pool.block_size(l.raw)?;
+        }
+        Ok(CheckReport {
+            keys: seen.len() as u64,
+            reachable_bytes: reachable,
+        })
+    }
+
+    fn close(&self) -> Result<()> {
+        let _w = self.gate.write().expect("gate");
+        for (i, c) in self.counts.iter().enumerate() {
+            self.pool
+                .store_u64(self.root + R_COUNTS + i as u64 * 8, c.get().max(0) as u64);
+        }
+        // persist: the counters before the clean flag that makes them trusted.
+        self.pool.persist(self.root + R_COUNTS, 24);
+        self.pool.close()?;
+        Ok(())
+    }
+}

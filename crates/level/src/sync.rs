@@ -1,0 +1,270 @@
+//! Concurrency primitives of the level engine, named for what they
+//! guarantee.
+//!
+//! - [`LineLock`]: a seqlock in each line's first word. Writers hold it
+//!   (odd) while they change the line; readers never write it, they read the
+//!   line optimistically and retry when the version moved. The word lives in
+//!   PM next to the data it guards, so taking it costs no extra cache miss.
+//!   Its high 24 bits carry the *epoch* (the pool's open count): a word left
+//!   odd by a crash belongs to an old epoch and counts as unlocked, so no
+//!   recovery pass has to reset locks (CRASH-PATTERNS.md #5).
+//! - [`Stripes`]: DRAM spinlocks by key hash, so that two writers of the
+//!   same key never interleave (duplicate-free inserts).
+//! - [`Counter`]: a sharded counter, cheap to bump from many threads.
+//! - [`SlotSet`]: 64 claimable slots (the log slots).
+
+use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+const EPOCH_SHIFT: u32 = 40;
+const VERSION_MASK: u64 = (1 << EPOCH_SHIFT) - 1;
+
+/// Operations on an epoch-tagged lock word.
+#[derive(Clone, Copy)]
+pub struct LineLock {
+    epoch: u64,
+}
+
+impl LineLock {
+    pub fn new(opens: u64) -> LineLock {
+        LineLock {
+            epoch: opens & 0xff_ffff,
+        }
+    }
+
+    /// The word's version in this epoch (0 for a word of an older epoch).
+    #[inline]
+    fn version(&self, w: u64) -> u64 {
+        if w >> EPOCH_SHIFT == self.epoch {
+            w & VERSION_MASK
+        } else {
+            0
+        }
+    }
+
+    /// A version a reader may validate against, or `None` while a writer
+    /// holds the line.
+    #[inline]
+    pub fn read_begin(&self, word: &AtomicU64) -> Option<u64> {
+        let w = word.load(Ordering::Acquire);
+        if self.version(w) & 1 == 1 {
+            None
+        } else {
+            Some(w)
+        }
+    }
+
+    /// Whether the line is unchanged since `read_begin` returned `seen`.
+    #[inline]
+    pub fn read_valid(&self, word: &AtomicU64, seen: u64) -> bool {
+        fence(Ordering::Acquire);
+        word.load(Ordering::Relaxed) == seen
+    }
+
+    /// Takes the line (spins while another writer holds it).
+    #[inline]
+    pub fn lock(&self, word: &AtomicU64) {
+        loop {
+            let w = word.load(Ordering::Relaxed);
+            let v = self.version(w);
+            if v & 1 == 0 {
+                let locked = (self.epoch << EPOCH_SHIFT) | ((v + 1) & VERSION_MASK);
+                if word
+                    .compare_exchange_weak(w, locked, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    fence(Ordering::Release);
+                    return;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Releases the line; readers that saw the old version retry.
+    #[inline]
+    pub fn unlock(&self, word: &AtomicU64) {
+        let w = word.load(Ordering::Relaxed);
+        let v = self.version(w);
+        debug_assert!(v & 1 == 1, "unlock of a line not held");
+        word.store(
+            (self.epoch << EPOCH_SHIFT) | ((v + 1) & VERSION_MASK),
+            Ordering::Release,
+        );
+    }
+}
+
+/// Spinlocks by key hash.
+pub struct Stripes {
+    locks: Box<[AtomicBool]>,
+}
+
+/// Holds a stripe; released on drop.
+pub struct StripeGuard<'a> {
+    lock: &'a AtomicBool,
+}
+
+impl Stripes {
+    pub fn new(n: usize) -> Stripes {
+        Stripes {
+            locks: (0..n.next_power_of_two())
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+        }
+    }
+
+    pub fn lock(&self, hash: u64) -> StripeGuard<'_> {
+        let lock = &self.locks[(hash >> 32) as usize & (self.locks.len() - 1)];
+        while lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while lock.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        }
+        StripeGuard { lock }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.locks.len() as u64
+    }
+}
+
+impl Drop for StripeGuard<'_> {
+    fn drop(&mut self) {
+        self.lock.store(false, Ordering::Release);
+    }
+}
+
+#[repr(align(64))]
+#[derive(Default)]
+struct Padded(AtomicI64);
+
+const SHARDS: usize = 16;
+
+/// A counter split over cache-line-padded shards, one per thread (mod 16).
+#[derive(Default)]
+pub struct Counter {
+    shards: [Padded; SHARDS],
+}
+
+fn shard() -> usize {
+    use std::cell::Cell;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local!(static ID: Cell<usize> = const { Cell::new(usize::MAX) });
+    ID.with(|id| {
+        if id.get() == usize::MAX {
+            id.set(NEXT.fetch_add(1, Ordering::Relaxed) as usize % SHARDS);
+        }
+        id.get()
+    })
+}
+
+impl Counter {
+    #[inline]
+    pub fn add(&self, d: i64) {
+        self.shards[shard()].0.fetch_add(d, Ordering::Relaxed);
+    }
+
+    /// The sum; exact when no writer runs.
+    pub fn get(&self) -> i64 {
+        self.shards
+            .iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Sets the sum (writers excluded).
+    pub fn set(&self, v: i64) {
+        for s in &self.shards[1..] {
+            s.0.store(0, Ordering::Relaxed);
+        }
+        self.shards[0].0.store(v, Ordering::Relaxed);
+    }
+}
+
+/// 64 slots that threads claim and release.
+#[derive(Default)]
+pub struct SlotSet {
+    used: AtomicU64,
+}
+
+impl SlotSet {
+    pub fn claim(&self) -> usize {
+        loop {
+            let cur = self.used.load(Ordering::Acquire);
+            if cur != u64::MAX {
+                let i = (!cur).trailing_zeros() as usize;
+                if self
+                    .used
+                    .compare_exchange(cur, cur | (1 << i), Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return i;
+                }
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    pub fn release(&self, i: usize) {
+        self.used.fetch_and(!(1u64 << i), Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_epoch_locks_count_as_free() {
+        let word = AtomicU64::new(0);
+        let old = LineLock::new(1);
+        old.lock(&word);
+        assert!(old.read_begin(&word).is_none(), "held in its own epoch");
+        // A crash while held, then a new open:
+        let new = LineLock::new(2);
+        let seen = new.read_begin(&word).expect("an old epoch's lock is free");
+        new.lock(&word);
+        assert!(!new.read_valid(&word, seen));
+        new.unlock(&word);
+        let v = new.read_begin(&word).unwrap();
+        assert!(new.read_valid(&word, v));
+    }
+
+    #[test]
+    fn counter_sums_across_threads() {
+        let c = Counter::default();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        c.add(1);
+                    }
+                });
+            }
+        });
+        assert_eq!(c.get(), 4000);
+        c.set(7);
+        assert_eq!(c.get(), 7);
+    }
+
+    #[test]
+    fn stripes_exclude() {
+        let s = Stripes::new(4);
+        let n = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for _ in 0..4 {
+                sc.spawn(|| {
+                    for _ in 0..10_000 {
+                        let _g = s.lock(1 << 32);
+                        let v = n.load(Ordering::Relaxed);
+                        n.store(v + 1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 40_000);
+    }
+}

@@ -1,0 +1,150 @@
+//! Persistence modes: dax refusal and fallback, volatile and simulated
+//! pools, counters per mode.
+
+use std::path::{Path, PathBuf};
+
+use pmem::persist::counters;
+use pmem::{CrashChoice, Error, Mode, Pool, PoolOptions};
+
+fn temp(name: &str) -> PathBuf {
+    let dir = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(format!("pmhash-modes-{}-{name}", std::process::id()))
+}
+
+fn opts(mode: Mode) -> PoolOptions {
+    PoolOptions {
+        mode,
+        size: 1 << 20,
+        layout: "modes".into(),
+        ..PoolOptions::default()
+    }
+}
+
+fn is_dax_fs(path: &Path) -> bool {
+    // A tmpfs or ordinary disk file system refuses MAP_SYNC; only check the
+    // refusal where the file system is certainly not DAX.
+    std::fs::read_to_string("/proc/mounts")
+        .map(|m| {
+            m.lines().any(|l| {
+                l.contains("dax") && path.starts_with(l.split(' ').nth(1).unwrap_or("/nonexistent"))
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn dax_is_refused_on_a_non_dax_file_unless_fallback_is_allowed() {
+    let path = temp("dax.pool");
+    let _ = std::fs::remove_file(&path);
+    if is_dax_fs(&path) {
+        eprintln!(
+            "{} is on a DAX mount: MAP_SYNC would succeed; refusal not testable here",
+            path.display()
+        );
+        let pool = Pool::create(&path, &opts(Mode::Dax)).unwrap();
+        assert_eq!(pool.mode(), Mode::Dax);
+        std::fs::remove_file(&path).unwrap();
+        return;
+    }
+    match Pool::create(&path, &opts(Mode::Dax)) {
+        Err(Error::DaxUnavailable(msg)) => assert!(msg.contains("MAP_SYNC"), "{msg}"),
+        Err(e) => panic!("expected DaxUnavailable, got {e}"),
+        Ok(_) => panic!("MAP_SYNC accepted on a non-DAX file"),
+    }
+    assert!(
+        !path.exists(),
+        "a refused create must not leave a file behind"
+    );
+    let pool = Pool::create(
+        &path,
+        &PoolOptions {
+            allow_dax_fallback: true,
+            ..opts(Mode::Dax)
+        },
+    )
+    .unwrap();
+    assert_eq!(pool.mode(), Mode::Mapped);
+    assert!(pool.dax_fallback().unwrap().contains("MAP_SYNC"));
+    pool.close().unwrap();
+    drop(pool);
+    // Reopening an existing pool follows the same rule.
+    assert!(matches!(
+        Pool::open(&path, &opts(Mode::Dax)),
+        Err(Error::DaxUnavailable(_))
+    ));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn counters_follow_the_mode() {
+    for (mode, counted) in [(Mode::Volatile, false), (Mode::Simulated, true)] {
+        let pool = Pool::create(Path::new(""), &opts(mode)).unwrap();
+        let off = pool.size() - 4096;
+        let before = counters();
+        pool.store_u64(off, 1);
+        pool.persist(off, 200);
+        let d = counters().since(&before);
+        if counted {
+            assert_eq!(
+                (d.flushes, d.fences, d.bytes_flushed),
+                (4, 1, 256),
+                "{mode:?}"
+            );
+        } else {
+            assert_eq!((d.flushes, d.fences), (0, 0), "{mode:?}");
+        }
+    }
+    let path = temp("counters.pool");
+    let _ = std::fs::remove_file(&path);
+    let pool = Pool::create(&path, &opts(Mode::Mapped)).unwrap();
+    let before = counters();
+    pool.persist(8192, 64);
+    pool.write_nt(16384, &[7u8; 256]);
+    pool.fence();
+    let d = counters().since(&before);
+    assert_eq!((d.flushes, d.fences), (1 + 4, 2));
+    let mut back = [0u8; 256];
+    pool.read(16384, &mut back);
+    assert_eq!(back, [7u8; 256]);
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn non_temporal_writes_are_durable_only_after_a_fence_in_the_simulator() {
+    let pool = Pool::create(Path::new(""), &opts(Mode::Simulated)).unwrap();
+    let off = 300_000;
+    pool.write_nt(off, &[0xab; 128]);
+    let img = pool.crash_image(CrashChoice::Persisted).unwrap();
+    assert!(
+        img[off as usize..off as usize + 128]
+            .iter()
+            .all(|&b| b == 0),
+        "durable before the fence"
+    );
+    pool.fence();
+    let img = pool.crash_image(CrashChoice::Persisted).unwrap();
+    assert!(
+        img[off as usize..off as usize + 128]
+            .iter()
+            .all(|&b| b == 0xab),
+        "not durable after the fence"
+    );
+}
+
+#[test]
+fn volatile_pool_works_and_mode_names_round_trip() {
+    let pool = Pool::create(Path::new(""), &opts(Mode::Volatile)).unwrap();
+    let r = pool.reserve(100, pmem::Link::Nothing).unwrap();
+    pool.store_u64(r.offset(), 5);
+    assert_eq!(pool.load_u64(r.offset()), 5);
+    pool.commit(r);
+    for m in [Mode::Dax, Mode::Mapped, Mode::Volatile, Mode::Simulated] {
+        assert_eq!(Mode::parse(m.name()).unwrap(), m);
+    }
+    assert!(Mode::parse("pmem").is_err());
+}

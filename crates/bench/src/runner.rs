@@ -447,6 +447,25 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
     let picker = Picker::new(job.dist, job.inputs.zipf.as_ref());
     let mut samples = Vec::with_capacity((count / SAMPLE_EVERY + 1) as usize);
     let mut inserted = 0u64;
+    // Read and update workloads draw their keys before timing, into a
+    // sequential stream: a random index into the key array at run time would
+    // add a cache miss (and a TLB miss) per operation that belongs to the
+    // harness, not to the engine.
+    let stream: Vec<u64> = match (&picker, job.workload) {
+        (Ok(p), Workload::GetPos | Workload::Update) => {
+            let mut p = p.clone();
+            (0..count)
+                .map(|_| keys.loaded[p.pick(&mut rng, n) as usize])
+                .collect()
+        }
+        (Ok(p), Workload::GetNeg) => {
+            let mut p = p.clone();
+            (0..count)
+                .map(|_| keys.absent[p.pick(&mut rng, n) as usize])
+                .collect()
+        }
+        _ => Vec::new(),
+    };
 
     barrier.wait();
     let c0 = pmem::persist::counters();
@@ -470,8 +489,8 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
                     Err(e) => Err(engine_err("delete", k, e)),
                 }
             }),
-            Workload::GetPos => timed(count, &mut samples, |_| {
-                let k = keys.loaded[picker.pick(&mut rng, n) as usize];
+            Workload::GetPos => timed(count, &mut samples, |i| {
+                let k = stream[i as usize];
                 match engine.get(k) {
                     Some(v) if v == load_value(k) => Ok(()),
                     Some(v) => Err(format!(
@@ -481,15 +500,15 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
                     None => Err(format!("get of loaded key {k:#x} found nothing")),
                 }
             }),
-            Workload::GetNeg => timed(count, &mut samples, |_| {
-                let k = keys.absent[picker.pick(&mut rng, n) as usize];
+            Workload::GetNeg => timed(count, &mut samples, |i| {
+                let k = stream[i as usize];
                 match engine.get(k) {
                     None => Ok(()),
                     Some(v) => Err(format!("get of absent key {k:#x} returned {v:#x}")),
                 }
             }),
             Workload::Update => timed(count, &mut samples, |i| {
-                let k = keys.loaded[picker.pick(&mut rng, n) as usize];
+                let k = stream[i as usize];
                 match engine.update(k, i) {
                     Ok(true) => Ok(()),
                     Ok(false) => Err(format!("update of loaded key {k:#x} found nothing")),

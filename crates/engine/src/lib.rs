@@ -10,6 +10,7 @@ use std::sync::Arc;
 use pmem::Pool;
 
 pub mod crashtest;
+pub mod gate;
 pub mod slotarray;
 
 /// What an engine promises about a mutating call that has returned

@@ -18,7 +18,8 @@
 //! level block: n buckets of 128 bytes, from the first 128-aligned offset
 //!   bucket = 2 lines; line (64 bytes) =
 //!   0     lock word       DRAM semantics only (epoch-tagged, see sync.rs)
-//!   8     header          bit i = token of slot i (1 valid, 0 empty), i < 3
+//!   8     header          bit i = token of slot i (1 valid, 0 empty), i < 3;
+//!                         bits 8+8i..16+8i = slot i's 8-bit key fingerprint
 //!   16    slot 0 key, 24 slot 0 value
 //!   32    slot 1 key, 40 slot 1 value
 //!   48    slot 2 key, 56 slot 2 value
@@ -42,6 +43,8 @@ pub const SLOTS_PER_BUCKET: u64 = 6;
 pub const W_LOCK: usize = 0;
 pub const W_HDR: usize = 1;
 pub const TOKEN_MASK: u64 = 0b111;
+pub const FP_SHIFT: u32 = 8;
+pub const FP_MASK: u64 = 0xff_ffff << FP_SHIFT;
 
 #[inline]
 pub fn w_key(slot: usize) -> usize {

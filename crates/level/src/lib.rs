@@ -17,7 +17,9 @@
 //!   exclude writers but not readers.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use engine::gate::WriterGate;
 
 use engine::{CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Error, Result, Stats};
 use pmem::{Link, Pool};
@@ -86,9 +88,12 @@ struct Loc {
     slot: usize,
 }
 
-enum LineFind {
-    Found(u64, u64),
-    Missing(u64),
+/// What one optimistic line read saw.
+struct Scan {
+    mask: u64,
+    vals: [u64; 3],
+    ver: u64,
+    ok: bool,
 }
 
 #[inline]
@@ -111,6 +116,35 @@ fn free_count(hdr: u64) -> u32 {
     (!hdr & TOKEN_MASK).count_ones()
 }
 
+/// The 8-bit fingerprint of a key (from its first hash's top byte).
+#[inline]
+fn fingerprint(h0: u64) -> u64 {
+    h0 >> 56
+}
+
+/// Slots of a line whose token is set and whose fingerprint is `fp`.
+#[inline(always)]
+fn fp_candidates(hdr: u64, fp: u64) -> u64 {
+    let x = (hdr >> FP_SHIFT) ^ (fp * 0x01_0101);
+    let zero = ((x & 0xff) == 0) as u64
+        | (((x >> 8) & 0xff == 0) as u64) << 1
+        | (((x >> 16) & 0xff == 0) as u64) << 2;
+    zero & hdr & TOKEN_MASK
+}
+
+/// `hdr` with slot `s` valid and carrying fingerprint `fp`.
+#[inline]
+fn with_slot(hdr: u64, s: usize, fp: u64) -> u64 {
+    let shift = FP_SHIFT + 8 * s as u32;
+    (hdr & !(0xff << shift)) | (fp << shift) | (1 << s)
+}
+
+enum Probe {
+    Hit((Loc, u64)),
+    Miss,
+    Retry,
+}
+
 /// The level hashing engine.
 pub struct Level {
     pool: Arc<Pool>,
@@ -118,9 +152,14 @@ pub struct Level {
     seeds: (u64, u64),
     lock: LineLock,
     /// Writers share it; resizes take it exclusively. Readers never touch it.
-    gate: RwLock<()>,
+    gate: WriterGate,
     geo_ver: AtomicU64,
     geo: [AtomicU64; 8],
+    /// Moves begun and finished (item movements and resize rehashes): a
+    /// reader whose probe overlapped no move can trust a miss without
+    /// re-reading every line it probed.
+    moves_begun: AtomicU64,
+    moves_done: AtomicU64,
     stripes: Stripes,
     counts: [Counter; 3],
     bl_first: AtomicBool,
@@ -133,7 +172,6 @@ pub struct Level {
     logfree_updates: AtomicU64,
     logged_updates: AtomicU64,
     max_lf_bits: AtomicU64,
-    ticks: AtomicU64,
 }
 
 fn corrupt(m: String) -> Error {
@@ -154,9 +192,11 @@ impl Level {
             root,
             seeds,
             lock,
-            gate: RwLock::new(()),
+            gate: WriterGate::new(),
             geo_ver: AtomicU64::new(0),
             geo: Default::default(),
+            moves_begun: AtomicU64::new(0),
+            moves_done: AtomicU64::new(0),
             stripes: Stripes::new(4096.max(threads * 256)),
             counts: Default::default(),
             bl_first: AtomicBool::new(false),
@@ -169,7 +209,6 @@ impl Level {
             logfree_updates: AtomicU64::new(0),
             logged_updates: AtomicU64::new(0),
             max_lf_bits: AtomicU64::new(0),
-            ticks: AtomicU64::new(0),
         }
     }
 
@@ -312,7 +351,7 @@ impl Level {
             Ordering::Relaxed,
         );
         if rec.phase != Phase::Normal {
-            let _w = lv.gate.write().expect("gate");
+            let _w = lv.gate.close();
             lv.finish_resize(&g)?;
         }
         Ok(lv)
@@ -375,7 +414,7 @@ impl Level {
     }
 
     fn geo_fields(&self) -> Geo {
-        let v: Vec<u64> = self.geo.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        let v: [u64; 8] = std::array::from_fn(|i| self.geo[i].load(Ordering::Relaxed));
         let phase = match v[1] {
             1 => Phase::Expanding,
             2 => Phase::Shrinking,
@@ -443,30 +482,34 @@ impl Level {
 
     // ----- reading ---------------------------------------------------------------
 
-    /// Reads one line optimistically and looks for `key`: `Found(value,
-    /// slot)` or `Missing(version)` for later validation.
-    #[inline]
-    fn find_in_line(&self, line: u64, key: u64) -> LineFind {
+    /// One optimistic read of a line, without data-dependent branches:
+    /// the valid slots holding `key` (bit mask), the values, the version
+    /// seen, and whether no writer held or changed the line meanwhile.
+    #[inline(always)]
+    fn scan_line(&self, line: u64, key: u64) -> Scan {
         let w = self.pool.words(line, 8);
-        loop {
-            let Some(v1) = self.lock.read_begin(&w[W_LOCK]) else {
-                std::hint::spin_loop();
-                continue;
-            };
-            let hdr = w[W_HDR].load(Ordering::Relaxed);
-            let mut found = None;
-            for s in 0..SLOTS_PER_LINE {
-                if hdr & (1 << s) != 0 && w[w_key(s)].load(Ordering::Relaxed) == key {
-                    found = Some((w[w_val(s)].load(Ordering::Relaxed), s as u64));
-                    break;
-                }
-            }
-            if self.lock.read_valid(&w[W_LOCK], v1) {
-                return match found {
-                    Some((v, s)) => LineFind::Found(v, s),
-                    None => LineFind::Missing(v1),
-                };
-            }
+        let v1 = w[W_LOCK].load(Ordering::Acquire);
+        let hdr = w[W_HDR].load(Ordering::Relaxed);
+        let keys = [
+            w[2].load(Ordering::Relaxed),
+            w[4].load(Ordering::Relaxed),
+            w[6].load(Ordering::Relaxed),
+        ];
+        let vals = [
+            w[3].load(Ordering::Relaxed),
+            w[5].load(Ordering::Relaxed),
+            w[7].load(Ordering::Relaxed),
+        ];
+        std::sync::atomic::fence(Ordering::Acquire);
+        let v2 = w[W_LOCK].load(Ordering::Relaxed);
+        let eq = (keys[0] == key) as u64
+            | ((keys[1] == key) as u64) << 1
+            | ((keys[2] == key) as u64) << 2;
+        Scan {
+            mask: hdr & eq & TOKEN_MASK,
+            vals,
+            ver: v1,
+            ok: v1 == v2 && self.lock.is_free(v1),
         }
     }
 
@@ -485,52 +528,172 @@ impl Level {
 
     /// Finds `key` with a validated search: a miss is returned only if no
     /// line probed changed while probing (a concurrent move re-probes).
-    fn locate(&self, key: u64, h: (u64, u64)) -> (Option<(Loc, u64)>, u64, Geo) {
-        loop {
+    /// Levels are probed in the dynamic order, the interim level last (and
+    /// only with `interim`); all candidate lines are prefetched first.
+    fn locate(&self, key: u64, h: (u64, u64), interim: bool) -> (Option<(Loc, u64)>, Geo, u64) {
+        'retry: loop {
             let (gv, g) = self.geo_read();
             self.prefetch(&g, h);
-            let (order, nlev) = self.order(&g);
+            let begun = self.moves_begun.load(Ordering::Acquire);
+            let quiet = begun == self.moves_done.load(Ordering::Acquire);
+            let (order, mut nlev) = self.order(&g);
+            if !interim {
+                nlev = nlev.min(2);
+            }
             let mut seen = [(0u64, 0u64); 12];
             let mut ns = 0;
-            let mut hit = None;
-            'probe: for &li in &order[..nlev] {
+            for &li in &order[..nlev] {
                 let l = g.lv[li];
                 let (c, nc) = Self::cands(&l, h);
+                let mut ok = true;
+                let mut hit = None;
                 for &b in &c[..nc] {
                     for line in [l.bucket(b), l.bucket(b) + LINE] {
-                        match self.find_in_line(line, key) {
-                            LineFind::Found(v, s) => {
-                                hit = Some((
-                                    Loc {
-                                        level: li,
-                                        line,
-                                        slot: s as usize,
-                                    },
-                                    v,
-                                ));
-                                break 'probe;
-                            }
-                            LineFind::Missing(ver) => {
-                                seen[ns] = (line, ver);
-                                ns += 1;
-                            }
+                        let sc = self.scan_line(line, key);
+                        ok &= sc.ok;
+                        if sc.mask != 0 {
+                            let slot = sc.mask.trailing_zeros() as usize;
+                            hit = Some((
+                                Loc {
+                                    level: li,
+                                    line,
+                                    slot,
+                                },
+                                sc.vals[slot],
+                            ));
                         }
+                        seen[ns] = (line, sc.ver);
+                        ns += 1;
                     }
                 }
+                if !ok {
+                    std::hint::spin_loop();
+                    continue 'retry;
+                }
+                if hit.is_some() {
+                    if self.geo_ver.load(Ordering::Acquire) == gv {
+                        return (hit, g, gv);
+                    }
+                    continue 'retry;
+                }
             }
-            let stable = self.geo_ver.load(Ordering::Acquire) == gv;
-            if hit.is_some() && stable {
-                return (hit, gv, g);
-            }
-            if hit.is_none()
-                && stable
-                && seen[..ns]
+            std::sync::atomic::fence(Ordering::Acquire);
+            // A miss stands if no move overlapped the probe (the common
+            // case: one load), or else if no line probed has changed.
+            let unchanged = (quiet && self.moves_begun.load(Ordering::Relaxed) == begun)
+                || seen[..ns]
                     .iter()
-                    .all(|&(line, ver)| self.lock.read_valid(&self.pool.words(line, 1)[0], ver))
-            {
-                return (None, gv, g);
+                    .all(|&(line, ver)| self.pool.words(line, 1)[0].load(Ordering::Relaxed) == ver);
+            if unchanged && self.geo_ver.load(Ordering::Acquire) == gv {
+                return (None, g, gv);
             }
         }
+    }
+
+    /// The fast path of every search: fingerprints select the slots worth
+    /// a key compare, and a miss is validated by one load (no move
+    /// overlapped the probe) instead of re-reading every line. While a
+    /// resize or a move is under way it falls back to
+    /// [`locate`](Self::locate).
+    fn find(&self, key: u64, h: (u64, u64), expect_hit: bool) -> (Option<(Loc, u64)>, u64) {
+        let fp = fingerprint(h.0);
+        loop {
+            let gv = self.geo_ver.load(Ordering::Acquire);
+            let begun = self.moves_begun.load(Ordering::Acquire);
+            if gv & 1 == 1
+                || begun != self.moves_done.load(Ordering::Acquire)
+                || self.geo[7].load(Ordering::Relaxed) != 0
+            {
+                let (hit, _, gv) = self.locate(key, h, true);
+                return (hit, gv);
+            }
+            let (tb, tm) = (
+                level_base(self.geo[2].load(Ordering::Relaxed)),
+                self.geo[3].load(Ordering::Relaxed) - 1,
+            );
+            let (bb, bm) = (
+                level_base(self.geo[4].load(Ordering::Relaxed)),
+                self.geo[5].load(Ordering::Relaxed) - 1,
+            );
+            let top = [tb + (h.0 & tm) * BUCKET, tb + (h.1 & tm) * BUCKET];
+            let bot = [bb + (h.0 & bm) * BUCKET, bb + (h.1 & bm) * BUCKET];
+            let ((first, fl), (second, sl)) = if self.bl_first.load(Ordering::Relaxed) {
+                ((bot, BOT), (top, TOP))
+            } else {
+                ((top, TOP), (bot, BOT))
+            };
+            // Expecting a hit, prefetch the level probed first only: the
+            // other level's lines would compete with the hit's and with a
+            // writer's flush. Expecting a miss, prefetch both.
+            let fetch: &[u64] = if expect_hit {
+                &first
+            } else {
+                &[first[0], first[1], second[0], second[1]]
+            };
+            for &b in fetch {
+                self.pool.prefetch(b);
+                self.pool.prefetch(b + LINE);
+            }
+            match self.probe_fast(first, fl, key, fp) {
+                Probe::Hit(hit) if self.geo_ver.load(Ordering::Acquire) == gv => {
+                    return (Some(hit), gv)
+                }
+                Probe::Miss => {}
+                _ => continue,
+            }
+            match self.probe_fast(second, sl, key, fp) {
+                Probe::Hit(hit) if self.geo_ver.load(Ordering::Acquire) == gv => {
+                    return (Some(hit), gv)
+                }
+                Probe::Miss => {}
+                _ => continue,
+            }
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.moves_begun.load(Ordering::Relaxed) == begun
+                && self.geo_ver.load(Ordering::Relaxed) == gv
+            {
+                return (None, gv);
+            }
+        }
+    }
+
+    /// Probes the two buckets of one level. A hit is validated by its
+    /// line's version; a miss needs no per-line validation: every change
+    /// that could hide a present key from a reader is a move (the caller
+    /// checks) or publishes through the header word after the slot it
+    /// names is written.
+    #[inline(always)]
+    fn probe_fast(&self, buckets: [u64; 2], level: usize, key: u64, fp: u64) -> Probe {
+        for b in buckets {
+            for line in [b, b + LINE] {
+                let w = self.pool.words(line, 8);
+                let v1 = w[W_LOCK].load(Ordering::Acquire);
+                let hdr = w[W_HDR].load(Ordering::Acquire);
+                if !self.lock.is_free(v1) {
+                    // A writer holds the line until its change is durable:
+                    // wait rather than act on what a crash could undo
+                    // (CRASH-PATTERNS #6).
+                    std::hint::spin_loop();
+                    return Probe::Retry;
+                }
+                let mut c = fp_candidates(hdr, fp);
+                while c != 0 {
+                    let slot = c.trailing_zeros() as usize;
+                    if w[w_key(slot)].load(Ordering::Relaxed) == key {
+                        let v = w[w_val(slot)].load(Ordering::Relaxed);
+                        std::sync::atomic::fence(Ordering::Acquire);
+                        let ok = w[W_LOCK].load(Ordering::Relaxed) == v1;
+                        return if ok {
+                            Probe::Hit((Loc { level, line, slot }, v))
+                        } else {
+                            Probe::Retry
+                        };
+                    }
+                    c &= c - 1;
+                }
+            }
+        }
+        Probe::Miss
     }
 
     // ----- writing ---------------------------------------------------------------
@@ -541,7 +704,10 @@ impl Level {
         let hdr = w[W_HDR].load(Ordering::Relaxed);
         w[w_key(slot)].store(key, Ordering::Relaxed);
         w[w_val(slot)].store(value, Ordering::Relaxed);
-        w[W_HDR].store(hdr | (1 << slot), Ordering::Release);
+        w[W_HDR].store(
+            with_slot(hdr, slot, fingerprint(self.hashes(key).0)),
+            Ordering::Release,
+        );
         // persist: key, value, then the token, all in this one cache line.
         // x86 writes a line back whole, holding its stores in program order,
         // so the token is never durable without the item (CRASH-PATTERNS
@@ -620,6 +786,7 @@ impl Level {
         let ok = shdr & (1 << slot) != 0 && sw[w_key(slot)].load(Ordering::Relaxed) == item;
         let dslot = free_slot(dw[W_HDR].load(Ordering::Relaxed));
         if let (true, Some(ds)) = (ok, dslot) {
+            self.move_begin();
             let ival = sw[w_val(slot)].load(Ordering::Relaxed);
             let log = self.logs.claim();
             let rec = LogRecord {
@@ -638,6 +805,7 @@ impl Level {
             self.fill_slot(dline, dw, ds, item, ival);
             self.clear_slot(src, sw, slot);
             self.clear_log(log);
+            self.move_end();
             // persist: the moved item's old slot is free and durable; the new
             // key goes in with the usual one-line order.
             self.fill_slot(src, sw, slot, key, value);
@@ -714,6 +882,17 @@ impl Level {
         None
     }
 
+    /// Announces a move to readers (before any line changes).
+    fn move_begin(&self) {
+        self.moves_begun.fetch_add(1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// The move is complete: its source is cleared.
+    fn move_end(&self) {
+        self.moves_done.fetch_add(1, Ordering::Release);
+    }
+
     fn write_log(&self, slot: usize, rec: &LogRecord) {
         let off = self.root + R_LOGS + slot as u64 * 64;
         for (i, w) in rec.encode().iter().enumerate() {
@@ -725,15 +904,22 @@ impl Level {
     fn clear_log(&self, slot: usize) {
         let off = self.root + R_LOGS + slot as u64 * 64;
         self.pool.store_u64(off, 0);
-        // persist: the cleared kind word; a stale record is harmless anyway
-        // (recovery acts only when its keys still match), and the next use
-        // of this slot rewrites it whole.
-        self.pool.persist(off, 8);
+        // persist: flushed here, durable at the caller's next fence (every
+        // caller fences before it returns).
+        self.pool.flush(off, 8);
         self.logs.release(slot);
     }
 
+    /// Counts this thread's writes; every 256th refreshes the dynamic
+    /// search order. Thread-local: no shared cache line on the write path.
     fn tick(&self) -> u64 {
-        let t = self.ticks.fetch_add(1, Ordering::Relaxed);
+        use std::cell::Cell;
+        thread_local!(static TICKS: Cell<u64> = const { Cell::new(0) });
+        let t = TICKS.with(|c| {
+            let t = c.get();
+            c.set(t + 1);
+            t
+        });
         if t.is_multiple_of(256) {
             self.bl_first.store(
                 self.counts[BOT].get() > self.counts[TOP].get(),
@@ -745,6 +931,29 @@ impl Level {
 
     fn slots(g: &Geo) -> u64 {
         g.lv.iter().map(|l| l.n).sum::<u64>() * SLOTS_PER_BUCKET
+    }
+
+    /// Finds `key` and locks its line, holding the writers' gate: `None` if
+    /// absent. Updaters and removers need no key stripe: they meet at the
+    /// line lock, and the loser finds the key gone or moved and looks again.
+    fn lock_found(
+        &self,
+        key: u64,
+        h: (u64, u64),
+    ) -> Option<(Loc, &[AtomicU64], engine::gate::Inside<'_>)> {
+        loop {
+            // Look before taking the gate, so the misses overlap the previous
+            // operation's persist; then check the geometry did not change.
+            let (hit, gv) = self.find(key, h, true);
+            let (loc, _) = hit?;
+            let gate = self.gate.enter();
+            if self.geo_ver.load(Ordering::Acquire) != gv {
+                continue;
+            }
+            if let Some(w) = self.lock_at(&loc, key) {
+                return Some((loc, w, gate));
+            }
+        }
     }
 
     /// Locks the line of `loc` and checks that it still holds `key`; the
@@ -793,7 +1002,7 @@ impl Level {
     /// Expands the table if its geometry is still `seen` (another writer may
     /// have done it already). Writers are excluded, readers are not.
     fn expand(&self, seen: u64) -> Result<()> {
-        let _w = self.gate.write().expect("gate");
+        let _w = self.gate.close();
         let g = self.geo_fields();
         if g.seq != seen {
             return Ok(());
@@ -833,7 +1042,7 @@ impl Level {
     /// Shrinks the table if its geometry is still `seen` and it is still
     /// sparse enough.
     fn shrink(&self, seen: u64) -> Result<()> {
-        let _w = self.gate.write().expect("gate");
+        let _w = self.gate.close();
         let g = self.geo_fields();
         let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as u64;
         if g.seq != seen
@@ -887,14 +1096,16 @@ impl Level {
                     // An item whose copy already sits in the top two levels
                     // was being rehashed when a crash hit (the paper's
                     // I_first rule, applied to every remaining item).
-                    let copy = self.find_top_two(g, k, h);
+                    self.move_begin();
+                    let copy = self.locate(k, h, false).0;
                     if copy.is_none() {
                         match self.place(g, h, k, v) {
                             Some(level) => self.counts[level].add(1),
                             None => {
+                                self.move_end();
                                 return Err(Error::OutOfSpace(format!(
                                     "rehash of key {k:#x} found no slot in the top two levels; the resize stays in progress and every key stays reachable"
-                                )))
+                                )));
                             }
                         }
                     }
@@ -904,6 +1115,7 @@ impl Level {
                     self.lock.lock(&w[W_LOCK]);
                     self.clear_slot(line, w, s);
                     self.lock.unlock(&w[W_LOCK]);
+                    self.move_end();
                     self.counts[IL].add(-1);
                 }
             }
@@ -931,21 +1143,6 @@ impl Level {
             Ordering::Relaxed,
         );
         Ok(())
-    }
-
-    fn find_top_two(&self, g: &Geo, key: u64, h: (u64, u64)) -> Option<u64> {
-        for li in [TOP, BOT] {
-            let l = g.lv[li];
-            let (c, nc) = Self::cands(&l, h);
-            for &b in &c[..nc] {
-                for line in [l.bucket(b), l.bucket(b) + LINE] {
-                    if let LineFind::Found(v, _) = self.find_in_line(line, key) {
-                        return Some(v);
-                    }
-                }
-            }
-        }
-        None
     }
 
     // ----- recovery and verification --------------------------------------------
@@ -1060,7 +1257,7 @@ impl Level {
     }
 
     fn maybe_shrink(&self, t: u64) {
-        if !t.is_multiple_of(64) {
+        if !t.is_multiple_of(1024) {
             return;
         }
         let g = self.geo_fields();
@@ -1085,13 +1282,19 @@ impl Engine for Level {
     fn insert(&self, key: u64, value: u64) -> Result<bool> {
         let h = self.hashes(key);
         loop {
+            // An optimistic look first, outside every lock, so its cache
+            // misses overlap the previous operation's persist.
+            if self.find(key, h, false).0.is_some() {
+                return Ok(false);
+            }
             let seq = {
-                let _gate = self.gate.read().expect("gate");
+                let _gate = self.gate.enter();
                 let _stripe = self.stripes.lock(h.0);
-                let (found, _, g) = self.locate(key, h);
-                if found.is_some() {
+                // Under the key's stripe the answer is final (lines are hot).
+                if self.find(key, h, false).0.is_some() {
                     return Ok(false);
                 }
+                let g = self.geo_fields();
                 if g.phase == Phase::Normal {
                     if let Some(level) = self.place(&g, h, key, value) {
                         self.counts[level].add(1);
@@ -1107,20 +1310,14 @@ impl Engine for Level {
     }
 
     fn get(&self, key: u64) -> Option<u64> {
-        let h = self.hashes(key);
-        self.locate(key, h).0.map(|(_, v)| v)
+        self.find(key, self.hashes(key), false).0.map(|(_, v)| v)
     }
 
     fn update(&self, key: u64, value: u64) -> Result<bool> {
         let h = self.hashes(key);
-        let _gate = self.gate.read().expect("gate");
-        let _stripe = self.stripes.lock(h.0);
-        loop {
-            let (Some((loc, _)), _, _) = self.locate(key, h) else {
+        {
+            let Some((loc, w, gate)) = self.lock_found(key, h) else {
                 return Ok(false);
-            };
-            let Some(w) = self.lock_at(&loc, key) else {
-                continue;
             };
             let hdr = w[W_HDR].load(Ordering::Relaxed);
             if let Some(f) = free_slot(hdr) {
@@ -1128,7 +1325,11 @@ impl Engine for Level {
                 // of the same line, then both tokens flipped by one store.
                 w[w_key(f)].store(key, Ordering::Relaxed);
                 w[w_val(f)].store(value, Ordering::Relaxed);
-                w[W_HDR].store((hdr & !(1 << loc.slot)) | (1 << f), Ordering::Release);
+                w[W_HDR].store(
+                    with_slot(hdr & !(1 << loc.slot), f, fingerprint(h.0)),
+                    Ordering::Release,
+                );
+                drop(gate);
                 // persist: new item and the token flip share the line and are
                 // stored in that order: old or new item, never both or none.
                 self.pool.persist(loc.line, LINE as usize);
@@ -1146,37 +1347,45 @@ impl Engine for Level {
                     dst_line: 0,
                     dst_slot: 0,
                 };
-                // persist: the undo record before the in-place write, the
-                // write before the record is cleared.
+                // persist: the undo record (fenced) before the in-place
+                // write; then the write and the record's clearing share one
+                // fence. A crash before that fence may leave either one
+                // durable without the other: the value is then the old one
+                // (undone, or never written) or the new one, and the call
+                // had not returned, so both are allowed. Two fences, not
+                // the three of write-clear-clear.
                 self.write_log(log, &rec);
                 w[w_val(loc.slot)].store(value, Ordering::Release);
-                self.pool.persist(loc.line, LINE as usize);
+                self.pool.flush(loc.line, LINE as usize);
                 self.clear_log(log);
+                self.pool.fence();
+                drop(gate);
                 self.logged_updates.fetch_add(1, Ordering::Relaxed);
             }
             self.lock.unlock(&w[W_LOCK]);
-            return Ok(true);
         }
+        Ok(true)
     }
 
     fn remove(&self, key: u64) -> Result<bool> {
         let h = self.hashes(key);
-        let t = {
-            let _gate = self.gate.read().expect("gate");
-            let _stripe = self.stripes.lock(h.0);
-            loop {
-                let (Some((loc, _)), _, _) = self.locate(key, h) else {
-                    return Ok(false);
-                };
-                let Some(w) = self.lock_at(&loc, key) else {
-                    continue;
-                };
-                self.clear_slot(loc.line, w, loc.slot);
-                self.lock.unlock(&w[W_LOCK]);
-                self.counts[loc.level].add(-1);
-                break self.tick();
-            }
+        let Some((loc, w, gate)) = self.lock_found(key, h) else {
+            return Ok(false);
         };
+        let hdr = w[W_HDR].load(Ordering::Relaxed);
+        w[W_HDR].store(hdr & !(1 << loc.slot), Ordering::Release);
+        // The gate goes before the persist: a resize that starts now waits
+        // for this line's lock, so the geometry under it cannot change, and
+        // no locked instruction after the fence holds back the next
+        // operation's loads.
+        drop(gate);
+        // persist: one 8-byte header store clears the token: failure-atomic.
+        // The line stays locked until it is durable, so no reader acts on a
+        // delete a crash could undo (CRASH-PATTERNS #6).
+        self.pool.persist(loc.line, LINE as usize);
+        self.lock.unlock(&w[W_LOCK]);
+        self.counts[loc.level].add(-1);
+        let t = self.tick();
         self.maybe_shrink(t);
         Ok(true)
     }
@@ -1250,8 +1459,18 @@ impl Engine for Level {
             for b in 0..l.n {
                 for line in [l.bucket(b), l.bucket(b) + LINE] {
                     let hdr = self.pool.load_u64(line + 8);
-                    if hdr & !TOKEN_MASK != 0 {
+                    if hdr & !(TOKEN_MASK | FP_MASK) != 0 {
                         return Err(corrupt(format!("line {line:#x} has header {hdr:#x}")));
+                    }
+                    for s in 0..SLOTS_PER_LINE {
+                        let k = self.pool.load_u64(line + 16 + 16 * s as u64);
+                        if hdr & (1 << s) != 0
+                            && fp_candidates(hdr, fingerprint(self.hashes(k).0)) & (1 << s) == 0
+                        {
+                            return Err(corrupt(format!(
+                                "key {k:#x} in line {line:#x} has a wrong fingerprint"
+                            )));
+                        }
                     }
                 }
             }
@@ -1275,7 +1494,7 @@ impl Engine for Level {
     }
 
     fn close(&self) -> Result<()> {
-        let _w = self.gate.write().expect("gate");
+        let _w = self.gate.close();
         for (i, c) in self.counts.iter().enumerate() {
             self.pool
                 .store_u64(self.root + R_COUNTS + i as u64 * 8, c.get().max(0) as u64);

@@ -41,23 +41,10 @@ impl LineLock {
         }
     }
 
-    /// A version a reader may validate against, or `None` while a writer
-    /// holds the line.
+    /// Whether a lock word read by a reader shows the line free.
     #[inline]
-    pub fn read_begin(&self, word: &AtomicU64) -> Option<u64> {
-        let w = word.load(Ordering::Acquire);
-        if self.version(w) & 1 == 1 {
-            None
-        } else {
-            Some(w)
-        }
-    }
-
-    /// Whether the line is unchanged since `read_begin` returned `seen`.
-    #[inline]
-    pub fn read_valid(&self, word: &AtomicU64, seen: u64) -> bool {
-        fence(Ordering::Acquire);
-        word.load(Ordering::Relaxed) == seen
+    pub fn is_free(&self, w: u64) -> bool {
+        self.version(w) & 1 == 0
     }
 
     /// Takes the line (spins while another writer holds it).
@@ -140,30 +127,47 @@ impl Drop for StripeGuard<'_> {
 #[derive(Default)]
 struct Padded(AtomicI64);
 
-const SHARDS: usize = 16;
+const SHARDS: usize = 64;
 
-/// A counter split over cache-line-padded shards, one per thread (mod 16).
-#[derive(Default)]
-pub struct Counter {
-    shards: [Padded; SHARDS],
-}
-
+/// This thread's shard: threads 0..63 (in order of first use) own one
+/// each; later threads share the last with atomic adds.
 fn shard() -> usize {
     use std::cell::Cell;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     thread_local!(static ID: Cell<usize> = const { Cell::new(usize::MAX) });
     ID.with(|id| {
         if id.get() == usize::MAX {
-            id.set(NEXT.fetch_add(1, Ordering::Relaxed) as usize % SHARDS);
+            id.set((NEXT.fetch_add(1, Ordering::Relaxed) as usize).min(SHARDS - 1));
         }
         id.get()
     })
 }
 
+/// A counter split over cache-line-padded shards. A thread that owns its
+/// shard adds with a plain load and store: no locked instruction, so the
+/// counter never holds back the loads that follow a persist.
+pub struct Counter {
+    shards: [Padded; SHARDS],
+}
+
+impl Default for Counter {
+    fn default() -> Self {
+        Counter {
+            shards: std::array::from_fn(|_| Padded::default()),
+        }
+    }
+}
+
 impl Counter {
     #[inline]
     pub fn add(&self, d: i64) {
-        self.shards[shard()].0.fetch_add(d, Ordering::Relaxed);
+        let i = shard();
+        let s = &self.shards[i].0;
+        if i < SHARDS - 1 {
+            s.store(s.load(Ordering::Relaxed) + d, Ordering::Relaxed);
+        } else {
+            s.fetch_add(d, Ordering::Relaxed);
+        }
     }
 
     /// The sum; exact when no writer runs.
@@ -222,15 +226,19 @@ mod tests {
         let word = AtomicU64::new(0);
         let old = LineLock::new(1);
         old.lock(&word);
-        assert!(old.read_begin(&word).is_none(), "held in its own epoch");
+        assert!(
+            !old.is_free(word.load(Ordering::Relaxed)),
+            "held in its own epoch"
+        );
         // A crash while held, then a new open:
         let new = LineLock::new(2);
-        let seen = new.read_begin(&word).expect("an old epoch's lock is free");
+        let seen = word.load(Ordering::Relaxed);
+        assert!(new.is_free(seen), "an old epoch's lock is free");
         new.lock(&word);
-        assert!(!new.read_valid(&word, seen));
+        assert!(!new.is_free(word.load(Ordering::Relaxed)));
         new.unlock(&word);
-        let v = new.read_begin(&word).unwrap();
-        assert!(new.read_valid(&word, v));
+        assert!(new.is_free(word.load(Ordering::Relaxed)));
+        assert_ne!(word.load(Ordering::Relaxed), seen, "the version moved");
     }
 
     #[test]

@@ -90,6 +90,11 @@ pub struct BenchArgs {
     /// the JSON keeps all of them
     #[arg(long, value_name = "R", default_value_t = 1)]
     pub repeat: usize,
+
+    /// Keys the engines are sized for at creation (default: --keys). A
+    /// small value makes the insert workload grow the table.
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub initial_capacity: Option<u64>,
 }
 
 #[derive(Parser)]
@@ -172,6 +177,7 @@ impl BenchArgs {
             pool_dir,
             seed: self.seed,
             repeat: self.repeat,
+            initial_capacity: self.initial_capacity,
         })
     }
 }

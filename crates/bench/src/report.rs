@@ -58,6 +58,10 @@ pub struct RunResult {
     pub load_factor: f64,
     pub pm_bytes: u64,
     pub dram_bytes: u64,
+    /// The engine's own figures after the run (`Stats::detail`): levels,
+    /// resizes, movements, the highest load factor reached.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub detail: std::collections::BTreeMap<String, String>,
     /// `mops` divided by hashbrown's on the same workload and threads,
     /// when this invocation ran hashbrown.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -193,6 +197,7 @@ mod tests {
             load_factor: 0.5,
             pm_bytes: 0,
             dram_bytes: 0,
+            detail: Default::default(),
             ratio_to_hashbrown: None,
             repeats: Vec::new(),
             len_after: 10,

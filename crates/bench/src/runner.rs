@@ -63,6 +63,8 @@ pub struct BenchConfig {
     pub seed: u64,
     /// Repetitions of each run; the report keeps the median.
     pub repeat: usize,
+    /// Keys the engines are sized for (`None`: `keys`).
+    pub initial_capacity: Option<u64>,
 }
 
 /// Runs every engine × workload × threads × repetition of `cfg`, ticking
@@ -168,7 +170,7 @@ fn instantiate(
 ) -> Result<Instance, String> {
     let ecfg = EngineConfig {
         durability: cfg.durability,
-        initial_capacity: cfg.keys,
+        initial_capacity: cfg.initial_capacity.unwrap_or(cfg.keys),
         threads,
     };
     match spec.kind {
@@ -404,6 +406,7 @@ fn run_one(
         },
         pm_bytes: stats.pm_bytes,
         dram_bytes: stats.dram_bytes,
+        detail: stats.detail.iter().cloned().collect(),
         ratio_to_hashbrown: None,
         repeats: Vec::new(),
         len_after,

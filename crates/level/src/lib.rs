@@ -172,6 +172,8 @@ pub struct Level {
     logfree_updates: AtomicU64,
     logged_updates: AtomicU64,
     max_lf_bits: AtomicU64,
+    /// Lowest load factor at which an insertion failed (f64 bits; MAX = none yet).
+    min_lf_bits: AtomicU64,
 }
 
 fn corrupt(m: String) -> Error {
@@ -209,6 +211,7 @@ impl Level {
             logfree_updates: AtomicU64::new(0),
             logged_updates: AtomicU64::new(0),
             max_lf_bits: AtomicU64::new(0),
+            min_lf_bits: AtomicU64::new(f64::MAX.to_bits()),
         }
     }
 
@@ -1015,6 +1018,9 @@ impl Level {
         if lf > f64::from_bits(self.max_lf_bits.load(Ordering::Relaxed)) {
             self.max_lf_bits.store(lf.to_bits(), Ordering::Relaxed);
         }
+        if lf < f64::from_bits(self.min_lf_bits.load(Ordering::Relaxed)) {
+            self.min_lf_bits.store(lf.to_bits(), Ordering::Relaxed);
+        }
         let top_n = g.lv[TOP].n * 2;
         let r = self.new_level(top_n, g.seq + 1)?;
         let rec = Record {
@@ -1426,6 +1432,15 @@ impl Engine for Level {
                         "{:.4}",
                         f64::from_bits(self.max_lf_bits.load(Ordering::Relaxed))
                     ),
+                ),
+                (
+                    // The load at the worst insertion failure: the load the
+                    // table is sure to reach before it expands.
+                    "min load factor at expansion".into(),
+                    match f64::from_bits(self.min_lf_bits.load(Ordering::Relaxed)) {
+                        lf if lf <= 1.0 => format!("{lf:.4}"),
+                        _ => "none".into(),
+                    },
                 ),
             ],
         }

@@ -36,6 +36,7 @@ const BUCKET_BYTES: u64 = 16 + 1;
 pub fn baselines() -> Vec<EngineSpec> {
     vec![
         EngineSpec {
+            reference: false,
             name: HASHBROWN,
             about:
                 "DRAM baseline: hashbrown::HashMap<u64,u64>, default hasher, behind Mutex shards",
@@ -50,6 +51,7 @@ pub fn baselines() -> Vec<EngineSpec> {
             },
         },
         EngineSpec {
+            reference: false,
             name: DASHMAP,
             about: "DRAM baseline: dashmap::DashMap<u64,u64>, default hasher",
             kind: EngineKind::Volatile {

@@ -192,15 +192,11 @@ pub fn default_pool_dir() -> PathBuf {
     }
 }
 
-/// The engines named in `names` (all but the "-misordered" ones when
+/// The engines named in `names` (all but the reference structures when
 /// empty), each once, in the order given.
 fn resolve_engines(names: &[String], registry: &[EngineSpec]) -> Result<Vec<EngineSpec>, String> {
     if names.is_empty() {
-        let all: Vec<EngineSpec> = registry
-            .iter()
-            .filter(|s| !s.name.ends_with("-misordered"))
-            .copied()
-            .collect();
+        let all: Vec<EngineSpec> = registry.iter().filter(|s| !s.reference).copied().collect();
         if all.is_empty() {
             return Err("no engine registered".to_string());
         }
@@ -336,10 +332,11 @@ mod tests {
     }
 
     #[test]
-    fn default_engines_skip_misordered() {
+    fn default_engines_skip_reference_structures() {
         let mut reg = crate::baselines::baselines();
         let mut odd = reg[0];
         odd.name = "slot-misordered";
+        odd.reference = true;
         reg.push(odd);
         let names: Vec<&str> = resolve_engines(&[], &reg)
             .unwrap()

@@ -200,6 +200,10 @@ pub struct EngineSpec {
     pub name: &'static str,
     pub about: &'static str,
     pub kind: EngineKind,
+    /// A structure for testing the tools (the crash checker's reference and
+    /// its deliberately broken twin), not an index to use: left out of the
+    /// default benchmark.
+    pub reference: bool,
 }
 
 impl EngineSpec {

@@ -48,6 +48,7 @@ pub const LAYOUT: &str = "slotarray";
 
 pub fn spec() -> EngineSpec {
     EngineSpec {
+        reference: true,
         name: "slotarray",
         about: "crash checker reference: linear-probing slot array, correct persist order",
         kind: EngineKind::Persistent {
@@ -60,6 +61,7 @@ pub fn spec() -> EngineSpec {
 
 pub fn misordered_spec() -> EngineSpec {
     EngineSpec {
+        reference: true,
         name: "slotarray-misordered",
         about: "crash checker self-test: slot array that persists the valid bit before the payload (must fail)",
         kind: EngineKind::Persistent { layout: LAYOUT, create: create_misordered, open: open_misordered },

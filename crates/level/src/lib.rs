@@ -40,6 +40,7 @@ const SHRINK_DIVISOR: u64 = 5;
 /// The registry entry.
 pub fn spec() -> EngineSpec {
     EngineSpec {
+        reference: false,
         name: "level",
         about: "level hashing: two-level sharing table, log-free tokens, in-place resizing",
         kind: EngineKind::Persistent {

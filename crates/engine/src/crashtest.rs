@@ -57,7 +57,7 @@ impl Default for Config {
             states: 2000,
             seed: 1,
             durability: Durability::Strict,
-            key_space: 300,
+            key_space: 600,
             pool_size: 2 << 20,
             initial_capacity: 16,
             max_messages: 20,
@@ -83,6 +83,9 @@ pub struct Report {
     pub ops: u64,
     /// The first violations, described.
     pub messages: Vec<String>,
+    /// The engine's own figures after the workload (`Stats::detail` of the
+    /// dry run): which paths the crash states covered.
+    pub detail: Vec<(String, String)>,
 }
 
 impl Report {
@@ -160,13 +163,35 @@ fn workload(cfg: &Config) -> Vec<Op> {
             let key = keys[(rng.next() % keys.len() as u64) as usize];
             // Unique values: a recovered value names the write it came from.
             let value = rng.next() ^ i;
-            let kind = match rng.next() % 100 {
-                0..=39 => OpKind::Insert,
-                40..=54 => OpKind::Update,
-                55..=64 => OpKind::Upsert,
-                65..=84 => OpKind::Remove,
-                85..=96 => OpKind::Get,
-                _ => OpKind::Sync,
+            // Three phases, so that every structure grows, churns and
+            // shrinks: insert-heavy (40% of the ops), mixed (20%),
+            // remove-heavy (40%).
+            let r = rng.next() % 100;
+            let phase = i * 10 / cfg.ops.max(1);
+            let kind = match phase {
+                0..=3 => match r {
+                    0..=69 => OpKind::Insert,
+                    70..=79 => OpKind::Update,
+                    80..=84 => OpKind::Upsert,
+                    85..=89 => OpKind::Remove,
+                    90..=97 => OpKind::Get,
+                    _ => OpKind::Sync,
+                },
+                4..=5 => match r {
+                    0..=34 => OpKind::Insert,
+                    35..=54 => OpKind::Update,
+                    55..=64 => OpKind::Upsert,
+                    65..=84 => OpKind::Remove,
+                    85..=96 => OpKind::Get,
+                    _ => OpKind::Sync,
+                },
+                _ => match r {
+                    0..=84 => OpKind::Remove,
+                    85..=86 => OpKind::Insert,
+                    87..=91 => OpKind::Update,
+                    92..=97 => OpKind::Get,
+                    _ => OpKind::Sync,
+                },
             };
             Op { kind, key, value }
         })
@@ -440,6 +465,7 @@ pub fn run(spec: &EngineSpec, cfg: &Config) -> Result<Report> {
         run_op(engine.as_ref(), op)?;
     }
     let fences = pool.fence_count() - start_fences;
+    let detail = engine.stats().detail;
     drop(engine);
     drop(pool);
 
@@ -460,6 +486,7 @@ pub fn run(spec: &EngineSpec, cfg: &Config) -> Result<Report> {
             seed: cfg.seed,
             fences,
             ops: ops.len() as u64,
+            detail,
             ..Report::default()
         },
         choice_turn: 0,

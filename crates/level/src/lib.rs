@@ -163,6 +163,7 @@ pub struct Level {
     moves_done: AtomicU64,
     stripes: Stripes,
     counts: [Counter; 3],
+    ticks: Counter,
     bl_first: AtomicBool,
     logs: SlotSet,
     min_top: u64,
@@ -202,6 +203,7 @@ impl Level {
             moves_done: AtomicU64::new(0),
             stripes: Stripes::new(4096.max(threads * 256)),
             counts: Default::default(),
+            ticks: Counter::default(),
             bl_first: AtomicBool::new(false),
             logs: SlotSet::default(),
             min_top,
@@ -914,16 +916,10 @@ impl Level {
         self.logs.release(slot);
     }
 
-    /// Counts this thread's writes; every 256th refreshes the dynamic
-    /// search order. Thread-local: no shared cache line on the write path.
+    /// Counts this thread's writes to this engine; every 256th refreshes
+    /// the dynamic search order. No shared cache line on the write path.
     fn tick(&self) -> u64 {
-        use std::cell::Cell;
-        thread_local!(static TICKS: Cell<u64> = const { Cell::new(0) });
-        let t = TICKS.with(|c| {
-            let t = c.get();
-            c.set(t + 1);
-            t
-        });
+        let t = self.ticks.bump();
         if t.is_multiple_of(256) {
             self.bl_first.store(
                 self.counts[BOT].get() > self.counts[TOP].get(),
@@ -1264,7 +1260,7 @@ impl Level {
     }
 
     fn maybe_shrink(&self, t: u64) {
-        if !t.is_multiple_of(1024) {
+        if !t.is_multiple_of(128) {
             return;
         }
         let g = self.geo_fields();

@@ -170,6 +170,21 @@ impl Counter {
         }
     }
 
+    /// Adds one and returns this thread's shard value after the add (a
+    /// per-engine, per-thread tick).
+    #[inline]
+    pub fn bump(&self) -> u64 {
+        let i = shard();
+        let s = &self.shards[i].0;
+        if i < SHARDS - 1 {
+            let v = s.load(Ordering::Relaxed) + 1;
+            s.store(v, Ordering::Relaxed);
+            v as u64
+        } else {
+            s.fetch_add(1, Ordering::Relaxed) as u64 + 1
+        }
+    }
+
     /// The sum; exact when no writer runs.
     pub fn get(&self) -> i64 {
         self.shards

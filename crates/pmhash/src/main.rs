@@ -62,7 +62,7 @@ struct CrashArgs {
     #[arg(long, default_value = "strict")]
     durability: String,
     /// Distinct keys the workload draws from.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 600)]
     key_space: u64,
     /// Write the result as JSON here.
     #[arg(long)]
@@ -129,6 +129,14 @@ fn crashtest_cmd(args: &CrashArgs) -> Result<ExitCode, String> {
         report.seed,
         started.elapsed().as_secs_f64()
     );
+    if !report.detail.is_empty() {
+        let d: Vec<String> = report
+            .detail
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!("  paths: {}", d.join(", "));
+    }
     for m in &report.messages {
         println!("  violation: {m}");
     }

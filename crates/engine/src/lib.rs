@@ -123,12 +123,15 @@ pub trait Engine: Send + Sync {
     fn update(&self, key: u64, value: u64) -> Result<bool>;
     /// Removes `key`. `Ok(false)` if absent.
     fn remove(&self, key: u64) -> Result<bool>;
-    /// Inserts or replaces.
+    /// Inserts or replaces. The default retries until one of update and
+    /// insert takes effect, so a concurrent insert or remove of the same key
+    /// cannot make it return without writing.
     fn upsert(&self, key: u64, value: u64) -> Result<()> {
-        if !self.update(key, value)? {
-            self.insert(key, value)?;
+        loop {
+            if self.update(key, value)? || self.insert(key, value)? {
+                return Ok(());
+            }
         }
-        Ok(())
     }
     /// Number of keys.
     fn len(&self) -> u64;

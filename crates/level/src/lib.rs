@@ -34,6 +34,8 @@ use sync::{Counter, LineLock, SlotSet, Stripes};
 pub const LAYOUT: &str = "level";
 /// Smallest top level, in buckets.
 const MIN_TOP: u64 = 16;
+/// Largest level, in buckets (2^50 × 128 bytes: beyond any pool).
+const MAX_BUCKETS: u64 = 1 << 50;
 /// Shrink when items fall below 1/5 of the slots (the result is at most 2/5 full).
 const SHRINK_DIVISOR: u64 = 5;
 
@@ -164,6 +166,8 @@ pub struct Level {
     stripes: Stripes,
     counts: [Counter; 3],
     ticks: Counter,
+    /// Removes per thread: every 128th checks whether to shrink.
+    removes: Counter,
     bl_first: AtomicBool,
     logs: SlotSet,
     min_top: u64,
@@ -204,6 +208,7 @@ impl Level {
             stripes: Stripes::new(4096.max(threads * 256)),
             counts: Default::default(),
             ticks: Counter::default(),
+            removes: Counter::default(),
             bl_first: AtomicBool::new(false),
             logs: SlotSet::default(),
             min_top,
@@ -227,6 +232,12 @@ impl Level {
         // 1.5 N buckets × 6 slots = 9 N slots; size for 3/4 load.
         let want = cfg.initial_capacity.max(1).saturating_mul(4) / 3;
         let top_n = want.div_ceil(9).next_power_of_two().max(MIN_TOP);
+        if top_n > MAX_BUCKETS {
+            return Err(Error::OutOfSpace(format!(
+                "a table for {} keys needs {top_n} top buckets, more than the {MAX_BUCKETS} a level can have",
+                cfg.initial_capacity
+            )));
+        }
         let uuid = pool.identity().uuid;
         let seeds = (
             fmix(u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes")) | 1),
@@ -237,26 +248,16 @@ impl Level {
         // Reserve the root and both levels; link them all through the root.
         let root_r = pool.reserve(ROOT_BYTES, Link::RootPointer)?;
         let root = root_r.offset();
-        let top_r = match pool.reserve(
-            level_alloc_bytes(top_n),
-            Link::Word {
-                owner: root + R_SELECTOR,
-                value: 1,
-            },
-        ) {
+        // The levels are linked by the pool root naming this root block
+        // (not by the selector, which is durable before the root is set).
+        let top_r = match pool.reserve(level_alloc_bytes(top_n), Link::Root(root)) {
             Ok(r) => r,
             Err(e) => {
                 pool.cancel(root_r);
                 return Err(e.into());
             }
         };
-        let bot_r = match pool.reserve(
-            level_alloc_bytes(top_n / 2),
-            Link::Word {
-                owner: root + R_SELECTOR,
-                value: 1,
-            },
-        ) {
+        let bot_r = match pool.reserve(level_alloc_bytes(top_n / 2), Link::Root(root)) {
             Ok(r) => r,
             Err(e) => {
                 pool.cancel(top_r);
@@ -358,7 +359,13 @@ impl Level {
         );
         if rec.phase != Phase::Normal {
             let _w = lv.gate.close();
-            lv.finish_resize(&g)?;
+            match lv.finish_resize(&g) {
+                // A rehash that finds no slot leaves the resize in progress:
+                // every key stays reachable (searches probe the interim
+                // level) and the table opens; inserts report the lack of room.
+                Ok(()) | Err(Error::OutOfSpace(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(lv)
     }
@@ -368,7 +375,7 @@ impl Level {
             if !l.present() {
                 return Ok(());
             }
-            if !l.n.is_power_of_two() {
+            if !l.n.is_power_of_two() || l.n > MAX_BUCKETS {
                 return Err(corrupt(format!(
                     "{name} level has {} buckets, not a power of two",
                     l.n
@@ -615,12 +622,18 @@ impl Level {
             }
             let (tb, tm) = (
                 level_base(self.geo[2].load(Ordering::Relaxed)),
-                self.geo[3].load(Ordering::Relaxed) - 1,
+                self.geo[3].load(Ordering::Relaxed).wrapping_sub(1),
             );
             let (bb, bm) = (
                 level_base(self.geo[4].load(Ordering::Relaxed)),
-                self.geo[5].load(Ordering::Relaxed) - 1,
+                self.geo[5].load(Ordering::Relaxed).wrapping_sub(1),
             );
+            // The fields belong together only if the geometry did not change
+            // while they were read.
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.geo_ver.load(Ordering::Relaxed) != gv {
+                continue;
+            }
             let top = [tb + (h.0 & tm) * BUCKET, tb + (h.1 & tm) * BUCKET];
             let bot = [bb + (h.0 & bm) * BUCKET, bb + (h.1 & bm) * BUCKET];
             let ((first, fl), (second, sl)) = if self.bl_first.load(Ordering::Relaxed) {
@@ -683,6 +696,7 @@ impl Level {
                     return Probe::Retry;
                 }
                 let mut c = fp_candidates(hdr, fp);
+                let compared = c != 0;
                 while c != 0 {
                     let slot = c.trailing_zeros() as usize;
                     if w[w_key(slot)].load(Ordering::Relaxed) == key {
@@ -696,6 +710,16 @@ impl Level {
                         };
                     }
                     c &= c - 1;
+                }
+                // A key compared against a slot that a writer reused since
+                // the header was read (a log-free update moved the key to
+                // another slot of this line, an insert took the old one)
+                // would be a false miss: such a line must be unchanged.
+                if compared {
+                    std::sync::atomic::fence(Ordering::Acquire);
+                    if w[W_LOCK].load(Ordering::Relaxed) != v1 {
+                        return Probe::Retry;
+                    }
                 }
             }
         }
@@ -888,6 +912,64 @@ impl Level {
         None
     }
 
+    /// Placement during a rehash: direct into the top level, then direct
+    /// into the bottom level, and only then the full insert algorithm. The
+    /// first two steps are exactly what [`shrink_fits`](Self::shrink_fits)
+    /// simulates, so a shrink it approved never needs the third.
+    fn place_rehash(&self, g: &Geo, h: (u64, u64), key: u64, value: u64) -> Option<usize> {
+        if self.try_direct(&g.lv[TOP], h, key, value) {
+            return Some(TOP);
+        }
+        if self.try_direct(&g.lv[BOT], h, key, value) {
+            return Some(BOT);
+        }
+        self.place(g, h, key, value)
+    }
+
+    /// Whether every item of the top level would find a slot by direct
+    /// placement in the shrunk table (the old bottom as top, a new empty
+    /// bottom of N/4), simulated in DRAM on bucket counts, in the order the
+    /// rehash takes. A shrink that could get stuck is not started (the
+    /// paper gives no fallback for a failed rehash).
+    fn shrink_fits(&self, g: &Geo) -> bool {
+        let (old, top) = (g.lv[TOP], g.lv[BOT]);
+        let bot = Lvl {
+            raw: 0,
+            n: old.n / 4,
+        };
+        let mut top_free: Vec<u32> = (0..top.n).map(|b| self.bucket_free(&top, b)).collect();
+        let mut bot_free: Vec<u32> = vec![SLOTS_PER_BUCKET as u32; bot.n as usize];
+        for b in 0..old.n {
+            for line in [old.bucket(b), old.bucket(b) + LINE] {
+                let w = self.pool.words(line, 8);
+                let hdr = w[W_HDR].load(Ordering::Relaxed);
+                for s in 0..SLOTS_PER_LINE {
+                    if hdr & (1 << s) == 0 {
+                        continue;
+                    }
+                    let h = self.hashes(w[w_key(s)].load(Ordering::Relaxed));
+                    let mut placed = false;
+                    for (l, free) in [(&top, &mut top_free), (&bot, &mut bot_free)] {
+                        let (c, nc) = Self::cands(l, h);
+                        let mut best = c[0] as usize;
+                        if nc == 2 && free[c[1] as usize] > free[best] {
+                            best = c[1] as usize;
+                        }
+                        if free[best] > 0 {
+                            free[best] -= 1;
+                            placed = true;
+                            break;
+                        }
+                    }
+                    if !placed {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
     /// Announces a move to readers (before any line changes).
     fn move_begin(&self) {
         self.moves_begun.fetch_add(1, Ordering::Relaxed);
@@ -1019,6 +1101,11 @@ impl Level {
             self.min_lf_bits.store(lf.to_bits(), Ordering::Relaxed);
         }
         let top_n = g.lv[TOP].n * 2;
+        if top_n > MAX_BUCKETS {
+            return Err(Error::OutOfSpace(format!(
+                "the top level cannot grow past {MAX_BUCKETS} buckets"
+            )));
+        }
         let r = self.new_level(top_n, g.seq + 1)?;
         let rec = Record {
             seq: g.seq + 1,
@@ -1052,6 +1139,7 @@ impl Level {
             || g.phase != Phase::Normal
             || g.lv[TOP].n / 2 < self.min_top
             || len * SHRINK_DIVISOR >= Self::slots(&g)
+            || !self.shrink_fits(&g)
         {
             return Ok(());
         }
@@ -1102,7 +1190,7 @@ impl Level {
                     self.move_begin();
                     let copy = self.locate(k, h, false).0;
                     if copy.is_none() {
-                        match self.place(g, h, k, v) {
+                        match self.place_rehash(g, h, k, v) {
                             Some(level) => self.counts[level].add(1),
                             None => {
                                 self.move_end();
@@ -1298,12 +1386,13 @@ impl Engine for Level {
                     return Ok(false);
                 }
                 let g = self.geo_fields();
-                if g.phase == Phase::Normal {
-                    if let Some(level) = self.place(&g, h, key, value) {
-                        self.counts[level].add(1);
-                        self.tick();
-                        return Ok(true);
-                    }
+                // Normally no resize is in progress here (they finish behind
+                // the closed gate); one that could not finish still takes
+                // inserts into its top two levels.
+                if let Some(level) = self.place(&g, h, key, value) {
+                    self.counts[level].add(1);
+                    self.tick();
+                    return Ok(true);
                 }
                 g.seq
             };
@@ -1332,7 +1421,6 @@ impl Engine for Level {
                     with_slot(hdr & !(1 << loc.slot), f, fingerprint(h.0)),
                     Ordering::Release,
                 );
-                drop(gate);
                 // persist: new item and the token flip share the line and are
                 // stored in that order: old or new item, never both or none.
                 self.pool.persist(loc.line, LINE as usize);
@@ -1362,10 +1450,10 @@ impl Engine for Level {
                 self.pool.flush(loc.line, LINE as usize);
                 self.clear_log(log);
                 self.pool.fence();
-                drop(gate);
                 self.logged_updates.fetch_add(1, Ordering::Relaxed);
             }
             self.lock.unlock(&w[W_LOCK]);
+            drop(gate);
         }
         Ok(true)
     }
@@ -1377,19 +1465,20 @@ impl Engine for Level {
         };
         let hdr = w[W_HDR].load(Ordering::Relaxed);
         w[W_HDR].store(hdr & !(1 << loc.slot), Ordering::Release);
-        // The gate goes before the persist: a resize that starts now waits
-        // for this line's lock, so the geometry under it cannot change, and
-        // no locked instruction after the fence holds back the next
-        // operation's loads.
-        drop(gate);
         // persist: one 8-byte header store clears the token: failure-atomic.
         // The line stays locked until it is durable, so no reader acts on a
         // delete a crash could undo (CRASH-PATTERNS #6).
         self.pool.persist(loc.line, LINE as usize);
         self.lock.unlock(&w[W_LOCK]);
+        // The count changes inside the gate, so a resize never relabels
+        // the levels between the delete and its count. Leaving the gate is
+        // a plain store: nothing after the fence holds back the next
+        // operation's loads.
         self.counts[loc.level].add(-1);
-        let t = self.tick();
-        self.maybe_shrink(t);
+        self.tick();
+        let removes = self.removes.bump();
+        drop(gate);
+        self.maybe_shrink(removes);
         Ok(true)
     }
 

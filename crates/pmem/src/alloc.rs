@@ -883,11 +883,27 @@ impl Pool {
     }
 
     /// Usable size of the allocated block at `off`.
+    /// `Err(Corrupt)` unless `off` is the start of an allocated block: an
+    /// engine validating offsets read from PM learns that a pointer names
+    /// free space.
     pub fn block_size(&self, off: u64) -> Result<u64> {
         let block = self
             .heap
             .block_at(self, off, self.size() / CHUNK)
             .map_err(Error::Corrupt)?;
+        let allocated = match block {
+            Block::Slot { chunk, idx, .. } => {
+                let w = chunk * CHUNK + RUN_BITMAP_OFFSET + (idx / 64) * 8;
+                self.load_u64(w) & (1 << (idx % 64)) != 0
+            }
+            Block::Extent { chunk, .. } => matches!(
+                parse_chunk_word(self.load_u64(chunk * CHUNK), chunk),
+                Some(ChunkKind::Extent(_))
+            ),
+        };
+        if !allocated {
+            return Err(Error::Corrupt(format!("block {off:#x} is not allocated")));
+        }
         Ok(Heap::block_off_size(block).1)
     }
 }

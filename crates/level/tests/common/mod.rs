@@ -1,0 +1,237 @@
+//! Helpers shared by the level integration tests: pools, a seeded RNG,
+//! unique temp files, `stats().detail` lookups, a full model comparison and
+//! a white-box replica of the engine's bucket hashing (for crafted keys).
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use engine::{Engine, EngineConfig};
+use pmem::{Mode, Pool, PoolOptions};
+
+pub const MIB: u64 = 1 << 20;
+
+/// splitmix64: small, seeded, good enough for workloads.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x853c_49e6_748f_ea9b)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A unique path under the temp dir, removed (if it exists) on drop.
+pub struct TempPath(PathBuf);
+
+impl TempPath {
+    pub fn new(tag: &str) -> TempPath {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!(
+            "level-test-{}-{}-{}.pool",
+            std::process::id(),
+            tag,
+            n
+        ));
+        let _ = std::fs::remove_file(&p);
+        TempPath(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn opts(mode: Mode, size: u64, max_size: u64) -> PoolOptions {
+    PoolOptions {
+        mode,
+        size,
+        max_size,
+        layout: "level".into(),
+        ..PoolOptions::default()
+    }
+}
+
+pub fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
+    EngineConfig {
+        initial_capacity,
+        threads,
+        ..EngineConfig::default()
+    }
+}
+
+/// An in-memory pool (`Volatile` or `Simulated`) with a level table.
+pub fn mem_engine(
+    mode: Mode,
+    size: u64,
+    max_size: u64,
+    c: &EngineConfig,
+) -> (Arc<Pool>, level::Level) {
+    let pool = Arc::new(Pool::create(Path::new(""), &opts(mode, size, max_size)).unwrap());
+    let e = level::Level::create(pool.clone(), c).unwrap();
+    (pool, e)
+}
+
+/// Same, with a fixed uuid (so the hash seeds are known).
+pub fn mem_engine_uuid(
+    mode: Mode,
+    size: u64,
+    max_size: u64,
+    c: &EngineConfig,
+    uuid: [u8; 16],
+) -> (Arc<Pool>, level::Level) {
+    let o = PoolOptions {
+        uuid: Some(uuid),
+        ..opts(mode, size, max_size)
+    };
+    let pool = Arc::new(Pool::create(Path::new(""), &o).unwrap());
+    let e = level::Level::create(pool.clone(), c).unwrap();
+    (pool, e)
+}
+
+/// Recovers a simulated pool from its durable image (a crash right now).
+pub fn crash_reopen(pool: &Pool, c: &EngineConfig) -> (Arc<Pool>, level::Level) {
+    let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
+    let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
+    let e = level::Level::open(p2.clone(), c).unwrap();
+    (p2, e)
+}
+
+/// A figure from `stats().detail`, parsed.
+pub fn detail(e: &dyn Engine, name: &str) -> f64 {
+    e.stats()
+        .detail
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("stats().detail has no {name:?}"))
+        .1
+        .parse()
+        .unwrap_or_else(|_| panic!("detail {name:?} is not a number"))
+}
+
+pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
+    detail(e, name) as u64
+}
+
+/// Everything the engine holds must equal `model`: for_each (each pair
+/// exactly once), len, get, check() with no leak, and the level item counts
+/// (top + bottom = len: no resize left in progress).
+pub fn verify_full(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
+    verify_keys(e, pool, model, ctx);
+    let top = detail_u(e, "top items");
+    let bot = detail_u(e, "bottom items");
+    assert_eq!(top + bot, model.len() as u64, "{ctx}: top + bottom items");
+}
+
+/// `verify_full` without the level counts (a resize may be in progress).
+pub fn verify_keys(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
+    let mut seen: HashMap<u64, u64> = HashMap::with_capacity(model.len());
+    let mut dup = None;
+    e.for_each(&mut |k, v| {
+        if seen.insert(k, v).is_some() && dup.is_none() {
+            dup = Some(k);
+        }
+    });
+    assert_eq!(dup, None, "{ctx}: for_each visited a key twice");
+    if seen != *model {
+        let missing: Vec<_> = model
+            .keys()
+            .filter(|k| !seen.contains_key(k))
+            .take(5)
+            .collect();
+        let extra: Vec<_> = seen
+            .keys()
+            .filter(|k| !model.contains_key(k))
+            .take(5)
+            .collect();
+        let wrong: Vec<_> = model
+            .iter()
+            .filter(|(k, v)| seen.get(k).is_some_and(|s| s != *v))
+            .take(5)
+            .collect();
+        panic!(
+            "{ctx}: for_each differs from the model ({} vs {} keys): missing {missing:x?}, extra {extra:x?}, wrong {wrong:x?}",
+            seen.len(),
+            model.len()
+        );
+    }
+    assert_eq!(e.len(), model.len() as u64, "{ctx}: len()");
+    for (&k, &v) in model {
+        assert_eq!(e.get(k), Some(v), "{ctx}: get({k:#x})");
+    }
+    let r = e
+        .check()
+        .unwrap_or_else(|err| panic!("{ctx}: check() failed: {err}"));
+    assert_eq!(r.keys, model.len() as u64, "{ctx}: check().keys");
+    assert_eq!(
+        r.reachable_bytes,
+        pool.stats().bytes_in_use,
+        "{ctx}: reachable bytes differ from the allocator's bytes in use (leak)"
+    );
+}
+
+// ----- white-box replica of the engine's hashing ---------------------------------
+// Only used to craft colliding keys; every test that uses it first checks
+// through the public API that the replica still predicts the engine.
+
+pub fn fmix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+pub fn seeds(uuid: &[u8; 16]) -> (u64, u64) {
+    (
+        fmix(u64::from_le_bytes(uuid[..8].try_into().unwrap()) | 1),
+        fmix(u64::from_le_bytes(uuid[8..].try_into().unwrap()) ^ 0x5851_f42d_4c95_7f2d),
+    )
+}
+
+pub fn hashes(seeds: (u64, u64), key: u64) -> (u64, u64) {
+    (fmix(key ^ seeds.0), fmix(key.rotate_left(32) ^ seeds.1))
+}
+
+/// `n` keys (from `rng`) whose two bucket indexes are exactly (`a`, `b`)
+/// modulo `modulus` (a power of two).
+pub fn colliding_keys(
+    seeds: (u64, u64),
+    modulus: u64,
+    a: u64,
+    b: u64,
+    n: usize,
+    rng: &mut Rng,
+) -> Vec<u64> {
+    let m = modulus - 1;
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let k = rng.next();
+        let (h1, h2) = hashes(seeds, k);
+        if h1 & m == a && h2 & m == b && !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
+}
+
+pub const UUID: [u8; 16] = *b"level-tests-uuid";

@@ -742,7 +742,7 @@ impl Level {
         // x86 writes a line back whole, holding its stores in program order,
         // so the token is never durable without the item (CRASH-PATTERNS
         // #1): one flush and one fence per insert.
-        self.pool.persist(line, LINE as usize);
+        self.pool.persist_line(line);
     }
 
     /// Clears `slot`'s token of a locked line, durably.
@@ -750,7 +750,7 @@ impl Level {
         let hdr = w[W_HDR].load(Ordering::Relaxed);
         w[W_HDR].store(hdr & !(1 << slot), Ordering::Release);
         // persist: one 8-byte header store: failure-atomic.
-        self.pool.persist(line, LINE as usize);
+        self.pool.persist_line(line);
     }
 
     fn bucket_free(&self, l: &Lvl, b: u64) -> u32 {
@@ -1423,7 +1423,7 @@ impl Engine for Level {
                 );
                 // persist: new item and the token flip share the line and are
                 // stored in that order: old or new item, never both or none.
-                self.pool.persist(loc.line, LINE as usize);
+                self.pool.persist_line(loc.line);
                 self.logfree_updates.fetch_add(1, Ordering::Relaxed);
             } else {
                 // Line full: undo-log the old value, update in place.
@@ -1468,7 +1468,7 @@ impl Engine for Level {
         // persist: one 8-byte header store clears the token: failure-atomic.
         // The line stays locked until it is durable, so no reader acts on a
         // delete a crash could undo (CRASH-PATTERNS #6).
-        self.pool.persist(loc.line, LINE as usize);
+        self.pool.persist_line(loc.line);
         self.lock.unlock(&w[W_LOCK]);
         // The count changes inside the gate, so a resize never relabels
         // the levels between the delete and its count. Leaving the gate is

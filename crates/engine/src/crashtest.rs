@@ -259,7 +259,6 @@ struct Checker {
     spec: EngineSpec,
     cfg: Config,
     report: Report,
-    choice_turn: u64,
 }
 
 fn fmt_val(v: Option<u64>) -> String {
@@ -271,17 +270,6 @@ impl Checker {
         self.report.violations += 1;
         if self.report.messages.len() < self.cfg.max_messages {
             self.report.messages.push(msg);
-        }
-    }
-
-    fn next_choice(&mut self) -> CrashChoice {
-        self.choice_turn += 1;
-        match self.choice_turn % 3 {
-            0 => CrashChoice::Persisted,
-            1 => CrashChoice::Newest,
-            _ => CrashChoice::Random(
-                self.cfg.seed ^ self.choice_turn.wrapping_mul(0x2545_f491_4f6c_dd1d),
-            ),
         }
     }
 
@@ -454,26 +442,112 @@ fn fresh_engine(spec: &EngineSpec, cfg: &Config) -> Result<(Arc<Pool>, Box<dyn E
     Ok((pool, engine))
 }
 
+/// Which crash states to take at each site (fences and operation gaps, in
+/// the order the dry run met them), given the undecided lines written since
+/// the previous fence at each (`CrashSite::recent_lines`): exactly `states`
+/// images.
+///
+/// Half the budget goes to the sites with two or more such lines (where a
+/// store can become durable before another it depends on): at each, the
+/// states in which one of them alone is written back and in which one alone
+/// is not, for up to four of them (spread over their addresses). The other half, and
+/// whatever the first half leaves, is spread evenly over all sites, cycling
+/// through the persisted, the newest and a random state. Resize and
+/// movement fences, rare but dense in ordering constraints, are thereby
+/// checked in proportion to their risk, not their number.
+fn plan_states(recent: &[Vec<u64>], states: u64, seed: u64) -> Vec<Vec<CrashChoice>> {
+    let mut plan: Vec<Vec<CrashChoice>> = vec![Vec::new(); recent.len()];
+    if recent.is_empty() || states == 0 {
+        return plan;
+    }
+    let targeted = |lines: &[u64]| -> Vec<CrashChoice> {
+        let u = lines.len();
+        let picks: Vec<u64> = if u <= 4 {
+            lines.to_vec()
+        } else {
+            (0..4).map(|k| lines[k * (u - 1) / 3]).collect()
+        };
+        picks
+            .iter()
+            .flat_map(|&l| [CrashChoice::OnlyNew(l), CrashChoice::AllButOld(l)])
+            .collect()
+    };
+    let interesting: Vec<usize> = (0..recent.len())
+        .filter(|&i| recent[i].len() >= 2)
+        .collect();
+    let demand: u64 = interesting
+        .iter()
+        .map(|&i| targeted(&recent[i]).len() as u64)
+        .sum();
+    let half = states / 2;
+    let mut used = 0u64;
+    if demand > 0 {
+        // Every interesting site if they fit, else an even sample of them.
+        let n = interesting.len() as u64;
+        let per = (demand / n).max(1);
+        let take = if demand <= half {
+            n
+        } else {
+            (half / per).clamp(1, n)
+        };
+        for k in 0..take {
+            let i = interesting[(k * n / take) as usize];
+            for c in targeted(&recent[i]) {
+                if used < states {
+                    plan[i].push(c);
+                    used += 1;
+                }
+            }
+        }
+    }
+    let rest = states - used;
+    let sites = recent.len() as u64;
+    let mut turn = 0u64;
+    for (i, p) in plan.iter_mut().enumerate() {
+        let i = i as u64;
+        let take = ((i + 1) * rest) / sites - (i * rest) / sites;
+        for _ in 0..take {
+            turn += 1;
+            p.push(match turn % 3 {
+                0 => CrashChoice::Persisted,
+                1 => CrashChoice::Newest,
+                _ => CrashChoice::Random(seed ^ turn.wrapping_mul(0x2545_f491_4f6c_dd1d)),
+            });
+        }
+    }
+    plan
+}
+
 /// Runs the crash test of `spec` and returns its report. `Err` only when the
 /// test cannot run at all (the engine fails without any crash).
 pub fn run(spec: &EngineSpec, cfg: &Config) -> Result<Report> {
     let ops = workload(cfg);
-    // Dry run: count fences to spread the states over the whole workload.
+    // Dry run: the sites (every fence, and the gap after every operation)
+    // and how many cache lines are undecided at each.
     let (pool, engine) = fresh_engine(spec, cfg)?;
     let start_fences = pool.fence_count();
+    let profile = Arc::new(Mutex::new(Vec::<Vec<u64>>::new()));
+    {
+        let profile = profile.clone();
+        pool.set_fence_hook(Some(Box::new(move |_, site| {
+            profile
+                .lock()
+                .expect("profile lock")
+                .push(site.recent_lines());
+        })))?;
+    }
     for op in &ops {
         run_op(engine.as_ref(), op)?;
+        let recent = pool.recent_lines()?;
+        profile.lock().expect("profile lock").push(recent);
     }
+    pool.set_fence_hook(None)?;
     let fences = pool.fence_count() - start_fences;
     let detail = engine.stats().detail;
     drop(engine);
     drop(pool);
-
-    let sites = fences + ops.len() as u64;
-    // Take a state at a site when (site × states) crosses a multiple of `sites`:
-    // exactly `states` states, evenly spread, several per site if needed.
-    let (states, nsites) = (cfg.states, sites.max(1));
-    let per_site = move |i: u64| -> u64 { ((i + 1) * states) / nsites - (i * states) / nsites };
+    let profile = std::mem::take(&mut *profile.lock().expect("profile lock"));
+    let plan = Arc::new(plan_states(&profile, cfg.states, cfg.seed));
 
     let (pool, engine) = fresh_engine(spec, cfg)?;
     let base = pool.fence_count();
@@ -489,21 +563,24 @@ pub fn run(spec: &EngineSpec, cfg: &Config) -> Result<Report> {
             detail,
             ..Report::default()
         },
-        choice_turn: 0,
     }));
     let model = Arc::new(Mutex::new(Model::default()));
     let site_no = Arc::new(Mutex::new(0u64));
     {
-        let (checker, model, site_no) = (checker.clone(), model.clone(), site_no.clone());
+        let (checker, model, site_no, plan) = (
+            checker.clone(),
+            model.clone(),
+            site_no.clone(),
+            plan.clone(),
+        );
         pool.set_fence_hook(Some(Box::new(move |fence, site| {
             let mut s = site_no.lock().expect("site lock");
-            let take = per_site(*s);
+            let choices = plan.get(*s as usize).cloned().unwrap_or_default();
             *s += 1;
             drop(s);
             let model = model.lock().expect("model lock");
             let mut c = checker.lock().expect("checker lock");
-            for _ in 0..take {
-                let choice = c.next_choice();
+            for choice in choices {
                 let img = site.image(choice);
                 c.check_image(img, &model, &format!("fence {} ({choice:?})", fence - base));
             }
@@ -516,15 +593,14 @@ pub fn run(spec: &EngineSpec, cfg: &Config) -> Result<Report> {
         let mut m = model.lock().expect("model lock");
         m.complete(op);
         // A site between operations: nothing in flight.
-        let take = {
+        let choices = {
             let mut s = site_no.lock().expect("site lock");
-            let t = per_site(*s);
+            let t = plan.get(*s as usize).cloned().unwrap_or_default();
             *s += 1;
             t
         };
         let mut c = checker.lock().expect("checker lock");
-        for _ in 0..take {
-            let choice = c.next_choice();
+        for choice in choices {
             let img = pool.crash_image(choice)?;
             c.check_image(img, &m, &format!("after op {i} {:?} ({choice:?})", op.kind));
         }

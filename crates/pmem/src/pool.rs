@@ -752,7 +752,7 @@ impl Pool {
                     );
                     sim.hook = Some(hook);
                 }
-                guard.apply_fence();
+                guard.apply_fence(self.live());
                 persist::count_fence();
             }
         }
@@ -860,7 +860,9 @@ impl Pool {
             .sim
             .as_ref()
             .ok_or_else(|| Error::InvalidArgument("fence hooks need simulated mode".into()))?;
-        sim.lock().expect("sim lock").hook = hook;
+        let mut g = sim.lock().expect("sim lock");
+        g.at_last_fence = hook.is_some().then(|| self.live().to_vec());
+        g.hook = hook;
         Ok(())
     }
 
@@ -898,6 +900,21 @@ impl Pool {
             sim: &g,
         }
         .undecided_lines())
+    }
+
+    /// Undecided lines written since the previous fence (simulated mode;
+    /// see `CrashSite::recent_lines`).
+    pub fn recent_lines(&self) -> Result<Vec<u64>> {
+        let sim = self
+            .sim
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("needs simulated mode".into()))?;
+        let g = sim.lock().expect("sim lock");
+        Ok(CrashSite {
+            live: self.live(),
+            sim: &g,
+        }
+        .recent_lines())
     }
 
     /// A copy of the whole live image.

@@ -30,6 +30,13 @@ pub enum CrashChoice {
     /// Each dirty line independently: old, flushed snapshot, or newest,
     /// drawn from this seed.
     Random(u64),
+    /// Only this cache line (a line number: byte offset / 64) written back,
+    /// with its newest contents; every other undecided line old. Catches a
+    /// store that becomes durable before one it depends on.
+    OnlyNew(u64),
+    /// Every undecided line written back except this one, which stays old.
+    /// Catches a store that must not be durable without this line.
+    AllButOld(u64),
 }
 
 pub(crate) struct Sim {
@@ -38,6 +45,9 @@ pub(crate) struct Sim {
     pub(crate) pending: HashMap<u64, [u8; CACHE_LINE]>,
     pub(crate) fences: u64,
     pub(crate) hook: Option<FenceHook>,
+    /// The live image at the previous fence, kept while a hook is
+    /// installed: lines that differ from it were written since then.
+    pub(crate) at_last_fence: Option<Vec<u8>>,
 }
 
 /// Called at every fence of a simulated pool, just before the fence takes
@@ -52,6 +62,7 @@ impl Sim {
             pending: HashMap::new(),
             fences: 0,
             hook: None,
+            at_last_fence: None,
         }
     }
 
@@ -69,12 +80,23 @@ impl Sim {
         }
     }
 
-    pub(crate) fn apply_fence(&mut self) {
+    pub(crate) fn apply_fence(&mut self, live: &[u8]) {
         for (line, snap) in self.pending.drain() {
             let start = line as usize * CACHE_LINE;
             self.persisted[start..start + CACHE_LINE].copy_from_slice(&snap);
         }
         self.fences += 1;
+        if let Some(prev) = self.at_last_fence.as_mut() {
+            prev.resize(live.len(), 0);
+            for (p, l) in prev
+                .chunks_exact_mut(CACHE_LINE)
+                .zip(live.chunks_exact(CACHE_LINE))
+            {
+                if p != l {
+                    p.copy_from_slice(l);
+                }
+            }
+        }
     }
 }
 
@@ -113,6 +135,24 @@ impl CrashSite<'_> {
         lines
     }
 
+    /// The undecided lines written since the previous fence (or flushed
+    /// since, and so not yet durable): where the operation in flight works.
+    /// Lines left dirty long ago (a lock word released after its line's
+    /// flush) are undecided too, but rarely where an ordering bug is.
+    /// Without a fence hook installed this is every undecided line.
+    pub fn recent_lines(&self) -> Vec<u64> {
+        let all = self.undecided_lines();
+        let Some(prev) = self.sim.at_last_fence.as_ref() else {
+            return all;
+        };
+        all.into_iter()
+            .filter(|&l| {
+                let r = l as usize * CACHE_LINE..(l as usize + 1) * CACHE_LINE;
+                self.sim.pending.contains_key(&l) || prev.get(r.clone()) != self.live.get(r)
+            })
+            .collect()
+    }
+
     /// Size of the image in bytes.
     pub fn len(&self) -> usize {
         self.live.len()
@@ -138,6 +178,8 @@ impl CrashSite<'_> {
                 CrashChoice::Persisted => 0,
                 CrashChoice::Newest => 2,
                 CrashChoice::Random(_) => splitmix(&mut rng) % 3,
+                CrashChoice::OnlyNew(j) => 2 * u64::from(line == j),
+                CrashChoice::AllButOld(j) => 2 * u64::from(line != j),
             };
             match (pick, pending) {
                 (0, _) => {}

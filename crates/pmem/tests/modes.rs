@@ -148,3 +148,29 @@ fn volatile_pool_works_and_mode_names_round_trip() {
     }
     assert!(Mode::parse("pmem").is_err());
 }
+
+#[test]
+fn targeted_crash_choices_write_back_exactly_one_line() {
+    let pool = Pool::create(Path::new(""), &opts(Mode::Simulated)).unwrap();
+    let (a, b) = (300_032u64, 400_000u64);
+    pool.set_fence_hook(Some(Box::new(|_, _| {}))).unwrap();
+    pool.fence();
+    pool.store_u64(a, 7);
+    pool.store_u64(b, 9);
+    pool.flush(a, 8);
+    let (la, lb) = (a / 64, b / 64);
+    let recent = pool.recent_lines().unwrap();
+    assert!(recent.contains(&la) && recent.contains(&lb), "{recent:?}");
+    let word = |img: &[u8], off: u64| {
+        u64::from_le_bytes(img[off as usize..off as usize + 8].try_into().unwrap())
+    };
+    let only_b = pool.crash_image(CrashChoice::OnlyNew(lb)).unwrap();
+    assert_eq!((word(&only_b, a), word(&only_b, b)), (0, 9));
+    let all_but_b = pool.crash_image(CrashChoice::AllButOld(lb)).unwrap();
+    assert_eq!((word(&all_but_b, a), word(&all_but_b, b)), (7, 0));
+    pool.fence();
+    // After the fence the flushed line is durable; b is still undecided but
+    // no longer recent (not written since this fence).
+    assert_eq!(pool.undecided_lines().unwrap(), vec![lb]);
+    assert!(pool.recent_lines().unwrap().is_empty());
+}

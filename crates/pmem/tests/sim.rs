@@ -299,7 +299,7 @@ fn set_root_crash_images_hold_the_old_or_the_new_root() {
         match d.choice {
             CrashChoice::Persisted => assert_eq!(root, old, "fence {}", d.fence),
             CrashChoice::Newest => assert_eq!(root, new, "fence {}", d.fence),
-            CrashChoice::Random(_) => {}
+            CrashChoice::Random(_) | CrashChoice::OnlyNew(_) | CrashChoice::AllButOld(_) => {}
         }
         saw.0 |= root == old;
         saw.1 |= root == new;

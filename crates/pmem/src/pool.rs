@@ -874,47 +874,33 @@ impl Pool {
             .unwrap_or(0)
     }
 
-    /// A crash image of the pool as it stands now (simulated mode).
-    pub fn crash_image(&self, choice: CrashChoice) -> Result<Vec<u8>> {
+    /// Runs `f` on the crash site of this instant (simulated mode only).
+    fn at_site<R>(&self, f: impl FnOnce(&CrashSite<'_>) -> R) -> Result<R> {
         let sim = self
             .sim
             .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("crash images need simulated mode".into()))?;
+            .ok_or_else(|| Error::InvalidArgument("crash sites need simulated mode".into()))?;
         let g = sim.lock().expect("sim lock");
-        Ok(CrashSite {
+        Ok(f(&CrashSite {
             live: self.live(),
             sim: &g,
-        }
-        .image(choice))
+        }))
+    }
+
+    /// A crash image of the pool as it stands now (simulated mode).
+    pub fn crash_image(&self, choice: CrashChoice) -> Result<Vec<u8>> {
+        self.at_site(|site| site.image(choice))
     }
 
     /// Cache lines not yet durable (simulated mode).
     pub fn undecided_lines(&self) -> Result<Vec<u64>> {
-        let sim = self
-            .sim
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("needs simulated mode".into()))?;
-        let g = sim.lock().expect("sim lock");
-        Ok(CrashSite {
-            live: self.live(),
-            sim: &g,
-        }
-        .undecided_lines())
+        self.at_site(|site| site.undecided_lines())
     }
 
     /// Undecided lines written since the previous fence (simulated mode;
     /// see `CrashSite::recent_lines`).
     pub fn recent_lines(&self) -> Result<Vec<u64>> {
-        let sim = self
-            .sim
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("needs simulated mode".into()))?;
-        let g = sim.lock().expect("sim lock");
-        Ok(CrashSite {
-            live: self.live(),
-            sim: &g,
-        }
-        .recent_lines())
+        self.at_site(|site| site.recent_lines())
     }
 
     /// A copy of the whole live image.

@@ -166,6 +166,8 @@ pub struct Level {
     stripes: Stripes,
     counts: [Counter; 3],
     ticks: Counter,
+    /// Set by `close`: writes are refused from then on.
+    closed: AtomicBool,
     /// Removes per thread: every 128th checks whether to shrink.
     removes: Counter,
     bl_first: AtomicBool,
@@ -208,6 +210,7 @@ impl Level {
             stripes: Stripes::new(4096.max(threads * 256)),
             counts: Default::default(),
             ticks: Counter::default(),
+            closed: AtomicBool::new(false),
             removes: Counter::default(),
             bl_first: AtomicBool::new(false),
             logs: SlotSet::default(),
@@ -1022,20 +1025,30 @@ impl Level {
         &self,
         key: u64,
         h: (u64, u64),
-    ) -> Option<(Loc, &[AtomicU64], engine::gate::Inside<'_>)> {
+    ) -> Result<Option<(Loc, &[AtomicU64], engine::gate::Inside<'_>)>> {
         loop {
             // Look before taking the gate, so the misses overlap the previous
             // operation's persist; then check the geometry did not change.
             let (hit, gv) = self.find(key, h, true);
-            let (loc, _) = hit?;
+            let Some((loc, _)) = hit else { return Ok(None) };
             let gate = self.gate.enter();
+            self.check_open()?;
             if self.geo_ver.load(Ordering::Acquire) != gv {
                 continue;
             }
             if let Some(w) = self.lock_at(&loc, key) {
-                return Some((loc, w, gate));
+                return Ok(Some((loc, w, gate)));
             }
         }
+    }
+
+    /// Writes after `close` would change a pool already marked clean (whose
+    /// counters the next open trusts): they are refused.
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::InvalidArgument("the engine was closed".into()));
+        }
+        Ok(())
     }
 
     /// Locks the line of `loc` and checks that it still holds `key`; the
@@ -1380,6 +1393,7 @@ impl Engine for Level {
             }
             let seq = {
                 let _gate = self.gate.enter();
+                self.check_open()?;
                 let _stripe = self.stripes.lock(h.0);
                 // Under the key's stripe the answer is final (lines are hot).
                 if self.find(key, h, false).0.is_some() {
@@ -1408,7 +1422,7 @@ impl Engine for Level {
     fn update(&self, key: u64, value: u64) -> Result<bool> {
         let h = self.hashes(key);
         {
-            let Some((loc, w, gate)) = self.lock_found(key, h) else {
+            let Some((loc, w, gate)) = self.lock_found(key, h)? else {
                 return Ok(false);
             };
             let hdr = w[W_HDR].load(Ordering::Relaxed);
@@ -1460,7 +1474,7 @@ impl Engine for Level {
 
     fn remove(&self, key: u64) -> Result<bool> {
         let h = self.hashes(key);
-        let Some((loc, w, gate)) = self.lock_found(key, h) else {
+        let Some((loc, w, gate)) = self.lock_found(key, h)? else {
             return Ok(false);
         };
         let hdr = w[W_HDR].load(Ordering::Relaxed);
@@ -1596,6 +1610,9 @@ impl Engine for Level {
 
     fn close(&self) -> Result<()> {
         let _w = self.gate.close();
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
         for (i, c) in self.counts.iter().enumerate() {
             self.pool
                 .store_u64(self.root + R_COUNTS + i as u64 * 8, c.get().max(0) as u64);

@@ -308,3 +308,26 @@ fn odd_configurations() {
         }
     }
 }
+
+/// After `close` the pool is marked clean and its counters are trusted by
+/// the next open: writes are refused with an error, reads still work, and
+/// a second close is harmless.
+#[test]
+fn writes_after_close_are_refused() {
+    let (pool, e) = mem_engine(Mode::Simulated, 2 * MIB, 8 * MIB, &cfg(64, 1));
+    for k in 0..50u64 {
+        assert!(e.insert(k, k + 1).unwrap());
+    }
+    e.close().unwrap();
+    assert!(matches!(e.insert(1000, 1), Err(Error::InvalidArgument(_))));
+    assert!(matches!(e.update(3, 9), Err(Error::InvalidArgument(_))));
+    assert!(matches!(e.remove(4), Err(Error::InvalidArgument(_))));
+    assert_eq!(e.get(4), Some(5));
+    e.close().unwrap();
+    let img = pool.crash_image(CrashChoice::Persisted).unwrap();
+    let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
+    assert!(p2.was_clean());
+    let e2 = level::Level::open(p2, &cfg(64, 1)).unwrap();
+    assert_eq!(e2.len(), 50);
+    assert_eq!(e2.get(3), Some(4));
+}

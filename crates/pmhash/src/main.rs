@@ -186,6 +186,10 @@ fn inspect(path: &Path) -> Result<ExitCode, String> {
     );
     println!("opens           {}", st.opens);
     println!("header seq      {}", st.seq);
+    println!(
+        "mode            {} (opened read-only, copy-on-write: the file is not written)",
+        pool.mode().name()
+    );
     println!("flush           {}", pmem::persist::flush_instr().name());
     println!(
         "heap in use     {} bytes in {} blocks",

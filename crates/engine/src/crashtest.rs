@@ -83,6 +83,9 @@ pub struct Report {
     pub ops: u64,
     /// The first violations, described.
     pub messages: Vec<String>,
+    /// Of `states`, the images taken during a recovery (a crash while
+    /// recovering from a crash).
+    pub recovery_crashes: u64,
     /// The engine's own figures after the workload (`Stats::detail` of the
     /// dry run): which paths the crash states covered.
     pub detail: Vec<(String, String)>,
@@ -93,7 +96,7 @@ impl Report {
     pub fn to_json(&self) -> String {
         let msgs: Vec<String> = self.messages.iter().map(|m| json_string(m)).collect();
         format!(
-            "{{\"engine\":{},\"durability\":\"{}\",\"states\":{},\"violations\":{},\"leaked_bytes\":{},\"seed\":{},\"fences\":{},\"ops\":{},\"messages\":[{}]}}",
+            "{{\"engine\":{},\"durability\":\"{}\",\"states\":{},\"violations\":{},\"leaked_bytes\":{},\"seed\":{},\"fences\":{},\"recovery_crashes\":{},\"ops\":{},\"messages\":[{}]}}",
             json_string(&self.engine),
             self.durability.name(),
             self.states,
@@ -101,6 +104,7 @@ impl Report {
             self.leaked_bytes,
             self.seed,
             self.fences,
+            self.recovery_crashes,
             self.ops,
             msgs.join(",")
         )
@@ -259,6 +263,8 @@ struct Checker {
     spec: EngineSpec,
     cfg: Config,
     report: Report,
+    /// Images from the workload checked so far.
+    checked: u64,
 }
 
 fn fmt_val(v: Option<u64>) -> String {
@@ -275,15 +281,23 @@ impl Checker {
 
     /// Recovers one crash image and checks it against the model.
     fn check_image(&mut self, image: Vec<u8>, model: &Model, site: &str) {
-        self.report.states += 1;
+        self.checked += 1;
         let spec = self.spec;
         let ecfg = engine_config(&self.cfg);
         let durability = self.cfg.durability;
+        // Every eighth state also crashes during its own recovery.
+        let recrash = self
+            .checked
+            .is_multiple_of(8)
+            .then(|| self.cfg.seed ^ self.checked.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            verify(spec, &ecfg, durability, image, model)
+            verify(spec, &ecfg, durability, image, model, recrash)
         }));
+        self.report.states += 1;
         match outcome {
-            Ok(Ok(leaked)) => {
+            Ok(Ok((leaked, images))) => {
+                self.report.states += images - 1;
+                self.report.recovery_crashes += images - 1;
                 if leaked != 0 {
                     self.report.leaked_bytes += leaked;
                     self.fail(format!("{site}: {leaked} bytes leaked"));
@@ -311,21 +325,75 @@ fn engine_config(cfg: &Config) -> EngineConfig {
 }
 
 /// Recovers `image` and checks it; returns the leaked bytes or a violation.
+/// Crash states kept from one recovery, to recover again.
+const RECRASH_IMAGES: usize = 2;
+
+/// Recovers `image` and checks it. With `recrash`, crash states are also
+/// taken during the recovery itself (pool and engine), up to
+/// [`RECRASH_IMAGES`] of its fences drawn from that seed, and each must
+/// recover to a state the same model allows: recovery must survive its own
+/// crash. Returns the leaked bytes and the number of images checked.
 fn verify(
     spec: EngineSpec,
     ecfg: &EngineConfig,
     durability: Durability,
     image: Vec<u8>,
     model: &Model,
-) -> std::result::Result<u64, String> {
+    recrash: Option<u64>,
+) -> std::result::Result<(u64, u64), String> {
     let EngineKind::Persistent { open, .. } = spec.kind else {
         return Err("not a persistent engine".into());
     };
-    let pool = Arc::new(
-        Pool::from_image(image, Mode::Simulated)
-            .map_err(|e| format!("pool recovery failed: {e}"))?,
-    );
+    type Kept = (u64, Vec<(u64, Vec<u8>)>);
+    let kept: Arc<Mutex<Kept>> = Arc::new(Mutex::new((0, Vec::new())));
+    let pool = match recrash {
+        None => Pool::from_image(image, Mode::Simulated),
+        Some(seed) => {
+            let kept = kept.clone();
+            let mut rng = Rng(seed);
+            Pool::from_image_hooked(
+                image,
+                Box::new(move |fence, site| {
+                    // Reservoir sampling over the recovery's fences.
+                    let mut k = kept.lock().expect("recrash lock");
+                    k.0 += 1;
+                    let slot = if k.1.len() < RECRASH_IMAGES {
+                        Some(k.1.len())
+                    } else {
+                        let j = (rng.next() % k.0) as usize;
+                        (j < RECRASH_IMAGES).then_some(j)
+                    };
+                    if let Some(j) = slot {
+                        let choice = match rng.next() % 3 {
+                            0 => CrashChoice::Persisted,
+                            1 => CrashChoice::Newest,
+                            _ => CrashChoice::Random(rng.next()),
+                        };
+                        let img = (fence, site.image(choice));
+                        if j == k.1.len() {
+                            k.1.push(img);
+                        } else {
+                            k.1[j] = img;
+                        }
+                    }
+                }),
+            )
+        }
+    };
+    let pool = Arc::new(pool.map_err(|e| format!("pool recovery failed: {e}"))?);
     let engine = open(pool.clone(), ecfg).map_err(|e| format!("engine recovery failed: {e}"))?;
+    if recrash.is_some() {
+        pool.set_fence_hook(None).map_err(|e| e.to_string())?;
+    }
+    let mut checked = 1u64;
+    let mut leaked_total = 0;
+    let images = std::mem::take(&mut kept.lock().expect("recrash lock").1);
+    for (fence, img) in images {
+        let (leaked, n) = verify(spec, ecfg, durability, img, model, None)
+            .map_err(|e| format!("crash at fence {fence} of the recovery: {e}"))?;
+        checked += n;
+        leaked_total += leaked;
+    }
     let mut found: HashMap<u64, u64> = HashMap::new();
     let mut twice = Vec::new();
     engine.for_each(&mut |k, v| {
@@ -398,7 +466,8 @@ fn verify(
         Ok(_) => return Err("recovered engine lost a new insert".into()),
         Err(e) => return Err(format!("recovered engine refused a new insert: {e}")),
     }
-    Ok(leaked)
+    let leaked = leaked + leaked_total;
+    Ok((leaked, checked))
 }
 
 fn run_op(engine: &dyn Engine, op: &Op) -> Result<()> {
@@ -554,6 +623,7 @@ pub fn run(spec: &EngineSpec, cfg: &Config) -> Result<Report> {
     let checker = Arc::new(Mutex::new(Checker {
         spec: *spec,
         cfg: cfg.clone(),
+        checked: 0,
         report: Report {
             engine: spec.name.to_string(),
             durability: cfg.durability,

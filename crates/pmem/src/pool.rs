@@ -342,7 +342,7 @@ impl Pool {
             let mut img = vec![0u8; size as usize];
             file.read_exact_at(&mut img, 0)
                 .map_err(|e| Error::io("cannot read pool file", Some(path), e))?;
-            return Self::from_image_with(img, opts.mode, max_size, &opts.layout);
+            return Self::from_image_with(img, opts.mode, max_size, &opts.layout, None);
         };
         let pool = Pool {
             map,
@@ -386,10 +386,25 @@ impl Pool {
     /// such as a crash image. The image is validated like a file.
     pub fn from_image(image: Vec<u8>, mode: Mode) -> Result<Pool> {
         let size = image.len() as u64;
-        Self::from_image_with(image, mode, size, "")
+        Self::from_image_with(image, mode, size, "", None)
     }
 
-    fn from_image_with(image: Vec<u8>, mode: Mode, max_size: u64, layout: &str) -> Result<Pool> {
+    /// [`from_image`](Self::from_image) in simulated mode with a fence hook
+    /// installed before recovery starts, so that crash states can be taken
+    /// during the pool's own recovery (and the engine's, if it runs on this
+    /// pool next). The hook stays installed.
+    pub fn from_image_hooked(image: Vec<u8>, hook: FenceHook) -> Result<Pool> {
+        let size = image.len() as u64;
+        Self::from_image_with(image, Mode::Simulated, size, "", Some(hook))
+    }
+
+    fn from_image_with(
+        image: Vec<u8>,
+        mode: Mode,
+        max_size: u64,
+        layout: &str,
+        hook: Option<FenceHook>,
+    ) -> Result<Pool> {
         if mode.uses_file() {
             return Err(Error::InvalidArgument(format!(
                 "an image opens in volatile or simulated mode, not {}",
@@ -432,6 +447,9 @@ impl Pool {
             sim: (mode == Mode::Simulated).then(|| Mutex::new(Sim::new(persisted))),
             ..pool
         };
+        if let Some(h) = hook {
+            pool.set_fence_hook(Some(h))?;
+        }
         pool.finish_open()?;
         Ok(pool)
     }

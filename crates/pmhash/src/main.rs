@@ -118,12 +118,13 @@ fn crashtest_cmd(args: &CrashArgs) -> Result<ExitCode, String> {
     let report = crashtest::run(&spec, &cfg)
         .map_err(|e| format!("crash test of {} could not run: {e}", spec.name))?;
     println!(
-        "crashtest {} ({}): {} ops, {} fences, {} crash states checked, {} violations, {} leaked bytes, seed {} [{:.1}s]",
+        "crashtest {} ({}): {} ops, {} fences, {} crash states checked ({} during recovery), {} violations, {} leaked bytes, seed {} [{:.1}s]",
         report.engine,
         durability.name(),
         report.ops,
         report.fences,
         report.states,
+        report.recovery_crashes,
         report.violations,
         report.leaked_bytes,
         report.seed,

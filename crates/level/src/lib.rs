@@ -1360,10 +1360,16 @@ impl Level {
         }
     }
 
+    /// Every 128th remove of a thread: refresh the dynamic search order and
+    /// shrink if the table became sparse.
     fn maybe_shrink(&self, t: u64) {
         if !t.is_multiple_of(128) {
             return;
         }
+        self.bl_first.store(
+            self.counts[BOT].get() > self.counts[TOP].get(),
+            Ordering::Relaxed,
+        );
         let g = self.geo_fields();
         let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as u64;
         if g.phase == Phase::Normal
@@ -1489,7 +1495,6 @@ impl Engine for Level {
         // a plain store: nothing after the fence holds back the next
         // operation's loads.
         self.counts[loc.level].add(-1);
-        self.tick();
         let removes = self.removes.bump();
         drop(gate);
         self.maybe_shrink(removes);

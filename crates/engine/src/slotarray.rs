@@ -121,6 +121,14 @@ impl SlotArray {
         }
     }
 
+    fn handle(pool: Arc<Pool>, misordered: bool, inner: Inner) -> SlotArray {
+        SlotArray {
+            pool,
+            misordered,
+            inner: Mutex::new(inner),
+        }
+    }
+
     /// Formats a fresh pool with a table for `initial_capacity` keys.
     pub fn create(pool: Arc<Pool>, cfg: &EngineConfig, misordered: bool) -> Result<SlotArray> {
         if pool.root() != 0 {
@@ -129,16 +137,16 @@ impl SlotArray {
         let cap = (cfg.initial_capacity.max(MIN_CAP) * 4 / 3).next_power_of_two();
         let (table, r) = Self::new_table(&pool, cap)?;
         publish_root(&pool, (table, r))?;
-        Ok(SlotArray {
+        Ok(Self::handle(
             pool,
             misordered,
-            inner: Mutex::new(Inner {
+            Inner {
                 table,
                 cap,
                 len: 0,
                 used: 0,
-            }),
-        })
+            },
+        ))
     }
 
     /// Reserves and formats an empty table; returns it uncommitted.
@@ -184,16 +192,16 @@ impl SlotArray {
                 m => return Err(Error::Corrupt(format!("slot {i} has meta {m}"))),
             }
         }
-        Ok(SlotArray {
+        Ok(Self::handle(
             pool,
             misordered,
-            inner: Mutex::new(Inner {
+            Inner {
                 table,
                 cap,
                 len,
                 used,
-            }),
-        })
+            },
+        ))
     }
 
     fn probe(&self, inner: &Inner, key: u64) -> Probe {

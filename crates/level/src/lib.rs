@@ -1130,16 +1130,9 @@ impl Level {
             il: g.lv[BOT],
             phase: Phase::Expanding,
         };
-        self.write_record(&rec);
-        self.pool.commit(r);
         let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
-        self.counts[IL].set(b);
-        self.counts[BOT].set(t);
-        self.counts[TOP].set(0);
-        let ng = Geo::from_record(&rec);
-        self.publish(&ng);
         self.expansions.fetch_add(1, Ordering::Relaxed);
-        self.finish_resize(&ng)
+        self.start_resize(r, &rec, [0, t, b])
     }
 
     /// Shrinks the table if its geometry is still `seen` and it is still
@@ -1168,16 +1161,23 @@ impl Level {
             il: g.lv[TOP],
             phase: Phase::Shrinking,
         };
-        self.write_record(&rec);
-        self.pool.commit(r);
         let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
-        self.counts[IL].set(t);
-        self.counts[TOP].set(b);
-        self.counts[BOT].set(0);
-        let ng = Geo::from_record(&rec);
-        self.publish(&ng);
         self.shrinks.fetch_add(1, Ordering::Relaxed);
-        self.finish_resize(&ng)
+        self.start_resize(r, &rec, [b, 0, t])
+    }
+
+    /// Makes `rec` (a resize with its new level reserved in `r`) current,
+    /// relabels the per-level counts to `counts` (top, bottom, interim),
+    /// publishes the geometry to readers, and rehashes the interim level.
+    fn start_resize(&self, r: pmem::Reservation, rec: &Record, counts: [i64; 3]) -> Result<()> {
+        self.write_record(rec);
+        self.pool.commit(r);
+        for (c, v) in self.counts.iter().zip(counts) {
+            c.set(v);
+        }
+        let g = Geo::from_record(rec);
+        self.publish(&g);
+        self.finish_resize(&g)
     }
 
     /// Rehashes every item left in the interim level into the top two

@@ -28,7 +28,8 @@ mod layout;
 mod sync;
 
 use layout::*;
-use sync::{Counter, LineLock, SlotSet, Stripes};
+use pmem::SlotSet;
+use sync::{Counter, LineLock, Stripes};
 
 /// Layout id written in the pool header.
 pub const LAYOUT: &str = "level";

@@ -11,7 +11,6 @@
 //! - [`Stripes`]: DRAM spinlocks by key hash, so that two writers of the
 //!   same key never interleave (duplicate-free inserts).
 //! - [`Counter`]: a sharded counter, cheap to bump from many threads.
-//! - [`SlotSet`]: 64 claimable slots (the log slots).
 
 use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
 
@@ -199,36 +198,6 @@ impl Counter {
             s.0.store(0, Ordering::Relaxed);
         }
         self.shards[0].0.store(v, Ordering::Relaxed);
-    }
-}
-
-/// 64 slots that threads claim and release.
-#[derive(Default)]
-pub struct SlotSet {
-    used: AtomicU64,
-}
-
-impl SlotSet {
-    pub fn claim(&self) -> usize {
-        loop {
-            let cur = self.used.load(Ordering::Acquire);
-            if cur != u64::MAX {
-                let i = (!cur).trailing_zeros() as usize;
-                if self
-                    .used
-                    .compare_exchange(cur, cur | (1 << i), Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return i;
-                }
-            } else {
-                std::thread::yield_now();
-            }
-        }
-    }
-
-    pub fn release(&self, i: usize) {
-        self.used.fetch_and(!(1u64 << i), Ordering::AcqRel);
     }
 }
 

@@ -48,6 +48,7 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 use crate::header::HEADER_LEN;
 use crate::pool::{Pool, PoolStats};
+use crate::slots::SlotSet;
 
 /// Allocation granule of the heap.
 pub const CHUNK: u64 = 256 << 10;
@@ -163,7 +164,7 @@ struct LargeState {
 pub(crate) struct Heap {
     large: Mutex<LargeState>,
     classes: Vec<Mutex<ClassState>>,
-    lanes: AtomicU64,
+    lanes: SlotSet,
     in_use: AtomicU64,
     blocks: AtomicU64,
     recovered: AtomicU64,
@@ -301,7 +302,7 @@ impl Heap {
             classes: (0..CLASSES.len())
                 .map(|_| Mutex::new(ClassState::default()))
                 .collect(),
-            lanes: AtomicU64::new(0),
+            lanes: SlotSet::default(),
             in_use: AtomicU64::new(0),
             blocks: AtomicU64::new(0),
             recovered: AtomicU64::new(0),
@@ -513,25 +514,11 @@ impl Heap {
     }
 
     fn acquire_lane(&self) -> usize {
-        loop {
-            let cur = self.lanes.load(Ordering::Acquire);
-            if cur != u64::MAX {
-                let lane = (!cur).trailing_zeros() as usize;
-                if self
-                    .lanes
-                    .compare_exchange(cur, cur | (1 << lane), Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return lane;
-                }
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        self.lanes.claim()
     }
 
     fn release_lane(&self, lane: usize) {
-        self.lanes.fetch_and(!(1u64 << lane), Ordering::AcqRel);
+        self.lanes.release(lane);
     }
 
     fn write_lane(&self, pool: &Pool, lane: usize, state: u64, block: Block, off: u64, link: Link) {

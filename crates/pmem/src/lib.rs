@@ -15,8 +15,10 @@ mod map;
 pub mod persist;
 mod pool;
 pub mod sim;
+pub mod slots;
 
 pub use alloc::{FreeTicket, Link, Reservation, CHUNK};
 pub use error::{Error, Result};
 pub use pool::{Mode, Pool, PoolOptions, PoolStats, MIN_POOL_SIZE};
 pub use sim::{CrashChoice, CrashSite, FenceHook};
+pub use slots::SlotSet;

@@ -12,6 +12,7 @@ use pmem::Pool;
 pub mod crashtest;
 pub mod gate;
 pub mod slotarray;
+pub mod sync;
 
 /// What an engine promises about a mutating call that has returned
 /// (ARCHITECTURE.md, "Durability contract").

@@ -25,11 +25,11 @@ use engine::{CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Error, R
 use pmem::{Link, Pool};
 
 mod layout;
-mod sync;
+
 
 use layout::*;
 use pmem::SlotSet;
-use sync::{Counter, LineLock, Stripes};
+use engine::sync::{Counter, LineLock, Stripes};
 
 /// Layout id written in the pool header.
 pub const LAYOUT: &str = "level";

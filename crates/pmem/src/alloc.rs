@@ -79,6 +79,9 @@ pub enum Link {
     Word { owner: u64, value: u64 },
     /// The word at `owner` holds the block's own offset: a plain pointer.
     Pointer { owner: u64 },
+    /// The word at `owner` holds the block's offset with `tag` or'ed in (a
+    /// tagged pointer; the tag uses bits the block's alignment leaves 0).
+    Tagged { owner: u64, tag: u64 },
     /// The pool header's root offset equals the value ([`Pool::set_root`]).
     Root(u64),
     /// The pool header's root offset is the block itself.
@@ -92,6 +95,7 @@ impl Link {
         match self {
             Link::Word { owner, value } => (owner, value),
             Link::Pointer { owner } => (owner, block),
+            Link::Tagged { owner, tag } => (owner, block | tag),
             Link::Root(v) => (OWNER_ROOT, v),
             Link::RootPointer => (OWNER_ROOT, block),
             Link::Nothing => (OWNER_NOTHING, 0),
@@ -234,7 +238,7 @@ fn lane_off(lane: usize) -> u64 {
 /// past the header, inside the pool): a lane it rejects would make the pool
 /// unopenable after a crash.
 fn check_link(pool: &Pool, link: Link) -> Result<()> {
-    if let Link::Word { owner, .. } | Link::Pointer { owner } = link {
+    if let Link::Word { owner, .. } | Link::Pointer { owner } | Link::Tagged { owner, .. } = link {
         let in_pool = owner.checked_add(8).is_some_and(|end| end <= pool.size());
         if !owner.is_multiple_of(8) || owner < HEADER_LEN as u64 || !in_pool {
             return Err(Error::InvalidArgument(format!(
@@ -860,6 +864,12 @@ impl Pool {
         self.heap.in_use.fetch_sub(t.size, Ordering::Relaxed);
         self.heap.blocks.fetch_sub(1, Ordering::Relaxed);
         self.heap.release_dram(self, t.block);
+    }
+
+    /// Abandons a free whose unlink never happened: the block stays
+    /// allocated and the lane is released.
+    pub fn cancel_free(&self, t: FreeTicket) {
+        self.heap.clear_lane(self, t.lane);
     }
 
     /// Frees a block that nothing links any more (durably).

@@ -5,7 +5,7 @@ use engine::EngineSpec;
 
 /// All engines, persistent first.
 pub fn all() -> Vec<EngineSpec> {
-    let mut v = vec![level::spec()];
+    let mut v = vec![level::spec(), hmeh::spec()];
     v.extend(engine::reference_engines());
     v.extend(bench::baselines());
     v

@@ -1,4 +1,4 @@
-//! Concurrency primitives of the level engine, named for what they
+//! Concurrency primitives shared by the engines, named for what they
 //! guarantee.
 //!
 //! - [`LineLock`]: a seqlock in each line's first word. Writers hold it
@@ -64,6 +64,32 @@ impl LineLock {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// Takes the line if no writer holds it; `false` (and nothing changed)
+    /// otherwise. For a writer that already holds another lock.
+    #[inline]
+    pub fn try_lock(&self, word: &AtomicU64) -> bool {
+        let w = word.load(Ordering::Relaxed);
+        let v = self.version(w);
+        if v & 1 == 1 {
+            return false;
+        }
+        let locked = (self.epoch << EPOCH_SHIFT) | ((v + 1) & VERSION_MASK);
+        let ok = word
+            .compare_exchange(w, locked, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
+        if ok {
+            fence(Ordering::Release);
+        }
+        ok
+    }
+
+    /// A lock word that starts held by this epoch's writer (for a block
+    /// being built before anyone can reach it).
+    #[inline]
+    pub fn held(&self) -> u64 {
+        (self.epoch << EPOCH_SHIFT) | 1
     }
 
     /// Releases the line; readers that saw the old version retry.

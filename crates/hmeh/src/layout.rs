@@ -1,0 +1,281 @@
+//! OP-HMEH's bytes in the pool. `docs/engines/hmeh.md` draws the same
+//! layout; keep the two in step.
+//!
+//! ```text
+//! root block (the pool root, 64 bytes, one cache line)
+//!   0     magic "PMHMEH01"
+//!   8     seed            hash seed, random at create
+//!   16    hash kind       0 = seeded fmix64 (default), 1 = identity (tests)
+//!   24    geometry        segment lines (bits 0..16) | max depth (16..24)
+//!   32    RT root node    offset of the radix-tree root (64 bytes)
+//!   40    zero-hash key   1 = present: the one key whose hash is 0 lives here
+//!   48    its value
+//!   56    item count      written at clean close; trusted only after one
+//!
+//! RT node (64 bytes): 8 entries; entry = segment offset (64-aligned) or
+//!   child node offset | 1. A node at level L (root = 1) resolves hash
+//!   prefix bits 3(L-1)..3L; its "depth" is 3L. A segment of local depth
+//!   LD in a node of depth D (D-3 <= LD <= D, LD >= 1) fills 2^(D-LD)
+//!   contiguous entries.
+//!
+//! segment (S bytes, S = 2^k, 1 KiB..32 KiB; lines = S/64)
+//!   line 0: header
+//!     0   lock word       seqlock, epoch-tagged (engine::sync::LineLock)
+//!     8   ident           "HS" magic (bits 48..64) | LD (32..40) | prefix
+//!                         (0..32, top-aligned: the segment owns hashes
+//!                         whose top LD bits equal the prefix's)
+//!     16  count           valid items        \ DRAM meaning; exact after a
+//!     24  stash count     valid stash items  / clean close, rebuilt after
+//!                                             a crash
+//!     32  backup          relaxed mode: a flushed backup segment (0 none)
+//!     40  overflow        first overflow block (0 none)
+//!     48  retired         1 once the segment left the directory (DRAM meaning)
+//!   lines 1..=N: normal buckets; lines N+1..lines: stash buckets
+//!   bucket (64 bytes) = 4 cross-KV slots of 16 bytes:
+//!     word 0 = hash[63:32] << 32 | value[63:32]
+//!     word 1 = hash[31:0]  << 32 | value[31:0]
+//!
+//! overflow block (S bytes): header line (word 40 = next block), then
+//!   lines-1 buckets of stash-like slots.
+//! ```
+//!
+//! A slot holds the key's 64-bit hash, not the key: the hash is a
+//! bijection, so the key is recovered by inverting it, and a slot's
+//! validity is read off its own bits. A slot is *valid* in a segment when
+//! its hash is not 0, its top LD bits equal the segment's prefix and, in a
+//! normal bucket, its home bucket is this one or one of the three before.
+
+pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PMHMEH01");
+pub const ROOT_BYTES: u64 = 64;
+pub const R_SEED: u64 = 8;
+pub const R_HASH: u64 = 16;
+pub const R_GEOMETRY: u64 = 24;
+pub const R_RT_ROOT: u64 = 32;
+pub const R_ZERO_PRESENT: u64 = 40;
+pub const R_ZERO_VALUE: u64 = 48;
+pub const R_COUNT: u64 = 56;
+
+pub const LINE: u64 = 64;
+pub const SLOTS: usize = 4;
+pub const PROBE: u64 = 4;
+pub const NODE_FANOUT: u64 = 8;
+pub const NODE_BITS: u32 = 3;
+
+pub const H_LOCK: u64 = 0;
+pub const H_IDENT: u64 = 8;
+pub const H_COUNT: u64 = 16;
+pub const H_STASH: u64 = 24;
+pub const H_BACKUP: u64 = 32;
+pub const H_OVERFLOW: u64 = 40;
+pub const H_RETIRED: u64 = 48;
+
+const SEG_MAGIC: u64 = 0x4853; // "HS"
+const OVF_MAGIC: u64 = 0x484f; // "HO"
+
+/// Smallest and largest segment, in cache lines.
+pub const MIN_LINES: u64 = 16;
+pub const MAX_LINES: u64 = 512;
+/// Local depth is at most 32: the prefix lives in the hash's high word.
+pub const DEPTH_LIMIT: u32 = 32;
+
+/// The segment geometry of a table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Cache lines per segment (header included).
+    pub lines: u64,
+    /// Normal (addressable) buckets.
+    pub buckets: u64,
+    /// Stash buckets.
+    pub stash: u64,
+    /// Largest local depth; beyond it a full segment chains overflow blocks.
+    pub max_depth: u32,
+}
+
+impl Geometry {
+    pub fn new(lines: u64, max_depth: u32) -> Option<Geometry> {
+        if !lines.is_power_of_two() || !(MIN_LINES..=MAX_LINES).contains(&lines) {
+            return None;
+        }
+        if !(1..=DEPTH_LIMIT).contains(&max_depth) {
+            return None;
+        }
+        let stash = if lines >= 64 { 4 } else { 2 };
+        Some(Geometry {
+            lines,
+            buckets: lines - 1 - stash,
+            stash,
+            max_depth,
+        })
+    }
+
+    pub fn encode(&self) -> u64 {
+        self.lines | (self.max_depth as u64) << 16
+    }
+
+    pub fn decode(w: u64) -> Option<Geometry> {
+        if w >> 24 != 0 {
+            return None;
+        }
+        Geometry::new(w & 0xffff, ((w >> 16) & 0xff) as u32)
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.lines * LINE
+    }
+
+    /// Item slots per segment (normal and stash).
+    pub fn slots(&self) -> u64 {
+        (self.buckets + self.stash) * SLOTS as u64
+    }
+
+    /// Offset of normal bucket `b` in segment `seg`.
+    #[inline]
+    pub fn bucket(&self, seg: u64, b: u64) -> u64 {
+        seg + (1 + b) * LINE
+    }
+
+    /// Offset of stash bucket `i` in segment `seg`.
+    #[inline]
+    pub fn stash_bucket(&self, seg: u64, i: u64) -> u64 {
+        seg + (1 + self.buckets + i) * LINE
+    }
+
+    /// Home bucket of a hash (from its low word).
+    #[inline]
+    pub fn home(&self, h: u64) -> u64 {
+        ((h & 0xffff_ffff) * self.buckets) >> 32
+    }
+
+    /// Whether a slot in normal bucket `b` is in the probe window of a hash
+    /// whose home bucket is `home`.
+    #[inline]
+    pub fn in_window(&self, home: u64, b: u64) -> bool {
+        (b + self.buckets - home) % self.buckets < PROBE
+    }
+}
+
+/// A segment's identity word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ident {
+    pub ld: u32,
+    /// Top-aligned prefix: only its top `ld` bits may be set.
+    pub prefix: u32,
+}
+
+impl Ident {
+    pub fn encode(&self) -> u64 {
+        SEG_MAGIC << 48 | (self.ld as u64) << 32 | self.prefix as u64
+    }
+
+    pub fn decode(w: u64) -> Option<Ident> {
+        let ld = ((w >> 32) & 0xffff) as u32;
+        let prefix = w as u32;
+        if w >> 48 != SEG_MAGIC || !(1..=DEPTH_LIMIT).contains(&ld) || prefix & !mask(ld) != 0 {
+            return None;
+        }
+        Some(Ident { ld, prefix })
+    }
+
+    /// Whether this segment owns hash `h`.
+    #[inline]
+    pub fn owns(&self, h: u64) -> bool {
+        ((h >> 32) as u32 ^ self.prefix) & mask(self.ld) == 0
+    }
+
+    /// The two halves of a split.
+    pub fn children(&self) -> (Ident, Ident) {
+        let ld = self.ld + 1;
+        (
+            Ident {
+                ld,
+                prefix: self.prefix,
+            },
+            Ident {
+                ld,
+                prefix: self.prefix | 1 << (32 - ld),
+            },
+        )
+    }
+
+    /// The prefix as an integer of `ld` bits (the directory index at GD = LD).
+    pub fn index(&self) -> u64 {
+        (self.prefix as u64) >> (32 - self.ld)
+    }
+
+    /// The hash high word a deleted slot gets: this prefix with its top bit
+    /// flipped, so no segment of this subtree can take it for valid.
+    pub fn invalid_hi(&self) -> u64 {
+        (self.prefix ^ 0x8000_0000) as u64
+    }
+}
+
+/// The overflow block magic word (header word 8).
+pub fn overflow_ident() -> u64 {
+    OVF_MAGIC << 48
+}
+
+/// Top `ld` bits set.
+#[inline]
+pub fn mask(ld: u32) -> u32 {
+    if ld == 0 {
+        0
+    } else {
+        u32::MAX << (32 - ld)
+    }
+}
+
+/// The two words of a slot holding hash `h` and value `v`.
+#[inline]
+pub fn encode_slot(h: u64, v: u64) -> (u64, u64) {
+    ((h >> 32) << 32 | v >> 32, h << 32 | (v & 0xffff_ffff))
+}
+
+/// Hash and value of a slot's two words (hash 0 = empty).
+#[inline]
+pub fn decode_slot(w0: u64, w1: u64) -> (u64, u64) {
+    ((w0 >> 32) << 32 | w1 >> 32, w0 << 32 | (w1 & 0xffff_ffff))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_round_trip() {
+        for (h, v) in [(1, 0), (u64::MAX, u64::MAX), (0x1234_5678_9abc_def0, 42)] {
+            let (a, b) = encode_slot(h, v);
+            assert_eq!(decode_slot(a, b), (h, v));
+        }
+    }
+
+    #[test]
+    fn idents_split_and_own() {
+        let root = Ident { ld: 1, prefix: 0 };
+        let (lo, hi) = root.children();
+        assert_eq!(lo.prefix, 0);
+        assert_eq!(hi.prefix, 0x4000_0000);
+        assert!(hi.owns(0x4000_0000_0000_0000));
+        assert!(!hi.owns(0x8000_0000_0000_0000));
+        assert!(!lo.owns(0x4000_0000_0000_0000));
+        assert_eq!(Ident::decode(hi.encode()), Some(hi));
+        assert_eq!(Ident::decode(0), None);
+        let ind = Ident {
+            ld: 1,
+            prefix: 0x8000_0000,
+        };
+        assert!(!ind.owns(ind.invalid_hi() << 32));
+    }
+
+    #[test]
+    fn geometry_windows_wrap() {
+        let g = Geometry::new(256, 24).unwrap();
+        assert_eq!(g.buckets, 251);
+        assert!(g.in_window(250, 1));
+        assert!(g.in_window(250, 2));
+        assert!(!g.in_window(250, 3));
+        assert!(g.in_window(3, 3));
+        assert!(!g.in_window(3, 2));
+        assert_eq!(Geometry::decode(g.encode()), Some(g));
+        assert_eq!(Geometry::new(100, 24), None);
+    }
+}

@@ -1,0 +1,679 @@
+//! OP-HMEH (Zou et al., JSA 2022) on the pmhash pool: persistent
+//! extendible hashing with a DRAM flat directory, a PM radix-tree
+//! directory and cross-KV slots, with the paper's gaps closed. Design,
+//! persist orders and every decision: `docs/engines/hmeh.md`.
+//!
+//! - Segments in PM (16 KiB by default: a header line, 251 buckets of
+//!   four 16-byte cross-KV slots, a 4-bucket stash); a key lives in its
+//!   home bucket, the next three, the stash, or (at the depth cap only) an
+//!   overflow chain.
+//! - FS-directory in DRAM (`dir`), doubled lazily; RT-directory in PM
+//!   (`rt`), grown by one 8-byte switch; recovery rebuilds the first from
+//!   the second.
+//! - Writers take the segment's version lock; readers are optimistic and
+//!   re-validate the version (and the free counter) on hits and misses.
+
+use std::collections::HashSet;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use engine::sync::{Counter, LineLock};
+use engine::{
+    CheckReport, Durability, Engine, EngineConfig, EngineKind, EngineSpec, Error, Result, Stats,
+};
+use pmem::{Link, Pool, Reservation};
+
+mod dir;
+mod hash;
+mod layout;
+mod recover;
+mod rt;
+
+pub use hash::HashKind;
+use dir::{Dir, FsDir};
+use hash::Hasher;
+use layout::*;
+
+/// Layout id written in the pool header.
+pub const LAYOUT: &str = "hmeh";
+/// Default depth cap: a directory of at most 2^24 entries (128 MiB).
+pub const DEFAULT_MAX_DEPTH: u32 = 24;
+
+/// The registry entry.
+pub fn spec() -> EngineSpec {
+    EngineSpec {
+        reference: false,
+        name: "hmeh",
+        about: "OP-HMEH: extendible hashing, DRAM flat + PM radix-tree directories, cross-KV slots",
+        kind: EngineKind::Persistent {
+            layout: LAYOUT,
+            create: create_boxed,
+            open: open_boxed,
+        },
+    }
+}
+
+fn create_boxed(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(Hmeh::create(pool, cfg)?))
+}
+
+fn open_boxed(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(Hmeh::open(pool, cfg)?))
+}
+
+/// Create-time choices beyond [`EngineConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Segment size in bytes (a power of two, 1 KiB..32 KiB). `None`: 16 KiB,
+    /// or smaller for an initial capacity under 2048 keys.
+    pub segment_bytes: Option<u64>,
+    /// Local depth cap (1..=32); a full segment at the cap chains overflow
+    /// blocks instead of splitting.
+    pub max_depth: u32,
+    pub hash: HashKind,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            segment_bytes: None,
+            max_depth: DEFAULT_MAX_DEPTH,
+            hash: HashKind::Mixed,
+        }
+    }
+}
+
+fn corrupt(m: String) -> Error {
+    Error::Corrupt(m)
+}
+
+/// A slot a writer found.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    line: u64,
+    s: usize,
+    /// Normal bucket index; `None` for stash and overflow slots.
+    bucket: Option<u64>,
+    stash: bool,
+}
+
+/// What a writer's scan looks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// The key only.
+    Find,
+    /// The key, or else a free slot.
+    Insert,
+    /// The key and a free slot.
+    Both,
+}
+
+/// What a writer's scan of a locked segment found.
+struct Scan {
+    found: Option<(Slot, u64, u64)>,
+    free: Option<Slot>,
+}
+
+#[derive(Default)]
+struct Tallies {
+    splits: AtomicU64,
+    node_splits: AtomicU64,
+    delayed_splits: AtomicU64,
+    doublings: AtomicU64,
+    merges: AtomicU64,
+    overflow_blocks: AtomicU64,
+    special_writes: AtomicU64,
+    inplace_updates: AtomicU64,
+    line_updates: AtomicU64,
+    cross_updates: AtomicU64,
+    backups_made: AtomicU64,
+    backups_merged: AtomicU64,
+    duplicates_removed: AtomicU64,
+    segments: AtomicU64,
+    nodes: AtomicU64,
+    max_lf_bits: AtomicU64,
+    /// Lowest load factor at which a split was needed (f64 bits).
+    min_split_lf_bits: AtomicU64,
+}
+
+/// The OP-HMEH engine.
+pub struct Hmeh {
+    pool: Arc<Pool>,
+    root: u64,
+    rt_root: u64,
+    geo: Geometry,
+    hasher: Hasher,
+    durability: Durability,
+    lock: LineLock,
+    dir: FsDir,
+    len: Counter,
+    /// Bumped before any segment block is freed: an optimistic reader that
+    /// sees it move retries (its segment may have been reused).
+    frees: AtomicU64,
+    zero: Mutex<()>,
+    closed: AtomicBool,
+    /// Recovery runs: splits are eager (no new backups).
+    recovering: AtomicBool,
+    /// RT nodes whose delayed-flush backup is live (relaxed durability);
+    /// splits inside them may leave their new segment unflushed. Held by
+    /// splits that make backups and by `sync`, which drops them all.
+    backups: Mutex<HashSet<u64>>,
+    t: Tallies,
+}
+
+impl Hmeh {
+    fn handle(
+        pool: Arc<Pool>,
+        root: u64,
+        rt_root: u64,
+        geo: Geometry,
+        hasher: Hasher,
+        durability: Durability,
+        dir: FsDir,
+    ) -> Hmeh {
+        let lock = LineLock::new(pool.header_state().opens);
+        let t = Tallies::default();
+        t.min_split_lf_bits
+            .store(f64::MAX.to_bits(), Ordering::Relaxed);
+        Hmeh {
+            pool,
+            root,
+            rt_root,
+            geo,
+            hasher,
+            durability,
+            lock,
+            dir,
+            len: Counter::default(),
+            frees: AtomicU64::new(0),
+            zero: Mutex::new(()),
+            closed: AtomicBool::new(false),
+            recovering: AtomicBool::new(false),
+            backups: Mutex::new(HashSet::new()),
+            t,
+        }
+    }
+
+    /// Formats a fresh pool with default [`Options`].
+    pub fn create(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
+        Self::create_with(pool, cfg, &Options::default())
+    }
+
+    /// Formats a fresh pool: a complete tree of segments of equal depth,
+    /// sized for `initial_capacity` keys at 3/4 load.
+    ///
+    /// A crash during `create` leaves a pool without a root (it was never
+    /// created); blocks it had linked stay allocated in that file.
+    pub fn create_with(pool: Arc<Pool>, cfg: &EngineConfig, opts: &Options) -> Result<Hmeh> {
+        if pool.root() != 0 {
+            return Err(Error::InvalidArgument("pool already holds a table".into()));
+        }
+        let lines = match opts.segment_bytes {
+            Some(b) => {
+                if b % LINE != 0 {
+                    return Err(Error::InvalidArgument(format!(
+                        "segment size {b} is not a multiple of 64"
+                    )));
+                }
+                b / LINE
+            }
+            None => (cfg.initial_capacity / 8).next_power_of_two().clamp(16, 256),
+        };
+        let geo = Geometry::new(lines, opts.max_depth).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "segment of {} bytes / depth cap {} (want a power of two from {} to {} bytes, cap 1..=32)",
+                lines * LINE,
+                opts.max_depth,
+                MIN_LINES * LINE,
+                MAX_LINES * LINE
+            ))
+        })?;
+        let want = (cfg.initial_capacity.max(1) as f64 / (geo.slots() as f64 * 0.75)).max(1.0);
+        let d0 = (want.log2().ceil() as u32).clamp(1, geo.max_depth);
+        let uuid = pool.identity().uuid;
+        let seed = u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"))
+            ^ u64::from_le_bytes(uuid[8..].try_into().expect("8 bytes")).rotate_left(29);
+        let hasher = Hasher {
+            kind: opts.hash,
+            seed,
+        };
+        let root_r = pool.reserve(ROOT_BYTES, Link::RootPointer)?;
+        let root = root_r.offset();
+        let rt_r = match pool.reserve(LINE, Link::Pointer {
+            owner: root + R_RT_ROOT,
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                pool.cancel(root_r);
+                return Err(e.into());
+            }
+        };
+        let rt_root = rt_r.offset();
+        pool.zero(root, ROOT_BYTES as usize);
+        pool.store_u64(root, ROOT_MAGIC);
+        pool.store_u64(root + R_SEED, seed);
+        pool.store_u64(root + R_HASH, opts.hash as u64);
+        pool.store_u64(root + R_GEOMETRY, geo.encode());
+        let lock = LineLock::new(pool.header_state().opens);
+        let mut segs = Vec::new();
+        let built = Self::build_tree(&pool, &geo, &lock, rt_root, d0, &mut segs);
+        if let Err(e) = built {
+            pool.cancel(rt_r);
+            pool.cancel(root_r);
+            return Err(e);
+        }
+        pool.store_u64(root + R_RT_ROOT, rt_root);
+        // persist: the whole tree (each level durable and committed by
+        // build_tree) and the root block before the pool root names the
+        // root block: until then the table does not exist.
+        pool.flush(root, ROOT_BYTES as usize);
+        pool.flush(rt_root, LINE as usize);
+        pool.fence();
+        if let Err(e) = pool.set_root(root) {
+            pool.cancel(rt_r);
+            pool.cancel(root_r);
+            return Err(e.into());
+        }
+        pool.commit(rt_r);
+        pool.commit(root_r);
+        let dir = FsDir::build(d0, |i| segs[i]);
+        let hm = Hmeh::handle(
+            pool,
+            root,
+            rt_root,
+            geo,
+            hasher,
+            cfg.durability,
+            dir,
+        );
+        hm.t.segments.store(segs.len() as u64, Ordering::Relaxed);
+        Ok(hm)
+    }
+
+    /// Fills node `rt_root` (already reserved) and everything below it with
+    /// segments of local depth `d0`; `segs` gets them in prefix order.
+    fn build_tree(
+        pool: &Pool,
+        geo: &Geometry,
+        lock: &LineLock,
+        rt_root: u64,
+        d0: u32,
+        segs: &mut Vec<u64>,
+    ) -> Result<()> {
+        // Breadth first: (node, depth, prefix index of the node's first entry's parent).
+        let mut queue = std::collections::VecDeque::from([(rt_root, NODE_BITS, 0u64)]);
+        while let Some((node, depth, base)) = queue.pop_front() {
+            let mut rs: Vec<Reservation> = Vec::new();
+            let mut children = Vec::new();
+            let mut entries = [0u64; 8];
+            let fail = |rs: Vec<Reservation>, e: pmem::Error| -> Error {
+                for r in rs {
+                    pool.cancel(r);
+                }
+                e.into()
+            };
+            if d0 <= depth {
+                let len = 1u64 << (depth - d0);
+                for i in (0..NODE_FANOUT).step_by(len as usize) {
+                    let r = match pool.reserve(geo.bytes(), Link::Pointer { owner: node + i * 8 }) {
+                        Ok(r) => r,
+                        Err(e) => return Err(fail(rs, e)),
+                    };
+                    let idx = ((base << NODE_BITS) | i) >> (depth - d0);
+                    let id = Ident {
+                        ld: d0,
+                        prefix: ((idx << (32 - d0)) & 0xffff_ffff) as u32,
+                    };
+                    init_segment(pool, geo, r.offset(), id, lock, false);
+                    // A fresh table: nobody holds these locks.
+                    pool.store_u64(r.offset() + H_LOCK, 0);
+                    pool.flush(r.offset(), geo.bytes() as usize);
+                    for j in i..i + len {
+                        entries[j as usize] = r.offset();
+                    }
+                    segs.push(r.offset());
+                    rs.push(r);
+                }
+            } else {
+                for i in 0..NODE_FANOUT {
+                    let r = match pool.reserve(LINE, Link::Tagged {
+                        owner: node + i * 8,
+                        tag: 1,
+                    }) {
+                        Ok(r) => r,
+                        Err(e) => return Err(fail(rs, e)),
+                    };
+                    pool.zero(r.offset(), LINE as usize);
+                    entries[i as usize] = r.offset() | 1;
+                    children.push((r.offset(), depth + NODE_BITS, (base << NODE_BITS) | i));
+                    rs.push(r);
+                }
+            }
+            for (i, e) in entries.iter().enumerate() {
+                pool.store_u64(node + i as u64 * 8, *e);
+            }
+            // persist: the blocks below this node and its entries in one
+            // fence, then the reservations commit (their owner words hold
+            // them).
+            pool.flush(node, LINE as usize);
+            pool.fence();
+            for r in rs {
+                pool.commit(r);
+            }
+            queue.extend(children);
+        }
+        Ok(())
+    }
+
+    /// Opens an existing pool, repairing it after a crash.
+    pub fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
+        recover::open(pool, cfg)
+    }
+
+    // ----- helpers ---------------------------------------------------------------
+
+    #[inline]
+    fn words(&self, off: u64) -> &[AtomicU64] {
+        self.pool.words(off, 8)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::InvalidArgument("the table was closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Whether writes persist before they return (always during recovery).
+    #[inline]
+    fn strict(&self) -> bool {
+        self.durability == Durability::Strict || self.recovering.load(Ordering::Relaxed)
+    }
+
+    /// Whether a slot's words form an item valid at this position.
+    #[inline]
+    fn valid(&self, id: Ident, w0: u64, w1: u64, bucket: Option<u64>) -> bool {
+        let h = (w0 >> 32) << 32 | w1 >> 32;
+        h != 0
+            && id.owns(h)
+            && match bucket {
+                Some(b) => self.geo.in_window(self.geo.home(h), b),
+                None => true,
+            }
+    }
+
+    /// The segment the current directory names for `h`.
+    #[inline]
+    fn locate(&self, h: u64) -> (&Dir, u64) {
+        let d = self.dir.current();
+        let i = d.index(h);
+        let s = d.load(i);
+        if s != 0 {
+            (d, s)
+        } else {
+            (d, self.dir.resolve(d, i))
+        }
+    }
+
+    /// Locks the segment that owns `h`: its header words and identity.
+    fn lock_owner(&self, h: u64) -> (u64, Ident) {
+        loop {
+            let (d, seg) = self.locate(h);
+            let hw = self.words(seg);
+            self.lock.lock(&hw[H_LOCK as usize / 8]);
+            // Under the lock the directory entry can only change by our
+            // hand, so entry == seg plus a matching identity proves that
+            // `seg` owns `h` now (a freed and reused block fails the first).
+            let id = Ident::decode(hw[1].load(Ordering::Relaxed));
+            let again = self.dir.current();
+            let now = if std::ptr::eq(again, d) {
+                d.load(d.index(h))
+            } else {
+                self.locate(h).1
+            };
+            if let Some(id) = id {
+                if now == seg && id.owns(h) && hw[6].load(Ordering::Relaxed) == 0 {
+                    return (seg, id);
+                }
+            }
+            self.lock.unlock(&hw[0]);
+            std::hint::spin_loop();
+        }
+    }
+
+    fn unlock(&self, seg: u64) {
+        self.lock.unlock(&self.words(seg)[0]);
+    }
+
+    // ----- reads -----------------------------------------------------------------
+
+    /// Scans the slots of one line for hash halves (`hi`, `lo`).
+    #[inline(always)]
+    fn probe_line(&self, line: u64, hi: u64, lo: u64) -> Option<u64> {
+        let w = self.words(line);
+        for s in 0..SLOTS {
+            let w1 = w[2 * s + 1].load(Ordering::Relaxed);
+            if w1 >> 32 == lo {
+                let w0 = w[2 * s].load(Ordering::Relaxed);
+                if w0 >> 32 == hi {
+                    return Some(decode_slot(w0, w1).1);
+                }
+            }
+        }
+        None
+    }
+
+    /// Optimistic lookup (paper Alg. 2 with the §4.1 fixes: version read,
+    /// then ownership verified, value copied, version re-read on hits and
+    /// misses alike).
+    fn lookup(&self, h: u64) -> Option<u64> {
+        let (hi, lo) = (h >> 32, h & 0xffff_ffff);
+        let home = self.geo.home(h);
+        loop {
+            let f0 = self.frees.load(Ordering::Acquire);
+            let (_, seg) = self.locate(h);
+            self.pool.prefetch(self.geo.bucket(seg, home));
+            let hw = self.words(seg);
+            let v1 = hw[0].load(Ordering::Acquire);
+            if !self.lock.is_free(v1) {
+                std::hint::spin_loop();
+                continue;
+            }
+            match Ident::decode(hw[1].load(Ordering::Relaxed)) {
+                Some(id) if id.owns(h) => {}
+                _ => {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            let mut res = None;
+            for j in 0..PROBE {
+                let mut b = home + j;
+                if b >= self.geo.buckets {
+                    b -= self.geo.buckets;
+                }
+                res = self.probe_line(self.geo.bucket(seg, b), hi, lo);
+                if res.is_some() {
+                    break;
+                }
+            }
+            if res.is_none() && hw[3].load(Ordering::Relaxed) != 0 {
+                for i in 0..self.geo.stash {
+                    res = self.probe_line(self.geo.stash_bucket(seg, i), hi, lo);
+                    if res.is_some() {
+                        break;
+                    }
+                }
+            }
+            if res.is_none() {
+                let mut ovf = hw[5].load(Ordering::Relaxed);
+                let mut hops = 0;
+                'chain: while ovf != 0 && hops < 1 << 20 {
+                    if self.pool.check_range(ovf, self.geo.bytes()).is_err() {
+                        break;
+                    }
+                    for l in 1..self.geo.lines {
+                        res = self.probe_line(ovf + l * LINE, hi, lo);
+                        if res.is_some() {
+                            break 'chain;
+                        }
+                    }
+                    ovf = self.pool.load_u64(ovf + H_OVERFLOW);
+                    hops += 1;
+                }
+            }
+            fence(Ordering::Acquire);
+            if hw[0].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0 {
+                return res;
+            }
+        }
+    }
+
+    // ----- writes ----------------------------------------------------------------
+
+    /// Every slot a key may occupy in a locked segment: window, stash,
+    /// overflow chain. Finds the key and the first slot free for it.
+    fn scan(&self, seg: u64, id: Ident, h: u64, want: Want) -> Scan {
+        let want_free = want != Want::Find;
+        let (hi, lo) = (h >> 32, h & 0xffff_ffff);
+        let home = self.geo.home(h);
+        let mut out = Scan {
+            found: None,
+            free: None,
+        };
+        let mut look = |line: u64, bucket: Option<u64>, stash: bool, out: &mut Scan| -> bool {
+            let w = self.words(line);
+            for s in 0..SLOTS {
+                let w0 = w[2 * s].load(Ordering::Relaxed);
+                let w1 = w[2 * s + 1].load(Ordering::Relaxed);
+                let slot = Slot {
+                    line,
+                    s,
+                    bucket,
+                    stash,
+                };
+                if w0 >> 32 == hi && w1 >> 32 == lo {
+                    if out.found.is_none() {
+                        out.found = Some((slot, w0, w1));
+                    }
+                } else if want_free && out.free.is_none() && !self.valid(id, w0, w1, bucket) {
+                    out.free = Some(slot);
+                }
+            }
+            out.found.is_some() && (want != Want::Both || out.free.is_some())
+        };
+        for j in 0..PROBE {
+            let b = (home + j) % self.geo.buckets;
+            if look(self.geo.bucket(seg, b), Some(b), false, &mut out) {
+                return out;
+            }
+        }
+        let hw = self.words(seg);
+        if hw[3].load(Ordering::Relaxed) != 0 || (want_free && out.free.is_none()) {
+            for i in 0..self.geo.stash {
+                if look(self.geo.stash_bucket(seg, i), None, true, &mut out) {
+                    return out;
+                }
+            }
+        }
+        let mut ovf = hw[5].load(Ordering::Relaxed);
+        while ovf != 0 {
+            for l in 1..self.geo.lines {
+                if look(ovf + l * LINE, None, false, &mut out) {
+                    return out;
+                }
+            }
+            ovf = self.pool.load_u64(ovf + H_OVERFLOW);
+        }
+        out
+    }
+
+    /// Writes item (`h`, `v`) into an invalid slot of a locked segment.
+    ///
+    /// persist: the caller persists the line (strict) or leaves it to
+    /// eviction (relaxed). Within one cache line x86 writes back stores in
+    /// program order, so after a crash the slot holds a prefix of the
+    /// stores below: word 1 first, then word 0 (which carries the prefix).
+    /// The one intermediate state (old word 0, new word 1) must not read as
+    /// a valid item: that is the paper's special-case check, done on the
+    /// slot's current content. When it fails, an invalidating word 0 is
+    /// stored first (same line, so no fence is needed).
+    fn write_slot(&self, id: Ident, slot: Slot, h: u64, v: u64) {
+        let w = self.words(slot.line);
+        let (n0, n1) = encode_slot(h, v);
+        let old0 = w[2 * slot.s].load(Ordering::Relaxed);
+        if self.valid(id, old0, n1, slot.bucket) {
+            w[2 * slot.s].store(id.invalid_hi() << 32, Ordering::Release);
+            self.t.special_writes.fetch_add(1, Ordering::Relaxed);
+        }
+        w[2 * slot.s + 1].store(n1, Ordering::Release);
+        w[2 * slot.s].store(n0, Ordering::Release);
+    }
+
+    /// Invalidates a slot with one 8-byte store (failure-atomic): word 0
+    /// gets this segment's prefix with its top bit flipped, which no
+    /// segment of the subtree takes for valid.
+    fn kill_slot(&self, id: Ident, slot: Slot) {
+        self.words(slot.line)[2 * slot.s].store(id.invalid_hi() << 32, Ordering::Release);
+    }
+
+    fn count_add(&self, seg: u64, slot: Slot, d: i64) {
+        let hw = self.words(seg);
+        let c = hw[2].load(Ordering::Relaxed);
+        hw[2].store(c.wrapping_add(d as u64), Ordering::Relaxed);
+        if slot.stash {
+            let c = hw[3].load(Ordering::Relaxed);
+            hw[3].store(c.wrapping_add(d as u64), Ordering::Relaxed);
+        }
+    }
+
+    fn zero_op<T>(&self, f: impl FnOnce(&Pool, u64) -> T) -> T {
+        let _g = self.zero.lock().expect("zero-key lock");
+        f(&self.pool, self.root)
+    }
+
+    /// Makes room in a locked, full segment: split, or chain an overflow
+    /// block at the depth cap. Releases the lock.
+    fn grow(&self, seg: u64, id: Ident) -> Result<()> {
+        let r = if id.ld >= self.geo.max_depth {
+            self.add_overflow(seg)
+        } else {
+            self.split(seg, id)
+        };
+        if r.is_err() {
+            self.unlock(seg);
+        }
+        r
+    }
+
+    fn note_split_load(&self) {
+        let cap = self.t.segments.load(Ordering::Relaxed) * self.geo.slots();
+        let lf = self.len.get().max(0) as f64 / cap.max(1) as f64;
+        self.t
+            .max_lf_bits
+            .fetch_max(lf.to_bits(), Ordering::Relaxed);
+        self.t
+            .min_split_lf_bits
+            .fetch_min(lf.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Writes a fresh segment's header and zeroes its buckets; the lock word
+/// starts held by this epoch's builder. With `nt`, the zeroes go out by
+/// non-temporal stores (durable at the next fence without a flush).
+fn init_segment(pool: &Pool, geo: &Geometry, off: u64, id: Ident, lock: &LineLock, nt: bool) {
+    let w = pool.words(off, 8);
+    w[0].store(lock.held(), Ordering::Relaxed);
+    fence(Ordering::Release);
+    for (i, x) in w.iter().enumerate().skip(1) {
+        x.store(if i == 1 { id.encode() } else { 0 }, Ordering::Relaxed);
+    }
+    if nt {
+        let zeros = vec![0u8; ((geo.lines - 1) * LINE) as usize];
+        pool.write_nt(off + LINE, &zeros);
+    } else {
+        pool.zero(off + LINE, ((geo.lines - 1) * LINE) as usize);
+    }
+}
+
+mod ops;

@@ -1,0 +1,788 @@
+//! Structural changes (split, overflow, merge), durability (sync, close)
+//! and the `Engine` implementation.
+
+use std::sync::atomic::Ordering;
+
+use super::*;
+
+impl Hmeh {
+    /// Copies the items of locked segment `src` that `dst_id` owns into a
+    /// fresh segment at `dst`, each into the same slot position (so it
+    /// always fits). The copies in `src` stay: they turn invalid when
+    /// `src`'s local depth grows (paper §3.3). Returns (items, stash items).
+    ///
+    /// persist: eager: the whole segment is flushed, durable at the
+    /// caller's next fence. Delayed (relaxed durability, a node with a
+    /// live backup): the buckets were zeroed by non-temporal stores (durable
+    /// at that fence) and only the header is flushed; the items reach PM by
+    /// eviction, and the backup covers them until the next `sync`.
+    fn fill_half(
+        &self,
+        src: u64,
+        src_id: Ident,
+        dst: u64,
+        dst_id: Ident,
+        delayed: bool,
+        backup: u64,
+    ) -> (u64, u64) {
+        init_segment(&self.pool, &self.geo, dst, dst_id, &self.lock, delayed);
+        let (mut n, mut ns) = (0u64, 0u64);
+        for l in 1..self.geo.lines {
+            let bucket = (l <= self.geo.buckets).then_some(l - 1);
+            let sw = self.words(src + l * LINE);
+            let dw = self.words(dst + l * LINE);
+            for s in 0..SLOTS {
+                let w0 = sw[2 * s].load(Ordering::Relaxed);
+                let w1 = sw[2 * s + 1].load(Ordering::Relaxed);
+                let h = decode_slot(w0, w1).0;
+                if self.valid(src_id, w0, w1, bucket) && dst_id.owns(h) {
+                    dw[2 * s + 1].store(w1, Ordering::Relaxed);
+                    dw[2 * s].store(w0, Ordering::Relaxed);
+                    n += 1;
+                    if bucket.is_none() {
+                        ns += 1;
+                    }
+                }
+            }
+        }
+        let hw = self.words(dst);
+        hw[2].store(n, Ordering::Relaxed);
+        hw[3].store(ns, Ordering::Relaxed);
+        hw[4].store(backup, Ordering::Relaxed);
+        if delayed {
+            self.pool.flush(dst, LINE as usize);
+        } else {
+            self.pool.flush(dst, self.geo.bytes() as usize);
+        }
+        (n, ns)
+    }
+
+    fn sub_counts(&self, seg: u64, n: u64, ns: u64) {
+        let hw = self.words(seg);
+        hw[2].store(hw[2].load(Ordering::Relaxed).saturating_sub(n), Ordering::Relaxed);
+        hw[3].store(hw[3].load(Ordering::Relaxed).saturating_sub(ns), Ordering::Relaxed);
+    }
+
+    /// Splits locked segment `seg` (paper §3.3, Fig. 7, with the spec's F3
+    /// order). Releases its lock.
+    pub(crate) fn split(&self, seg: u64, id: Ident) -> Result<()> {
+        self.note_split_load();
+        // Step A: the FS-directory must resolve LD + 1 bits.
+        let mut d = self.dir.current();
+        while d.gd < id.ld + 1 {
+            d = self.dir.double(d);
+            self.t.doublings.fetch_add(1, Ordering::Relaxed);
+        }
+        let pos = rt::find(&self.pool, self.rt_root, id);
+        let (lo, hi) = id.children();
+        let relaxed = !self.strict();
+        let bytes = self.geo.bytes();
+        if id.ld < pos.depth {
+            // Inside one RT node: the upper half of the run moves.
+            let delayed = relaxed && self.backups.lock().expect("backups").contains(&pos.node);
+            // The split's commit point is S_old's identity word (C3):
+            // recovery keeps S_new iff it holds the deeper identity.
+            let r = self.pool.reserve(
+                bytes,
+                Link::Word {
+                    owner: seg + H_IDENT,
+                    value: lo.encode(),
+                },
+            )?;
+            let s_new = r.offset();
+            let (n, ns) = self.fill_half(seg, id, s_new, hi, delayed, 0);
+            // persist: C1: S_new (items and LD) durable before any entry
+            // names it.
+            self.pool.fence();
+            let half = pos.len / 2;
+            for i in pos.start + half..pos.start + pos.len {
+                self.pool.store_u64(pos.entry(i), s_new);
+            }
+            // persist: C2: the upper half of S_old's run names S_new. One
+            // node line, so after a crash the entries hold a prefix of
+            // these stores; the repair points them back at S_old unless
+            // C3 is durable.
+            self.pool.persist_line(pos.node);
+            self.words(seg)[1].store(lo.encode(), Ordering::Release);
+            // persist: C3: S_old's deeper identity, the commit point; only
+            // now may S_old's migrated copies be overwritten.
+            self.pool.persist_line(seg);
+            self.pool.commit(r);
+            self.sub_counts(seg, n, ns);
+            // Step D: RT before FS (paper §4.1).
+            self.dir.set_range(d, hi.ld, hi.index(), s_new);
+            if delayed {
+                self.t.delayed_splits.fetch_add(1, Ordering::Relaxed);
+            }
+            self.unlock(s_new);
+        } else if relaxed {
+            self.split_to_backup(seg, id, pos, d)?;
+        } else {
+            // A new RT node (Fig. 7): entries 0..4 keep S_old, 4..8 name S_new.
+            let parent = pos.entry(pos.start);
+            let rn = self
+                .pool
+                .reserve(LINE, Link::Tagged { owner: parent, tag: 1 })?;
+            let node = rn.offset();
+            let r = match self.pool.reserve(
+                bytes,
+                Link::Word {
+                    owner: seg + H_IDENT,
+                    value: lo.encode(),
+                },
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.pool.cancel(rn);
+                    return Err(e.into());
+                }
+            };
+            let s_new = r.offset();
+            let (n, ns) = self.fill_half(seg, id, s_new, hi, false, 0);
+            for i in 0..NODE_FANOUT {
+                self.pool
+                    .store_u64(node + i * 8, if i < NODE_FANOUT / 2 { seg } else { s_new });
+            }
+            self.pool.flush(node, LINE as usize);
+            // persist: C1: the new node and S_new durable before the parent
+            // entry names the node.
+            self.pool.fence();
+            self.pool.atomic_u64(parent).store(node | 1, Ordering::Release);
+            // persist: C2: the 8-byte switch that links the node (its
+            // reservation's commit point). Before C3 the repair points all
+            // eight entries back at S_old (LD = node depth - 3 covers it).
+            self.pool.persist_line(parent);
+            self.words(seg)[1].store(lo.encode(), Ordering::Release);
+            // persist: C3: S_old's deeper identity, the split's commit point.
+            self.pool.persist_line(seg);
+            self.pool.commit(rn);
+            self.pool.commit(r);
+            self.sub_counts(seg, n, ns);
+            self.t.nodes.fetch_add(1, Ordering::Relaxed);
+            self.t.node_splits.fetch_add(1, Ordering::Relaxed);
+            self.dir.set_range(d, hi.ld, hi.index(), s_new);
+            self.unlock(s_new);
+        }
+        self.t.splits.fetch_add(1, Ordering::Relaxed);
+        self.t.segments.fetch_add(1, Ordering::Relaxed);
+        self.unlock(seg);
+        Ok(())
+    }
+
+    /// The paper's delayed-flush split at a new RT node (relaxed only):
+    /// S_old is flushed and kept, unreachable, as the node's backup; two
+    /// new segments take its items without being flushed.
+    fn split_to_backup(&self, seg: u64, id: Ident, pos: rt::Pos, d: &Dir) -> Result<()> {
+        let mut held = self.backups.lock().expect("backups");
+        let (lo, hi) = id.children();
+        let bytes = self.geo.bytes();
+        let parent = pos.entry(pos.start);
+        let rn = self
+            .pool
+            .reserve(LINE, Link::Tagged { owner: parent, tag: 1 })?;
+        let node = rn.offset();
+        // Both new segments live iff the parent entry names the node.
+        let link = Link::Word {
+            owner: parent,
+            value: node | 1,
+        };
+        let ra = match self.pool.reserve(bytes, link) {
+            Ok(r) => r,
+            Err(e) => {
+                self.pool.cancel(rn);
+                return Err(e.into());
+            }
+        };
+        let rb = match self.pool.reserve(bytes, link) {
+            Ok(r) => r,
+            Err(e) => {
+                self.pool.cancel(ra);
+                self.pool.cancel(rn);
+                return Err(e.into());
+            }
+        };
+        let (sa, sb) = (ra.offset(), rb.offset());
+        // The backup: every item S_old holds, durable.
+        self.pool.flush(seg, bytes as usize);
+        self.fill_half(seg, id, sa, lo, true, seg);
+        self.fill_half(seg, id, sb, hi, true, 0);
+        for i in 0..NODE_FANOUT {
+            self.pool
+                .store_u64(node + i * 8, if i < NODE_FANOUT / 2 { sa } else { sb });
+        }
+        self.pool.flush(node, LINE as usize);
+        // persist: C1: backup, node, both headers and the zeroed buckets
+        // durable before the parent entry names the node.
+        self.pool.fence();
+        self.pool.atomic_u64(parent).store(node | 1, Ordering::Release);
+        // persist: C2: the 8-byte switch, commit point of all three blocks;
+        // from here S_old is the backup (named by S_a's header).
+        self.pool.persist_line(parent);
+        self.pool.commit(rn);
+        self.pool.commit(ra);
+        self.pool.commit(rb);
+        held.insert(node);
+        self.words(seg)[6].store(1, Ordering::Release);
+        self.dir.set_range(d, lo.ld, lo.index(), sa);
+        self.dir.set_range(d, hi.ld, hi.index(), sb);
+        self.t.nodes.fetch_add(1, Ordering::Relaxed);
+        self.t.node_splits.fetch_add(1, Ordering::Relaxed);
+        self.t.backups_made.fetch_add(1, Ordering::Relaxed);
+        self.unlock(sa);
+        self.unlock(sb);
+        Ok(())
+    }
+
+    /// At the depth cap: chains an overflow block to locked segment `seg`.
+    /// Releases the lock.
+    pub(crate) fn add_overflow(&self, seg: u64) -> Result<()> {
+        let mut owner = seg + H_OVERFLOW;
+        let mut cur = self.pool.load_u64(owner);
+        while cur != 0 {
+            owner = cur + H_OVERFLOW;
+            cur = self.pool.load_u64(owner);
+        }
+        let r = self.pool.reserve(self.geo.bytes(), Link::Pointer { owner })?;
+        let b = r.offset();
+        self.pool.zero(b, self.geo.bytes() as usize);
+        self.pool.store_u64(b + H_IDENT, overflow_ident());
+        self.pool.flush(b, self.geo.bytes() as usize);
+        // persist: the empty block durable before it is linked (fence),
+        // then the link (its reservation's commit point).
+        self.pool.fence();
+        self.pool.atomic_u64(owner).store(b, Ordering::Release);
+        self.pool.persist_line(owner);
+        self.pool.commit(r);
+        self.t.overflow_blocks.fetch_add(1, Ordering::Relaxed);
+        self.unlock(seg);
+        Ok(())
+    }
+
+    /// After a delete: merges locked `seg` with its buddy when both are
+    /// nearly empty (the inverse of a split). Releases `seg`'s lock.
+    fn maybe_merge(&self, seg: u64, id: Ident) {
+        let hw = self.words(seg);
+        let few = hw[2].load(Ordering::Relaxed) <= self.geo.slots() / 8;
+        if !few
+            || id.ld < 2
+            || hw[4].load(Ordering::Relaxed) != 0
+            || hw[5].load(Ordering::Relaxed) != 0
+            || self.recovering.load(Ordering::Relaxed)
+        {
+            self.unlock(seg);
+            return;
+        }
+        let bid = Ident {
+            ld: id.ld,
+            prefix: id.prefix ^ (1 << (32 - id.ld)),
+        };
+        let bh = (bid.prefix as u64) << 32;
+        let (_, bseg) = self.locate(bh);
+        let bw = self.words(bseg);
+        if bseg == seg || !self.lock.try_lock(&bw[0]) {
+            self.unlock(seg);
+            return;
+        }
+        let ok = Ident::decode(bw[1].load(Ordering::Relaxed)) == Some(bid)
+            && bw[6].load(Ordering::Relaxed) == 0
+            && bw[4].load(Ordering::Relaxed) == 0
+            && bw[5].load(Ordering::Relaxed) == 0
+            && self.locate(bh).1 == bseg
+            && hw[2].load(Ordering::Relaxed) + bw[2].load(Ordering::Relaxed)
+                <= self.geo.slots() / 4;
+        let done = ok && self.merge(seg, id, bseg, bid).is_ok();
+        if !done {
+            self.unlock(bseg);
+            self.unlock(seg);
+        }
+    }
+
+    /// Merges two locked buddies into a new segment; `Err` (nothing
+    /// changed) when they cannot be merged. Releases both locks on success.
+    fn merge(&self, a: u64, aid: Ident, b: u64, bid: Ident) -> Result<()> {
+        let (l, lid, u, uid) = if aid.prefix < bid.prefix {
+            (a, aid, b, bid)
+        } else {
+            (b, bid, a, aid)
+        };
+        let pl = rt::find(&self.pool, self.rt_root, lid);
+        let pu = rt::find(&self.pool, self.rt_root, uid);
+        let mid = Ident {
+            ld: lid.ld - 1,
+            prefix: lid.prefix,
+        };
+        let min = if pl.depth == NODE_BITS {
+            1
+        } else {
+            pl.depth - NODE_BITS
+        };
+        if pl.node != pu.node || pu.start != pl.start + pl.len || mid.ld < min {
+            return Err(Error::InvalidArgument("not mergeable here".into()));
+        }
+        let first = pl.entry(pl.start);
+        // The merge's commit point is the run's first entry.
+        let r = self.pool.reserve(self.geo.bytes(), Link::Pointer { owner: first })?;
+        let m = r.offset();
+        init_segment(&self.pool, &self.geo, m, mid, &self.lock, false);
+        let (mut n, mut ns) = (0u64, 0u64);
+        for src in [(l, lid), (u, uid)] {
+            let mut fits = true;
+            self.each_valid(src.0, src.1, &mut |h, w0, w1| {
+                match self.place_fresh(m, h) {
+                    Some((line, s, stash)) => {
+                        let w = self.words(line);
+                        w[2 * s + 1].store(w1, Ordering::Relaxed);
+                        w[2 * s].store(w0, Ordering::Relaxed);
+                        n += 1;
+                        ns += stash as u64;
+                    }
+                    None => fits = false,
+                }
+            });
+            if !fits {
+                self.pool.cancel(r);
+                return Err(Error::InvalidArgument("merged items do not fit".into()));
+            }
+        }
+        let mw = self.words(m);
+        mw[2].store(n, Ordering::Relaxed);
+        mw[3].store(ns, Ordering::Relaxed);
+        self.pool.flush(m, self.geo.bytes() as usize);
+        // persist: C1: the merged segment durable before any entry names it.
+        self.pool.fence();
+        // Both old segments are freed iff the first entry no longer names L.
+        let unlinked = Link::Word {
+            owner: first,
+            value: l,
+        };
+        let tl = match self.pool.begin_free(l, unlinked) {
+            Ok(t) => t,
+            Err(e) => {
+                self.pool.cancel(r);
+                return Err(e.into());
+            }
+        };
+        let tu = match self.pool.begin_free(u, unlinked) {
+            Ok(t) => t,
+            Err(e) => {
+                // Nothing is unlinked yet: L's free is abandoned.
+                self.pool.cancel(r);
+                self.pool.cancel_free(tl);
+                return Err(e.into());
+            }
+        };
+        for i in pl.start..pl.start + 2 * pl.len {
+            self.pool.store_u64(pl.entry(i), m);
+        }
+        // persist: C2: every entry of both runs names M, first entry first
+        // (one line: a prefix of these stores survives a crash, and the
+        // repair follows the first entry).
+        self.pool.persist_line(pl.node);
+        self.pool.commit(r);
+        let d = self.dir.current();
+        self.dir.set_range(d, mid.ld, mid.index(), m);
+        self.words(l)[6].store(1, Ordering::Release);
+        self.words(u)[6].store(1, Ordering::Release);
+        // Readers that may still be inside L or U retry from here on.
+        self.frees.fetch_add(1, Ordering::SeqCst);
+        self.unlock(l);
+        self.unlock(u);
+        self.pool.finish_free(tl);
+        self.pool.finish_free(tu);
+        self.unlock(m);
+        self.t.merges.fetch_add(1, Ordering::Relaxed);
+        self.t.segments.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A free slot for `h` in a fresh (unshared) segment: window, then stash.
+    fn place_fresh(&self, seg: u64, h: u64) -> Option<(u64, usize, bool)> {
+        let home = self.geo.home(h);
+        let lines = (0..PROBE)
+            .map(|j| (self.geo.bucket(seg, (home + j) % self.geo.buckets), false))
+            .chain((0..self.geo.stash).map(|i| (self.geo.stash_bucket(seg, i), true)));
+        for (line, stash) in lines {
+            let w = self.words(line);
+            for s in 0..SLOTS {
+                if w[2 * s].load(Ordering::Relaxed) == 0 && w[2 * s + 1].load(Ordering::Relaxed) == 0 {
+                    return Some((line, s, stash));
+                }
+            }
+        }
+        None
+    }
+
+    /// Calls `f(hash, word0, word1)` for every valid item of a segment
+    /// (buckets, stash, overflow chain).
+    pub(crate) fn each_valid(&self, seg: u64, id: Ident, f: &mut dyn FnMut(u64, u64, u64)) {
+        self.each_slot(seg, &mut |line, s, bucket, _| {
+            let w = self.words(line);
+            let w0 = w[2 * s].load(Ordering::Relaxed);
+            let w1 = w[2 * s + 1].load(Ordering::Relaxed);
+            if self.valid(id, w0, w1, bucket) {
+                f(decode_slot(w0, w1).0, w0, w1);
+            }
+        });
+    }
+
+    /// Calls `f(line, slot, bucket, stash)` for every slot of a segment
+    /// and its overflow chain.
+    pub(crate) fn each_slot(&self, seg: u64, f: &mut dyn FnMut(u64, usize, Option<u64>, bool)) {
+        for l in 1..self.geo.lines {
+            let bucket = (l <= self.geo.buckets).then_some(l - 1);
+            for s in 0..SLOTS {
+                f(seg + l * LINE, s, bucket, bucket.is_none());
+            }
+        }
+        let mut ovf = self.pool.load_u64(seg + H_OVERFLOW);
+        let mut hops = 0u64;
+        while ovf != 0 && hops < 1 << 20 {
+            for l in 1..self.geo.lines {
+                for s in 0..SLOTS {
+                    f(ovf + l * LINE, s, None, false);
+                }
+            }
+            ovf = self.pool.load_u64(ovf + H_OVERFLOW);
+            hops += 1;
+        }
+    }
+
+    /// Every live segment with its identity (walks the RT-directory).
+    pub(crate) fn segments(&self) -> Result<Vec<(u64, Ident)>> {
+        let mut v = Vec::new();
+        rt::walk(
+            &self.pool,
+            self.rt_root,
+            |_, _| Ok(()),
+            |s| {
+                let id = Ident::decode(self.pool.load_u64(s + H_IDENT))
+                    .ok_or_else(|| corrupt(format!("segment {s:#x} has no identity")))?;
+                v.push((s, id));
+                Ok(())
+            },
+        )?;
+        Ok(v)
+    }
+
+    /// Frees the backup chain named by live segment `seg`.
+    pub(crate) fn drop_backups(&self, seg: u64) -> Result<()> {
+        let first = self.pool.load_u64(seg + H_BACKUP);
+        if first == 0 {
+            return Ok(());
+        }
+        let mut chain = vec![first];
+        let mut b = self.pool.load_u64(first + H_BACKUP);
+        while b != 0 && chain.len() < 32 && !chain.contains(&b) {
+            chain.push(b);
+            b = self.pool.load_u64(b + H_BACKUP);
+        }
+        // Every block of the chain is freed iff `seg` no longer names the first.
+        let link = Link::Word {
+            owner: seg + H_BACKUP,
+            value: first,
+        };
+        let mut tickets = Vec::new();
+        for &b in &chain {
+            tickets.push(self.pool.begin_free(b, link)?);
+        }
+        self.pool.atomic_u64(seg + H_BACKUP).store(0, Ordering::Release);
+        // persist: the unlink, commit point of every free in the chain.
+        self.pool.persist_line(seg);
+        self.frees.fetch_add(1, Ordering::SeqCst);
+        for t in tickets {
+            self.pool.finish_free(t);
+        }
+        Ok(())
+    }
+
+    /// Relaxed durability: every segment written back, then every backup
+    /// dropped (they only cover writes since the last sync).
+    fn sync_all(&self) -> Result<()> {
+        let mut held = self.backups.lock().expect("backups");
+        let segs = self.segments()?;
+        for &(s, _) in &segs {
+            self.pool.flush(s, self.geo.bytes() as usize);
+            let mut ovf = self.pool.load_u64(s + H_OVERFLOW);
+            while ovf != 0 {
+                self.pool.flush(ovf, self.geo.bytes() as usize);
+                ovf = self.pool.load_u64(ovf + H_OVERFLOW);
+            }
+        }
+        // persist: every segment durable before any backup is dropped.
+        self.pool.fence();
+        for &(s, _) in &segs {
+            self.drop_backups(s)?;
+        }
+        held.clear();
+        Ok(())
+    }
+}
+
+impl Engine for Hmeh {
+    fn name(&self) -> &str {
+        "hmeh"
+    }
+
+    fn insert(&self, key: u64, value: u64) -> Result<bool> {
+        self.check_open()?;
+        let h = self.hasher.hash(key);
+        if h == 0 {
+            return Ok(self.zero_op(|p, root| {
+                if p.load_u64(root + R_ZERO_PRESENT) == 1 {
+                    return false;
+                }
+                p.store_u64(root + R_ZERO_VALUE, value);
+                p.store_u64(root + R_ZERO_PRESENT, 1);
+                // persist: value then flag, one line: in order.
+                if self.strict() {
+                    p.persist_line(root);
+                }
+                self.len.add(1);
+                true
+            }));
+        }
+        loop {
+            let (seg, id) = self.lock_owner(h);
+            let sc = self.scan(seg, id, h, Want::Insert);
+            if sc.found.is_some() {
+                self.unlock(seg);
+                return Ok(false);
+            }
+            if let Some(f) = sc.free {
+                self.write_slot(id, f, h, value);
+                if self.strict() {
+                    // persist: the slot's line before the lock is released
+                    // (no reader acts on a write a crash could undo): one
+                    // persist per insert, the point of cross-KV.
+                    self.pool.persist_line(f.line);
+                }
+                self.count_add(seg, f, 1);
+                self.unlock(seg);
+                self.len.add(1);
+                return Ok(true);
+            }
+            self.grow(seg, id)?;
+        }
+    }
+
+    fn get(&self, key: u64) -> Option<u64> {
+        let h = self.hasher.hash(key);
+        if h == 0 {
+            return self.zero_op(|p, root| {
+                (p.load_u64(root + R_ZERO_PRESENT) == 1).then(|| p.load_u64(root + R_ZERO_VALUE))
+            });
+        }
+        self.lookup(h)
+    }
+
+    fn update(&self, key: u64, value: u64) -> Result<bool> {
+        self.check_open()?;
+        let h = self.hasher.hash(key);
+        if h == 0 {
+            return Ok(self.zero_op(|p, root| {
+                if p.load_u64(root + R_ZERO_PRESENT) != 1 {
+                    return false;
+                }
+                p.store_u64(root + R_ZERO_VALUE, value);
+                // persist: one 8-byte store.
+                if self.strict() {
+                    p.persist_line(root);
+                }
+                true
+            }));
+        }
+        loop {
+            let (seg, id) = self.lock_owner(h);
+            let sc = self.scan(seg, id, h, Want::Both);
+            let Some((slot, w0, w1)) = sc.found else {
+                self.unlock(seg);
+                return Ok(false);
+            };
+            let (n0, n1) = encode_slot(h, value);
+            let w = self.words(slot.line);
+            if n0 == w0 || n1 == w1 {
+                // One value half changes: one 8-byte store, failure-atomic.
+                if n0 == w0 {
+                    w[2 * slot.s + 1].store(n1, Ordering::Release);
+                } else {
+                    w[2 * slot.s].store(n0, Ordering::Release);
+                }
+                // persist: one store, one line.
+                if self.strict() {
+                    self.pool.persist_line(slot.line);
+                }
+                self.t.inplace_updates.fetch_add(1, Ordering::Relaxed);
+                self.unlock(seg);
+                return Ok(true);
+            }
+            let same_line = (0..SLOTS).find(|&s| {
+                s != slot.s
+                    && !self.valid(
+                        id,
+                        w[2 * s].load(Ordering::Relaxed),
+                        w[2 * s + 1].load(Ordering::Relaxed),
+                        slot.bucket,
+                    )
+            });
+            if let Some(s) = same_line {
+                // Out of place within the line: new copy, then the old one
+                // killed. persist: one line, so a crash leaves old only,
+                // both (recovery keeps one: either is allowed for an update
+                // in flight) or new only, never neither.
+                self.write_slot(id, Slot { s, ..slot }, h, value);
+                self.kill_slot(id, slot);
+                if self.strict() {
+                    self.pool.persist_line(slot.line);
+                }
+                self.t.line_updates.fetch_add(1, Ordering::Relaxed);
+                self.unlock(seg);
+                return Ok(true);
+            }
+            if let Some(f) = sc.free {
+                self.write_slot(id, f, h, value);
+                // persist: the new copy durable before the old one dies,
+                // in both modes: otherwise a crash could keep neither.
+                self.pool.persist_line(f.line);
+                self.kill_slot(id, slot);
+                if self.strict() {
+                    self.pool.persist_line(slot.line);
+                }
+                self.count_add(seg, f, 1);
+                self.count_add(seg, slot, -1);
+                self.t.cross_updates.fetch_add(1, Ordering::Relaxed);
+                self.unlock(seg);
+                return Ok(true);
+            }
+            self.grow(seg, id)?;
+        }
+    }
+
+    fn remove(&self, key: u64) -> Result<bool> {
+        self.check_open()?;
+        let h = self.hasher.hash(key);
+        if h == 0 {
+            return Ok(self.zero_op(|p, root| {
+                if p.load_u64(root + R_ZERO_PRESENT) != 1 {
+                    return false;
+                }
+                p.store_u64(root + R_ZERO_PRESENT, 0);
+                // persist: one 8-byte store.
+                if self.strict() {
+                    p.persist_line(root);
+                }
+                self.len.add(-1);
+                true
+            }));
+        }
+        let (seg, id) = self.lock_owner(h);
+        let sc = self.scan(seg, id, h, Want::Find);
+        let Some((slot, _, _)) = sc.found else {
+            self.unlock(seg);
+            return Ok(false);
+        };
+        self.kill_slot(id, slot);
+        // persist: one 8-byte store, failure-atomic; durable before the
+        // lock is released (CRASH-PATTERNS #6).
+        if self.strict() {
+            self.pool.persist_line(slot.line);
+        }
+        self.count_add(seg, slot, -1);
+        self.len.add(-1);
+        self.maybe_merge(seg, id);
+        Ok(true)
+    }
+
+    fn len(&self) -> u64 {
+        self.len.get().max(0) as u64
+    }
+
+    fn stats(&self) -> Stats {
+        let len = self.len();
+        let segs = self.t.segments.load(Ordering::Relaxed);
+        let capacity = segs * self.geo.slots();
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        let lf = |a: &AtomicU64| match f64::from_bits(a.load(Ordering::Relaxed)) {
+            x if x <= 1.0 => format!("{x:.4}"),
+            _ => "none".into(),
+        };
+        let cur = f64::from_bits(self.t.max_lf_bits.load(Ordering::Relaxed))
+            .max(len as f64 / capacity.max(1) as f64);
+        Stats {
+            len,
+            capacity,
+            load_factor: len as f64 / capacity.max(1) as f64,
+            pm_bytes: ROOT_BYTES
+                + segs * self.geo.bytes()
+                + (self.t.nodes.load(Ordering::Relaxed) + 1) * LINE
+                + self.t.overflow_blocks.load(Ordering::Relaxed) * self.geo.bytes(),
+            dram_bytes: std::mem::size_of::<Self>() as u64 + self.dir.bytes(),
+            detail: vec![
+                ("segment bytes".into(), self.geo.bytes().to_string()),
+                ("segments".into(), segs.to_string()),
+                ("global depth".into(), self.dir.current().gd.to_string()),
+                ("splits".into(), c(&self.t.splits)),
+                ("node splits".into(), c(&self.t.node_splits)),
+                ("delayed splits".into(), c(&self.t.delayed_splits)),
+                ("doublings".into(), c(&self.t.doublings)),
+                ("merges".into(), c(&self.t.merges)),
+                ("overflow blocks".into(), c(&self.t.overflow_blocks)),
+                ("backups made".into(), c(&self.t.backups_made)),
+                ("backup items merged".into(), c(&self.t.backups_merged)),
+                ("duplicates removed".into(), c(&self.t.duplicates_removed)),
+                ("special-case writes".into(), c(&self.t.special_writes)),
+                ("in-place updates".into(), c(&self.t.inplace_updates)),
+                ("same-line updates".into(), c(&self.t.line_updates)),
+                ("cross-line updates".into(), c(&self.t.cross_updates)),
+                ("max load factor".into(), format!("{cur:.4}")),
+                (
+                    "min load factor at split".into(),
+                    lf(&self.t.min_split_lf_bits),
+                ),
+            ],
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        if self.durability == Durability::Relaxed {
+            self.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(u64, u64)) {
+        if self.pool.load_u64(self.root + R_ZERO_PRESENT) == 1 {
+            f(
+                self.hasher.key(0),
+                self.pool.load_u64(self.root + R_ZERO_VALUE),
+            );
+        }
+        let Ok(segs) = self.segments() else { return };
+        for (s, id) in segs {
+            self.each_valid(s, id, &mut |h, w0, w1| {
+                f(self.hasher.key(h), decode_slot(w0, w1).1)
+            });
+        }
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        recover::check(self)
+    }
+
+    fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if self.durability == Durability::Relaxed {
+            self.sync_all()?;
+        }
+        for (s, _) in self.segments()? {
+            self.pool.flush(s, LINE as usize);
+        }
+        self.pool.store_u64(self.root + R_COUNT, self.len());
+        // persist: segment headers (their counts) and the item count
+        // before the clean flag that makes them trusted.
+        self.pool.persist(self.root, LINE as usize);
+        self.pool.close()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! Opening a pool: validation, crash repair (paper §3.5 plus what it
+//! leaves out), the FS-directory rebuild, and `check`.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use super::*;
+
+/// A segment pointer read from PM, checked before use.
+fn segment_ident(pool: &Pool, geo: &Geometry, s: u64) -> Result<Ident> {
+    if s == 0 || s % LINE != 0 {
+        return Err(corrupt(format!("RT entry {s:#x} is not a segment offset")));
+    }
+    let size = pool.block_size(s)?;
+    if size < geo.bytes() {
+        return Err(corrupt(format!(
+            "segment {s:#x} is a block of {size} bytes, not {}",
+            geo.bytes()
+        )));
+    }
+    Ident::decode(pool.load_u64(s + H_IDENT))
+        .ok_or_else(|| corrupt(format!("segment {s:#x} has no valid identity word")))
+}
+
+pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
+    let root = pool.root();
+    if root == 0 {
+        return Err(corrupt("pool has no hmeh root (root is 0)".into()));
+    }
+    if pool.block_size(root)? < ROOT_BYTES {
+        return Err(corrupt(format!(
+            "root block at {root:#x} is smaller than {ROOT_BYTES} bytes"
+        )));
+    }
+    if pool.load_u64(root) != ROOT_MAGIC {
+        return Err(corrupt(format!("root block at {root:#x} has no hmeh magic")));
+    }
+    let gw = pool.load_u64(root + R_GEOMETRY);
+    let geo = Geometry::decode(gw).ok_or_else(|| corrupt(format!("bad geometry word {gw:#x}")))?;
+    let hw = pool.load_u64(root + R_HASH);
+    let kind = HashKind::from_word(hw).ok_or_else(|| corrupt(format!("unknown hash kind {hw}")))?;
+    let hasher = Hasher {
+        kind,
+        seed: pool.load_u64(root + R_SEED),
+    };
+    if pool.load_u64(root + R_ZERO_PRESENT) > 1 {
+        return Err(corrupt("zero-hash key flag is neither 0 nor 1".into()));
+    }
+    let rt_root = pool.load_u64(root + R_RT_ROOT);
+    if rt_root % LINE != 0 || pool.block_size(rt_root).is_err() {
+        return Err(corrupt(format!(
+            "RT root {rt_root:#x} is not an allocated block"
+        )));
+    }
+    let clean = pool.was_clean();
+    let ident_of = |s: u64| segment_ident(&pool, &geo, s);
+    // 1. Repair the RT-directory's leaf runs (a crash mid-split or merge).
+    let changed = rt::repair(&pool, rt_root, &ident_of, !clean)?;
+    if !changed.is_empty() {
+        if clean {
+            return Err(corrupt(
+                "RT-directory runs are inconsistent in a cleanly closed pool".into(),
+            ));
+        }
+        for n in &changed {
+            pool.flush(*n, LINE as usize);
+        }
+        // persist: repaired runs before anything relies on them.
+        pool.fence();
+    }
+    // 2. Rebuild the FS-directory.
+    let mut segs = Vec::new();
+    let mut nodes = 0u64;
+    rt::walk(
+        &pool,
+        rt_root,
+        |_, _| {
+            nodes += 1;
+            Ok(())
+        },
+        |s| {
+            segs.push((s, ident_of(s)?));
+            Ok(())
+        },
+    )?;
+    let gd = segs.iter().map(|(_, id)| id.ld).max().unwrap_or(1);
+    if gd > geo.max_depth {
+        return Err(corrupt(format!(
+            "a segment has local depth {gd}, above the cap {}",
+            geo.max_depth
+        )));
+    }
+    let mut table = vec![0u64; 1 << gd];
+    for &(s, id) in &segs {
+        let shift = gd - id.ld;
+        let start = (id.index() << shift) as usize;
+        for e in &mut table[start..start + (1 << shift)] {
+            if *e != 0 {
+                return Err(corrupt(format!(
+                    "segments {:#x} and {s:#x} claim the same hashes",
+                    *e
+                )));
+            }
+            *e = s;
+        }
+    }
+    if let Some(i) = table.iter().position(|&e| e == 0) {
+        return Err(corrupt(format!("no segment owns directory entry {i}")));
+    }
+    let dir = FsDir::build(gd, |i| table[i]);
+    let hm = Hmeh::handle(
+        pool.clone(),
+        root,
+        rt_root,
+        geo,
+        hasher,
+        cfg.durability,
+        dir,
+    );
+    hm.t.segments.store(segs.len() as u64, Ordering::Relaxed);
+    hm.t.nodes.store(nodes.saturating_sub(1), Ordering::Relaxed);
+    let zero = pool.load_u64(root + R_ZERO_PRESENT);
+    if clean {
+        hm.len.set(pool.load_u64(root + R_COUNT) as i64);
+        // A clean close dropped every backup; one left means a crash.
+        if segs
+            .iter()
+            .any(|&(s, _)| pool.load_u64(s + H_BACKUP) != 0)
+        {
+            return Err(corrupt("a cleanly closed pool still holds backups".into()));
+        }
+        return Ok(hm);
+    }
+    // 3. After a crash: recount, reset DRAM-meaning header words, remove
+    // the second copy a crashed update may leave, then merge backups.
+    hm.recovering.store(true, Ordering::Relaxed);
+    let mut total = zero;
+    for &(s, id) in &segs {
+        let mut seen: HashMap<u64, ()> = HashMap::new();
+        let (mut n, mut ns) = (0u64, 0u64);
+        let mut dups = Vec::new();
+        hm.each_slot(s, &mut |line, slot, bucket, stash| {
+            let w = hm.words(line);
+            let w0 = w[2 * slot].load(Ordering::Relaxed);
+            let w1 = w[2 * slot + 1].load(Ordering::Relaxed);
+            if hm.valid(id, w0, w1, bucket) {
+                let h = decode_slot(w0, w1).0;
+                if seen.insert(h, ()).is_some() {
+                    dups.push((line, slot));
+                } else {
+                    n += 1;
+                    ns += stash as u64;
+                }
+            }
+        });
+        for &(line, slot) in &dups {
+            hm.words(line)[2 * slot].store(id.invalid_hi() << 32, Ordering::Release);
+            // persist: one failure-atomic store per duplicate; a crash here
+            // reruns the same dedupe.
+            pool.persist_line(line);
+        }
+        hm.t
+            .duplicates_removed
+            .fetch_add(dups.len() as u64, Ordering::Relaxed);
+        let w = hm.words(s);
+        w[2].store(n, Ordering::Relaxed);
+        w[3].store(ns, Ordering::Relaxed);
+        w[6].store(0, Ordering::Relaxed);
+        total += n;
+    }
+    hm.len.set(total as i64);
+    for &(s, _) in &segs {
+        let first = pool.load_u64(s + H_BACKUP);
+        if first == 0 {
+            continue;
+        }
+        let mut b = first;
+        let mut hops = 0;
+        while b != 0 {
+            if hops >= 32 {
+                return Err(corrupt(format!("backup chain of {s:#x} is too long")));
+            }
+            let bid = segment_ident(&pool, &geo, b)?;
+            let mut items = Vec::new();
+            hm.each_valid(b, bid, &mut |h, w0, w1| items.push((h, decode_slot(w0, w1).1)));
+            for (h, v) in items {
+                // Insert if absent: the backup holds each key's value at
+                // the split, a state since the last sync.
+                if hm.lookup(h).is_none() {
+                    hm.insert(hasher.key(h), v)?;
+                    hm.t.backups_merged.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            b = pool.load_u64(b + H_BACKUP);
+            hops += 1;
+        }
+    }
+    // persist: every merged item is durable (inserts persist during
+    // recovery) before the backups are dropped.
+    pool.fence();
+    for &(s, _) in &segs {
+        hm.drop_backups(s)?;
+    }
+    hm.recovering.store(false, Ordering::Relaxed);
+    Ok(hm)
+}
+
+/// Read-only walk: runs, identities, items, counts, reachable bytes.
+pub(crate) fn check(hm: &Hmeh) -> Result<CheckReport> {
+    let pool = &hm.pool;
+    let geo = hm.geo;
+    let ident_of = |s: u64| segment_ident(pool, &geo, s);
+    let bad = rt::repair(pool, hm.rt_root, &ident_of, false)?;
+    if let Some(n) = bad.first() {
+        return Err(corrupt(format!("RT node {n:#x} has an inconsistent run")));
+    }
+    let mut reachable = pool.block_size(hm.root)?;
+    let mut segs = Vec::new();
+    rt::walk(
+        pool,
+        hm.rt_root,
+        |n, _| {
+            reachable += pool.block_size(n)?;
+            Ok(())
+        },
+        |s| {
+            segs.push((s, ident_of(s)?));
+            Ok(())
+        },
+    )?;
+    let mut keys = std::collections::HashSet::new();
+    let zero = pool.load_u64(hm.root + R_ZERO_PRESENT);
+    if zero == 1 {
+        keys.insert(hm.hasher.key(0));
+    }
+    for &(s, id) in &segs {
+        reachable += pool.block_size(s)?;
+        let mut ovf = pool.load_u64(s + H_OVERFLOW);
+        while ovf != 0 {
+            reachable += pool.block_size(ovf)?;
+            if pool.load_u64(ovf + H_IDENT) != overflow_ident() {
+                return Err(corrupt(format!("overflow block {ovf:#x} has no magic")));
+            }
+            ovf = pool.load_u64(ovf + H_OVERFLOW);
+        }
+        let mut b = pool.load_u64(s + H_BACKUP);
+        while b != 0 {
+            reachable += pool.block_size(b)?;
+            b = pool.load_u64(b + H_BACKUP);
+        }
+        let mut n = 0u64;
+        let mut dup = None;
+        hm.each_valid(s, id, &mut |h, _, _| {
+            n += 1;
+            if !keys.insert(hm.hasher.key(h)) && dup.is_none() {
+                dup = Some(h);
+            }
+        });
+        if let Some(h) = dup {
+            return Err(corrupt(format!(
+                "key {:#x} is stored twice",
+                hm.hasher.key(h)
+            )));
+        }
+        let counted = pool.load_u64(s + H_COUNT);
+        if counted != n {
+            return Err(corrupt(format!(
+                "segment {s:#x} holds {n} items, its header says {counted}"
+            )));
+        }
+    }
+    if keys.len() as u64 != hm.len() {
+        return Err(corrupt(format!(
+            "the table holds {} keys, its counter says {}",
+            keys.len(),
+            hm.len()
+        )));
+    }
+    Ok(CheckReport {
+        keys: keys.len() as u64,
+        reachable_bytes: reachable,
+    })
+}

@@ -1,0 +1,172 @@
+//! The RT-directory: a radix tree of 64-byte PM nodes over hash prefixes,
+//! 8 entries (3 bits) per level. It changes only when a segment splits or
+//! merges; the FS-directory is rebuilt from it at open.
+
+use pmem::Pool;
+
+use crate::layout::{Ident, LINE, NODE_BITS, NODE_FANOUT};
+use engine::{Error, Result};
+
+/// The deepest node: depth 36 covers local depth 32 (the limit).
+pub const MAX_NODE_DEPTH: u32 = 36;
+
+/// Where a segment's run of entries sits.
+#[derive(Clone, Copy, Debug)]
+pub struct Pos {
+    pub node: u64,
+    /// Prefix bits this node resolves down to (3 × level).
+    pub depth: u32,
+    /// First entry of the run.
+    pub start: u64,
+    /// Entries in the run: 2^(depth - ld).
+    pub len: u64,
+}
+
+impl Pos {
+    pub fn entry(&self, i: u64) -> u64 {
+        self.node + i * 8
+    }
+}
+
+#[inline]
+pub fn is_child(e: u64) -> bool {
+    e & 1 == 1
+}
+
+/// Entry index of hash high word `hi` (as a 64-bit prefix) in a node of `depth`.
+#[inline]
+fn slot_of(prefix64: u64, depth: u32) -> u64 {
+    (prefix64 >> (64 - depth)) & (NODE_FANOUT - 1)
+}
+
+/// Finds the run of the segment with identity `id` (the tree is assumed
+/// consistent: called by writers holding the segment's lock).
+pub fn find(pool: &Pool, root_node: u64, id: Ident) -> Pos {
+    let p = (id.prefix as u64) << 32;
+    let mut node = root_node;
+    let mut depth = NODE_BITS;
+    loop {
+        let i = slot_of(p, depth);
+        let e = pool.load_u64(node + i * 8);
+        // Descend to the deepest node on the path: a segment's run may
+        // fill a whole child node (LD = the child's depth - 3, left by a
+        // merge or a rolled-back node split).
+        if is_child(e) {
+            node = e & !1;
+            depth += NODE_BITS;
+            continue;
+        }
+        let len = 1u64 << (depth - id.ld);
+        return Pos {
+            node,
+            depth,
+            start: i & !(len - 1),
+            len,
+        };
+    }
+}
+
+/// Reads and checks a node pointer.
+fn node_ok(pool: &Pool, off: u64) -> Result<()> {
+    if off % LINE != 0 || pool.block_size(off).map_err(Error::from)? < LINE {
+        return Err(Error::Corrupt(format!(
+            "RT node at {off:#x} is not an allocated 64-byte block"
+        )));
+    }
+    Ok(())
+}
+
+/// Crash repair (paper §3.5): in every node, each run starts at an entry
+/// whose segment's LD fixes the run's length; entries of the run that name
+/// another segment are pointed back at the first. Returns the nodes it
+/// changed (the caller persists them). Compares pointers, never reads a
+/// segment a repair discards (recovery may already have freed it).
+///
+/// With `fix` false nothing is written: the nodes that need a repair are
+/// returned (a check).
+pub fn repair(
+    pool: &Pool,
+    root_node: u64,
+    ident_of: &dyn Fn(u64) -> Result<Ident>,
+    fix: bool,
+) -> Result<Vec<u64>> {
+    let mut changed = Vec::new();
+    let mut stack = vec![(root_node, NODE_BITS)];
+    while let Some((node, depth)) = stack.pop() {
+        node_ok(pool, node)?;
+        let mut i = 0;
+        let mut dirty = false;
+        while i < NODE_FANOUT {
+            let e = pool.load_u64(node + i * 8);
+            if is_child(e) {
+                if depth + NODE_BITS > MAX_NODE_DEPTH {
+                    return Err(Error::Corrupt(format!(
+                        "RT node at {node:#x} has a child below the deepest level"
+                    )));
+                }
+                stack.push((e & !1, depth + NODE_BITS));
+                i += 1;
+                continue;
+            }
+            let id = ident_of(e)?;
+            let min = if depth == NODE_BITS { 1 } else { depth - NODE_BITS };
+            if id.ld < min || id.ld > depth {
+                return Err(Error::Corrupt(format!(
+                    "segment {e:#x} of local depth {} sits in an RT node of depth {depth}",
+                    id.ld
+                )));
+            }
+            let len = 1u64 << (depth - id.ld);
+            if i % len != 0 {
+                return Err(Error::Corrupt(format!(
+                    "segment {e:#x} starts a run at entry {i} of node {node:#x}, not a multiple of {len}"
+                )));
+            }
+            for j in i + 1..i + len {
+                if pool.load_u64(node + j * 8) != e {
+                    if fix {
+                        pool.store_u64(node + j * 8, e);
+                    }
+                    dirty = true;
+                }
+            }
+            i += len;
+        }
+        if dirty {
+            changed.push(node);
+        }
+    }
+    Ok(changed)
+}
+
+/// Calls `f(segment)` once per segment the tree names, and `node(n)` once
+/// per node. The tree must be consistent (after `repair`).
+pub fn walk(
+    pool: &Pool,
+    root_node: u64,
+    mut node_f: impl FnMut(u64, u32) -> Result<()>,
+    mut seg_f: impl FnMut(u64) -> Result<()>,
+) -> Result<()> {
+    let mut stack = vec![(root_node, NODE_BITS)];
+    while let Some((node, depth)) = stack.pop() {
+        node_ok(pool, node)?;
+        node_f(node, depth)?;
+        let mut prev = 0;
+        for i in 0..NODE_FANOUT {
+            let e = pool.load_u64(node + i * 8);
+            if is_child(e) {
+                if depth + NODE_BITS > MAX_NODE_DEPTH {
+                    return Err(Error::Corrupt(format!(
+                        "RT node at {node:#x} has a child below the deepest level"
+                    )));
+                }
+                stack.push((e & !1, depth + NODE_BITS));
+                prev = 0;
+            } else if e != prev {
+                seg_f(e)?;
+                prev = e;
+            }
+        }
+    }
+    Ok(())
+}

@@ -43,9 +43,6 @@ impl Dir {
         self.entries[i].load(Ordering::Acquire)
     }
 
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
 }
 
 pub struct FsDir {

@@ -61,13 +61,19 @@ pub const PROBE: u64 = 4;
 pub const NODE_FANOUT: u64 = 8;
 pub const NODE_BITS: u32 = 3;
 
+/// Header words, as byte offsets (`H_`) and word indices (`W_`).
 pub const H_LOCK: u64 = 0;
 pub const H_IDENT: u64 = 8;
 pub const H_COUNT: u64 = 16;
-pub const H_STASH: u64 = 24;
 pub const H_BACKUP: u64 = 32;
 pub const H_OVERFLOW: u64 = 40;
-pub const H_RETIRED: u64 = 48;
+pub const W_LOCK: usize = 0;
+pub const W_IDENT: usize = 1;
+pub const W_COUNT: usize = 2;
+pub const W_STASH: usize = 3;
+pub const W_BACKUP: usize = 4;
+pub const W_OVERFLOW: usize = 5;
+pub const W_RETIRED: usize = 6;
 
 const SEG_MAGIC: u64 = 0x4853; // "HS"
 const OVF_MAGIC: u64 = 0x484f; // "HO"

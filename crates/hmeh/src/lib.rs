@@ -370,6 +370,17 @@ impl Hmeh {
         recover::open(pool, cfg)
     }
 
+    /// The one key whose hash is 0 (kept in the root block, not in a
+    /// segment): every u64 key works, this one included.
+    pub fn zero_hash_key(&self) -> u64 {
+        self.hasher.key(0)
+    }
+
+    /// Bytes per segment.
+    pub fn segment_bytes(&self) -> u64 {
+        self.geo.bytes()
+    }
+
     // ----- helpers ---------------------------------------------------------------
 
     #[inline]
@@ -417,14 +428,17 @@ impl Hmeh {
 
     /// Locks the segment that owns `h`: its header words and identity.
     fn lock_owner(&self, h: u64) -> (u64, Ident) {
+        let home = self.geo.home(h);
         loop {
             let (d, seg) = self.locate(h);
+            // The bucket's miss overlaps the lock word's.
+            self.pool.prefetch(self.geo.bucket(seg, home));
             let hw = self.words(seg);
-            self.lock.lock(&hw[H_LOCK as usize / 8]);
+            self.lock.lock(&hw[W_LOCK]);
             // Under the lock the directory entry can only change by our
             // hand, so entry == seg plus a matching identity proves that
             // `seg` owns `h` now (a freed and reused block fails the first).
-            let id = Ident::decode(hw[1].load(Ordering::Relaxed));
+            let id = Ident::decode(hw[W_IDENT].load(Ordering::Relaxed));
             let again = self.dir.current();
             let now = if std::ptr::eq(again, d) {
                 d.load(d.index(h))
@@ -432,17 +446,17 @@ impl Hmeh {
                 self.locate(h).1
             };
             if let Some(id) = id {
-                if now == seg && id.owns(h) && hw[6].load(Ordering::Relaxed) == 0 {
+                if now == seg && id.owns(h) && hw[W_RETIRED].load(Ordering::Relaxed) == 0 {
                     return (seg, id);
                 }
             }
-            self.lock.unlock(&hw[0]);
+            self.lock.unlock(&hw[W_LOCK]);
             std::hint::spin_loop();
         }
     }
 
     fn unlock(&self, seg: u64) {
-        self.lock.unlock(&self.words(seg)[0]);
+        self.lock.unlock(&self.words(seg)[W_LOCK]);
     }
 
     // ----- reads -----------------------------------------------------------------
@@ -474,12 +488,12 @@ impl Hmeh {
             let (_, seg) = self.locate(h);
             self.pool.prefetch(self.geo.bucket(seg, home));
             let hw = self.words(seg);
-            let v1 = hw[0].load(Ordering::Acquire);
+            let v1 = hw[W_LOCK].load(Ordering::Acquire);
             if !self.lock.is_free(v1) {
                 std::hint::spin_loop();
                 continue;
             }
-            match Ident::decode(hw[1].load(Ordering::Relaxed)) {
+            match Ident::decode(hw[W_IDENT].load(Ordering::Relaxed)) {
                 Some(id) if id.owns(h) => {}
                 _ => {
                     std::hint::spin_loop();
@@ -497,7 +511,7 @@ impl Hmeh {
                     break;
                 }
             }
-            if res.is_none() && hw[3].load(Ordering::Relaxed) != 0 {
+            if res.is_none() && hw[W_STASH].load(Ordering::Relaxed) != 0 {
                 for i in 0..self.geo.stash {
                     res = self.probe_line(self.geo.stash_bucket(seg, i), hi, lo);
                     if res.is_some() {
@@ -506,7 +520,7 @@ impl Hmeh {
                 }
             }
             if res.is_none() {
-                let mut ovf = hw[5].load(Ordering::Relaxed);
+                let mut ovf = hw[W_OVERFLOW].load(Ordering::Relaxed);
                 let mut hops = 0;
                 'chain: while ovf != 0 && hops < 1 << 20 {
                     if self.pool.check_range(ovf, self.geo.bytes()).is_err() {
@@ -523,7 +537,7 @@ impl Hmeh {
                 }
             }
             fence(Ordering::Acquire);
-            if hw[0].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0 {
+            if hw[W_LOCK].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0 {
                 return res;
             }
         }
@@ -541,7 +555,7 @@ impl Hmeh {
             found: None,
             free: None,
         };
-        let mut look = |line: u64, bucket: Option<u64>, stash: bool, out: &mut Scan| -> bool {
+        let look = |line: u64, bucket: Option<u64>, stash: bool, out: &mut Scan| -> bool {
             let w = self.words(line);
             for s in 0..SLOTS {
                 let w0 = w[2 * s].load(Ordering::Relaxed);
@@ -569,14 +583,14 @@ impl Hmeh {
             }
         }
         let hw = self.words(seg);
-        if hw[3].load(Ordering::Relaxed) != 0 || (want_free && out.free.is_none()) {
+        if hw[W_STASH].load(Ordering::Relaxed) != 0 || (want_free && out.free.is_none()) {
             for i in 0..self.geo.stash {
                 if look(self.geo.stash_bucket(seg, i), None, true, &mut out) {
                     return out;
                 }
             }
         }
-        let mut ovf = hw[5].load(Ordering::Relaxed);
+        let mut ovf = hw[W_OVERFLOW].load(Ordering::Relaxed);
         while ovf != 0 {
             for l in 1..self.geo.lines {
                 if look(ovf + l * LINE, None, false, &mut out) {
@@ -619,11 +633,11 @@ impl Hmeh {
 
     fn count_add(&self, seg: u64, slot: Slot, d: i64) {
         let hw = self.words(seg);
-        let c = hw[2].load(Ordering::Relaxed);
-        hw[2].store(c.wrapping_add(d as u64), Ordering::Relaxed);
+        let c = hw[W_COUNT].load(Ordering::Relaxed);
+        hw[W_COUNT].store(c.wrapping_add(d as u64), Ordering::Relaxed);
         if slot.stash {
-            let c = hw[3].load(Ordering::Relaxed);
-            hw[3].store(c.wrapping_add(d as u64), Ordering::Relaxed);
+            let c = hw[W_STASH].load(Ordering::Relaxed);
+            hw[W_STASH].store(c.wrapping_add(d as u64), Ordering::Relaxed);
         }
     }
 
@@ -663,7 +677,7 @@ impl Hmeh {
 /// non-temporal stores (durable at the next fence without a flush).
 fn init_segment(pool: &Pool, geo: &Geometry, off: u64, id: Ident, lock: &LineLock, nt: bool) {
     let w = pool.words(off, 8);
-    w[0].store(lock.held(), Ordering::Relaxed);
+    w[W_LOCK].store(lock.held(), Ordering::Relaxed);
     fence(Ordering::Release);
     for (i, x) in w.iter().enumerate().skip(1) {
         x.store(if i == 1 { id.encode() } else { 0 }, Ordering::Relaxed);
@@ -677,3 +691,5 @@ fn init_segment(pool: &Pool, geo: &Geometry, off: u64, id: Ident, lock: &LineLoc
 }
 
 mod ops;
+#[cfg(test)]
+mod tests;

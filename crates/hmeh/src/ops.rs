@@ -46,9 +46,9 @@ impl Hmeh {
             }
         }
         let hw = self.words(dst);
-        hw[2].store(n, Ordering::Relaxed);
-        hw[3].store(ns, Ordering::Relaxed);
-        hw[4].store(backup, Ordering::Relaxed);
+        hw[W_COUNT].store(n, Ordering::Relaxed);
+        hw[W_STASH].store(ns, Ordering::Relaxed);
+        hw[W_BACKUP].store(backup, Ordering::Relaxed);
         if delayed {
             self.pool.flush(dst, LINE as usize);
         } else {
@@ -59,8 +59,8 @@ impl Hmeh {
 
     fn sub_counts(&self, seg: u64, n: u64, ns: u64) {
         let hw = self.words(seg);
-        hw[2].store(hw[2].load(Ordering::Relaxed).saturating_sub(n), Ordering::Relaxed);
-        hw[3].store(hw[3].load(Ordering::Relaxed).saturating_sub(ns), Ordering::Relaxed);
+        hw[W_COUNT].store(hw[W_COUNT].load(Ordering::Relaxed).saturating_sub(n), Ordering::Relaxed);
+        hw[W_STASH].store(hw[W_STASH].load(Ordering::Relaxed).saturating_sub(ns), Ordering::Relaxed);
     }
 
     /// Splits locked segment `seg` (paper §3.3, Fig. 7, with the spec's F3
@@ -103,7 +103,7 @@ impl Hmeh {
             // these stores; the repair points them back at S_old unless
             // C3 is durable.
             self.pool.persist_line(pos.node);
-            self.words(seg)[1].store(lo.encode(), Ordering::Release);
+            self.words(seg)[W_IDENT].store(lo.encode(), Ordering::Release);
             // persist: C3: S_old's deeper identity, the commit point; only
             // now may S_old's migrated copies be overwritten.
             self.pool.persist_line(seg);
@@ -152,7 +152,7 @@ impl Hmeh {
             // reservation's commit point). Before C3 the repair points all
             // eight entries back at S_old (LD = node depth - 3 covers it).
             self.pool.persist_line(parent);
-            self.words(seg)[1].store(lo.encode(), Ordering::Release);
+            self.words(seg)[W_IDENT].store(lo.encode(), Ordering::Release);
             // persist: C3: S_old's deeper identity, the split's commit point.
             self.pool.persist_line(seg);
             self.pool.commit(rn);
@@ -222,7 +222,7 @@ impl Hmeh {
         self.pool.commit(ra);
         self.pool.commit(rb);
         held.insert(node);
-        self.words(seg)[6].store(1, Ordering::Release);
+        self.words(seg)[W_RETIRED].store(1, Ordering::Release);
         self.dir.set_range(d, lo.ld, lo.index(), sa);
         self.dir.set_range(d, hi.ld, hi.index(), sb);
         self.t.nodes.fetch_add(1, Ordering::Relaxed);
@@ -262,11 +262,11 @@ impl Hmeh {
     /// nearly empty (the inverse of a split). Releases `seg`'s lock.
     fn maybe_merge(&self, seg: u64, id: Ident) {
         let hw = self.words(seg);
-        let few = hw[2].load(Ordering::Relaxed) <= self.geo.slots() / 8;
+        let few = hw[W_COUNT].load(Ordering::Relaxed) <= self.geo.slots() / 8;
         if !few
             || id.ld < 2
-            || hw[4].load(Ordering::Relaxed) != 0
-            || hw[5].load(Ordering::Relaxed) != 0
+            || hw[W_BACKUP].load(Ordering::Relaxed) != 0
+            || hw[W_OVERFLOW].load(Ordering::Relaxed) != 0
             || self.recovering.load(Ordering::Relaxed)
         {
             self.unlock(seg);
@@ -279,16 +279,16 @@ impl Hmeh {
         let bh = (bid.prefix as u64) << 32;
         let (_, bseg) = self.locate(bh);
         let bw = self.words(bseg);
-        if bseg == seg || !self.lock.try_lock(&bw[0]) {
+        if bseg == seg || !self.lock.try_lock(&bw[W_LOCK]) {
             self.unlock(seg);
             return;
         }
-        let ok = Ident::decode(bw[1].load(Ordering::Relaxed)) == Some(bid)
-            && bw[6].load(Ordering::Relaxed) == 0
-            && bw[4].load(Ordering::Relaxed) == 0
-            && bw[5].load(Ordering::Relaxed) == 0
+        let ok = Ident::decode(bw[W_IDENT].load(Ordering::Relaxed)) == Some(bid)
+            && bw[W_RETIRED].load(Ordering::Relaxed) == 0
+            && bw[W_BACKUP].load(Ordering::Relaxed) == 0
+            && bw[W_OVERFLOW].load(Ordering::Relaxed) == 0
             && self.locate(bh).1 == bseg
-            && hw[2].load(Ordering::Relaxed) + bw[2].load(Ordering::Relaxed)
+            && hw[W_COUNT].load(Ordering::Relaxed) + bw[W_COUNT].load(Ordering::Relaxed)
                 <= self.geo.slots() / 4;
         let done = ok && self.merge(seg, id, bseg, bid).is_ok();
         if !done {
@@ -345,8 +345,8 @@ impl Hmeh {
             }
         }
         let mw = self.words(m);
-        mw[2].store(n, Ordering::Relaxed);
-        mw[3].store(ns, Ordering::Relaxed);
+        mw[W_COUNT].store(n, Ordering::Relaxed);
+        mw[W_STASH].store(ns, Ordering::Relaxed);
         self.pool.flush(m, self.geo.bytes() as usize);
         // persist: C1: the merged segment durable before any entry names it.
         self.pool.fence();
@@ -381,8 +381,8 @@ impl Hmeh {
         self.pool.commit(r);
         let d = self.dir.current();
         self.dir.set_range(d, mid.ld, mid.index(), m);
-        self.words(l)[6].store(1, Ordering::Release);
-        self.words(u)[6].store(1, Ordering::Release);
+        self.words(l)[W_RETIRED].store(1, Ordering::Release);
+        self.words(u)[W_RETIRED].store(1, Ordering::Release);
         // Readers that may still be inside L or U retry from here on.
         self.frees.fetch_add(1, Ordering::SeqCst);
         self.unlock(l);

@@ -163,9 +163,9 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
             .duplicates_removed
             .fetch_add(dups.len() as u64, Ordering::Relaxed);
         let w = hm.words(s);
-        w[2].store(n, Ordering::Relaxed);
-        w[3].store(ns, Ordering::Relaxed);
-        w[6].store(0, Ordering::Relaxed);
+        w[W_COUNT].store(n, Ordering::Relaxed);
+        w[W_STASH].store(ns, Ordering::Relaxed);
+        w[W_RETIRED].store(0, Ordering::Relaxed);
         total += n;
     }
     hm.len.set(total as i64);

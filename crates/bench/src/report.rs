@@ -66,6 +66,10 @@ pub struct RunResult {
     /// when this invocation ran hashbrown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_hashbrown: Option<f64>,
+    /// Milliseconds `open` took on the cleanly closed pool after the run
+    /// (file-backed persistent engines): the clean-restart cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reopen_ms: Option<f64>,
     /// Every repetition, when `--repeat` was above 1.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repeats: Vec<RunResult>,
@@ -127,9 +131,9 @@ impl Report {
     pub fn table(&self) -> String {
         let head = [
             "engine", "workload", "thr", "Mops/s", "x hbrown", "p50 ns", "p99 ns", "p999 ns",
-            "flush/op", "fence/op", "load",
+            "flush/op", "fence/op", "load", "reopen ms",
         ];
-        let rows: Vec<[String; 11]> = self
+        let rows: Vec<[String; 12]> = self
             .runs
             .iter()
             .map(|r| {
@@ -146,6 +150,7 @@ impl Report {
                     format!("{:.2}", r.flushes_per_op),
                     format!("{:.2}", r.fences_per_op),
                     format!("{:.3}", r.load_factor),
+                    r.reopen_ms.map_or("-".to_string(), |x| format!("{x:.1}")),
                 ]
             })
             .collect();
@@ -199,6 +204,7 @@ mod tests {
             dram_bytes: 0,
             detail: Default::default(),
             ratio_to_hashbrown: None,
+            reopen_ms: None,
             repeats: Vec::new(),
             len_after: 10,
             seconds: 1.0,

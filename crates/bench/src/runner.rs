@@ -382,6 +382,21 @@ fn run_one(
     inst.engine
         .close()
         .map_err(|e| ctx(format!("close: {e}")))?;
+    let Instance {
+        engine,
+        mode,
+        fallback,
+        _file,
+    } = inst;
+    drop(engine);
+    let reopen_ms = match (spec.kind, mode, &_file) {
+        (EngineKind::Persistent { open, layout, .. }, Some(m), Some(f))
+            if matches!(m, pmem::Mode::Mapped | pmem::Mode::Dax) =>
+        {
+            Some(reopen(cfg, open, layout, m, &f.0, threads, len_after).map_err(ctx)?)
+        }
+        _ => None,
+    };
     let per_op = |x: u64| {
         if done == 0 {
             0.0
@@ -408,11 +423,48 @@ fn run_one(
         dram_bytes: stats.dram_bytes,
         detail: stats.detail.iter().cloned().collect(),
         ratio_to_hashbrown: None,
+        reopen_ms,
         repeats: Vec::new(),
         len_after,
         seconds,
     };
-    Ok((result, inst.mode, inst.fallback))
+    Ok((result, mode, fallback))
+}
+
+type OpenFn = fn(Arc<pmem::Pool>, &EngineConfig) -> engine::Result<Box<dyn Engine>>;
+
+/// Opens the cleanly closed pool at `path` again and times the engine's
+/// `open` (the pool mapping is not counted); checks the key count.
+fn reopen(
+    cfg: &BenchConfig,
+    open: OpenFn,
+    layout: &str,
+    mode: pmem::Mode,
+    path: &std::path::Path,
+    threads: usize,
+    len: u64,
+) -> Result<f64, String> {
+    let (_, max_size) = pool_sizes(cfg.keys);
+    let opts = pmem::PoolOptions {
+        mode,
+        max_size,
+        layout: layout.to_string(),
+        ..Default::default()
+    };
+    let pool = Arc::new(pmem::Pool::open(path, &opts).map_err(|e| format!("reopen: {e}"))?);
+    let ecfg = EngineConfig {
+        durability: cfg.durability,
+        initial_capacity: cfg.initial_capacity.unwrap_or(cfg.keys),
+        threads,
+    };
+    let t = Instant::now();
+    let e = open(pool, &ecfg).map_err(|e| format!("reopen: {e}"))?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    if e.len() != len {
+        return Err(format!("reopen: len() = {} after a clean close of {len}", e.len()));
+    }
+    e.close().map_err(|e| format!("close after reopen: {e}"))?;
+    Ok(ms)
 }
 
 /// Runs `count` operations, timing one in [`SAMPLE_EVERY`]; stops at the

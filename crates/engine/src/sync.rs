@@ -85,13 +85,6 @@ impl LineLock {
         ok
     }
 
-    /// A lock word that starts held by this epoch's writer (for a block
-    /// being built before anyone can reach it).
-    #[inline]
-    pub fn held(&self) -> u64 {
-        (self.epoch << EPOCH_SHIFT) | 1
-    }
-
     /// Releases the line; readers that saw the old version retry.
     #[inline]
     pub fn unlock(&self, word: &AtomicU64) {

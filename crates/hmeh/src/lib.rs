@@ -672,12 +672,18 @@ impl Hmeh {
     }
 }
 
-/// Writes a fresh segment's header and zeroes its buckets; the lock word
-/// starts held by this epoch's builder. With `nt`, the zeroes go out by
-/// non-temporal stores (durable at the next fence without a flush).
+/// Writes a fresh segment's header and zeroes its buckets; the builder
+/// holds its lock until the segment is published. With `nt`, the zeroes go
+/// out by non-temporal stores (durable at the next fence without a flush).
+///
+/// The lock is taken, not stored: a writer that read this block's offset
+/// before it was freed may still be locking it (it then finds the
+/// directory no longer names the block and lets go), and the two must not
+/// both hold it. The block's old lock word is a segment's (same size
+/// class), so it is free or about to be.
 fn init_segment(pool: &Pool, geo: &Geometry, off: u64, id: Ident, lock: &LineLock, nt: bool) {
     let w = pool.words(off, 8);
-    w[W_LOCK].store(lock.held(), Ordering::Relaxed);
+    lock.lock(&w[W_LOCK]);
     fence(Ordering::Release);
     for (i, x) in w.iter().enumerate().skip(1) {
         x.store(if i == 1 { id.encode() } else { 0 }, Ordering::Relaxed);

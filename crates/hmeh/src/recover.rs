@@ -169,6 +169,12 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         total += n;
     }
     hm.len.set(total as i64);
+    if pool.is_read_only() {
+        // `inspect` and `check` look without writing: backups stay (their
+        // items are not merged into this view; `check` counts their blocks).
+        hm.recovering.store(false, Ordering::Relaxed);
+        return Ok(hm);
+    }
     for &(s, _) in &segs {
         let first = pool.load_u64(s + H_BACKUP);
         if first == 0 {

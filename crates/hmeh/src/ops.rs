@@ -151,7 +151,7 @@ impl Hmeh {
             // persist: C2: the 8-byte switch that links the node (its
             // reservation's commit point). Before C3 the repair points all
             // eight entries back at S_old (LD = node depth - 3 covers it).
-            self.pool.persist_line(parent);
+            self.pool.persist(parent, 8);
             self.words(seg)[W_IDENT].store(lo.encode(), Ordering::Release);
             // persist: C3: S_old's deeper identity, the split's commit point.
             self.pool.persist_line(seg);
@@ -217,7 +217,7 @@ impl Hmeh {
         self.pool.atomic_u64(parent).store(node | 1, Ordering::Release);
         // persist: C2: the 8-byte switch, commit point of all three blocks;
         // from here S_old is the backup (named by S_a's header).
-        self.pool.persist_line(parent);
+        self.pool.persist(parent, 8);
         self.pool.commit(rn);
         self.pool.commit(ra);
         self.pool.commit(rb);
@@ -251,7 +251,7 @@ impl Hmeh {
         // then the link (its reservation's commit point).
         self.pool.fence();
         self.pool.atomic_u64(owner).store(b, Ordering::Release);
-        self.pool.persist_line(owner);
+        self.pool.persist(owner, 8);
         self.pool.commit(r);
         self.t.overflow_blocks.fetch_add(1, Ordering::Relaxed);
         self.unlock(seg);

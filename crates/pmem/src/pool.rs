@@ -788,13 +788,15 @@ impl Pool {
     #[inline]
     #[track_caller]
     pub fn persist_line(&self, off: u64) {
+        // Checked in every mode, so that tests on simulated pools catch
+        // what would panic on a mapped one.
+        assert!(
+            off.is_multiple_of(CACHE_LINE as u64),
+            "persist_line at unaligned offset {off:#x}"
+        );
         match self.mode {
             Mode::Dax | Mode::Mapped => {
                 self.bounds(off, CACHE_LINE);
-                assert!(
-                    off.is_multiple_of(CACHE_LINE as u64),
-                    "persist_line at unaligned offset {off:#x}"
-                );
                 // SAFETY: the line is inside the mapping (checked above);
                 // clwb and sfence do not change memory contents.
                 persist::persist_one_line(unsafe { self.map.base().add(off as usize) })

@@ -155,3 +155,46 @@ fn check_fails_on_corruption_and_foreign_files() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn inspect_and_check_an_hmeh_pool_after_a_crash_without_writing_it() {
+    use engine::Engine;
+    let path = temp("hmeh.pool");
+    let opts = PoolOptions {
+        mode: Mode::Mapped,
+        size: 8 << 20,
+        max_size: 64 << 20,
+        layout: hmeh::LAYOUT.into(),
+        ..PoolOptions::default()
+    };
+    let pool = Arc::new(Pool::create(&path, &opts).unwrap());
+    let cfg = EngineConfig {
+        initial_capacity: 16,
+        ..EngineConfig::default()
+    };
+    let e = hmeh::Hmeh::create(pool.clone(), &cfg).unwrap();
+    for k in 0..3000u64 {
+        assert!(e.insert(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), k).unwrap());
+    }
+    // No close: the file is left as a crash would leave it (every strict
+    // insert is durable).
+    drop(e);
+    drop(pool);
+    let before = std::fs::read(&path).unwrap();
+    let (code, out) = pmhash(&["inspect", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("layout          hmeh") && out.contains("keys            3000"),
+        "{out}"
+    );
+    assert!(out.contains("splits"), "engine detail shown: {out}");
+    let (code, out) = pmhash(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("OK hmeh: 3000 keys"), "{out}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "inspect/check wrote the file"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

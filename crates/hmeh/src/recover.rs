@@ -54,35 +54,24 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     }
     let clean = pool.was_clean();
     let ident_of = |s: u64| segment_ident(&pool, &geo, s);
-    // 1. Repair the RT-directory's leaf runs (a crash mid-split or merge).
-    let changed = rt::repair(&pool, rt_root, &ident_of, !clean)?;
-    if !changed.is_empty() {
+    // 1. Repair the RT-directory's leaf runs (a crash mid-split or merge);
+    // the same pass lists every node and segment.
+    let rep = rt::repair(&pool, rt_root, &ident_of, !clean)?;
+    if !rep.changed.is_empty() {
         if clean {
             return Err(corrupt(
                 "RT-directory runs are inconsistent in a cleanly closed pool".into(),
             ));
         }
-        for n in &changed {
+        for n in &rep.changed {
             pool.flush(*n, LINE as usize);
         }
         // persist: repaired runs before anything relies on them.
         pool.fence();
     }
     // 2. Rebuild the FS-directory.
-    let mut segs = Vec::new();
-    let mut nodes = 0u64;
-    rt::walk(
-        &pool,
-        rt_root,
-        |_, _| {
-            nodes += 1;
-            Ok(())
-        },
-        |s| {
-            segs.push((s, ident_of(s)?));
-            Ok(())
-        },
-    )?;
+    let segs = rep.segments;
+    let nodes = rep.nodes.len() as u64;
     let gd = segs.iter().map(|(_, id)| id.ld).max().unwrap_or(1);
     if gd > geo.max_depth {
         return Err(corrupt(format!(
@@ -216,24 +205,15 @@ pub(crate) fn check(hm: &Hmeh) -> Result<CheckReport> {
     let pool = &hm.pool;
     let geo = hm.geo;
     let ident_of = |s: u64| segment_ident(pool, &geo, s);
-    let bad = rt::repair(pool, hm.rt_root, &ident_of, false)?;
-    if let Some(n) = bad.first() {
+    let rep = rt::repair(pool, hm.rt_root, &ident_of, false)?;
+    if let Some(n) = rep.changed.first() {
         return Err(corrupt(format!("RT node {n:#x} has an inconsistent run")));
     }
     let mut reachable = pool.block_size(hm.root)?;
-    let mut segs = Vec::new();
-    rt::walk(
-        pool,
-        hm.rt_root,
-        |n, _| {
-            reachable += pool.block_size(n)?;
-            Ok(())
-        },
-        |s| {
-            segs.push((s, ident_of(s)?));
-            Ok(())
-        },
-    )?;
+    for &n in &rep.nodes {
+        reachable += pool.block_size(n)?;
+    }
+    let segs = rep.segments;
     let mut keys = std::collections::HashSet::new();
     let zero = pool.load_u64(hm.root + R_ZERO_PRESENT);
     if zero == 1 {

@@ -89,11 +89,13 @@ pub fn repair(
     root_node: u64,
     ident_of: &dyn Fn(u64) -> Result<Ident>,
     fix: bool,
-) -> Result<Vec<u64>> {
-    let mut changed = Vec::new();
+) -> Result<Repair> {
+    let mut out = Repair::default();
+    let changed = &mut out.changed;
     let mut stack = vec![(root_node, NODE_BITS)];
     while let Some((node, depth)) = stack.pop() {
         node_ok(pool, node)?;
+        out.nodes.push(node);
         let mut i = 0;
         let mut dirty = false;
         while i < NODE_FANOUT {
@@ -117,6 +119,7 @@ pub fn repair(
                 )));
             }
             let len = 1u64 << (depth - id.ld);
+            out.segments.push((e, id));
             if i % len != 0 {
                 return Err(Error::Corrupt(format!(
                     "segment {e:#x} starts a run at entry {i} of node {node:#x}, not a multiple of {len}"
@@ -136,7 +139,18 @@ pub fn repair(
             changed.push(node);
         }
     }
-    Ok(changed)
+    Ok(out)
+}
+
+/// What a repair pass saw.
+#[derive(Default)]
+pub struct Repair {
+    /// Nodes whose runs needed (or, with `fix`, got) a repair.
+    pub changed: Vec<u64>,
+    /// Every node of the tree.
+    pub nodes: Vec<u64>,
+    /// Every segment with its identity, once each.
+    pub segments: Vec<(u64, Ident)>,
 }
 
 /// Calls `f(segment)` once per segment the tree names, and `node(n)` once

@@ -30,6 +30,10 @@
 //!     32  backup          relaxed mode: a flushed backup segment (0 none)
 //!     40  overflow        first overflow block (0 none)
 //!     48  retired         1 once the segment left the directory (DRAM meaning)
+//!     56  spill bits      bit (b % 64) set: an item whose home is bucket b
+//!                         sits in a later bucket of its window (DRAM
+//!                         meaning; a clear bit lets a search read bucket b
+//!                         alone)
 //!   lines 1..=N: normal buckets; lines N+1..lines: stash buckets
 //!   bucket (64 bytes) = 4 cross-KV slots of 16 bytes:
 //!     word 0 = hash[63:32] << 32 | value[63:32]
@@ -67,6 +71,7 @@ pub const H_IDENT: u64 = 8;
 pub const H_COUNT: u64 = 16;
 pub const H_BACKUP: u64 = 32;
 pub const H_OVERFLOW: u64 = 40;
+pub const H_SPILL: u64 = 56;
 pub const W_LOCK: usize = 0;
 pub const W_IDENT: usize = 1;
 pub const W_COUNT: usize = 2;
@@ -74,6 +79,7 @@ pub const W_STASH: usize = 3;
 pub const W_BACKUP: usize = 4;
 pub const W_OVERFLOW: usize = 5;
 pub const W_RETIRED: usize = 6;
+pub const W_SPILL: usize = 7;
 
 const SEG_MAGIC: u64 = 0x4853; // "HS"
 const OVF_MAGIC: u64 = 0x484f; // "HO"
@@ -150,6 +156,12 @@ impl Geometry {
     #[inline]
     pub fn home(&self, h: u64) -> u64 {
         ((h & 0xffff_ffff) * self.buckets) >> 32
+    }
+
+    /// The spill bit of home bucket `home`.
+    #[inline]
+    pub fn spill_bit(home: u64) -> u64 {
+        1 << (home & 63)
     }
 
     /// Whether a slot in normal bucket `b` is in the probe window of a hash

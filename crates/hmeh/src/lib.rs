@@ -501,7 +501,11 @@ impl Hmeh {
                 }
             }
             let mut res = None;
-            for j in 0..PROBE {
+            // Without the home's spill bit the key can only be in its home
+            // bucket (or the stash, or an overflow block).
+            let spilled = hw[W_SPILL].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
+            let probe = if spilled { PROBE } else { 1 };
+            for j in 0..probe {
                 let mut b = home + j;
                 if b >= self.geo.buckets {
                     b -= self.geo.buckets;
@@ -576,13 +580,19 @@ impl Hmeh {
             }
             out.found.is_some() && (want != Want::Both || out.free.is_some())
         };
+        let hw = self.words(seg);
+        let spilled = hw[W_SPILL].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
         for j in 0..PROBE {
+            // Past the home bucket only a spilled key, or a free slot we
+            // still need, can be found.
+            if j > 0 && !spilled && !(want_free && out.free.is_none()) {
+                break;
+            }
             let b = (home + j) % self.geo.buckets;
             if look(self.geo.bucket(seg, b), Some(b), false, &mut out) {
                 return out;
             }
         }
-        let hw = self.words(seg);
         if hw[W_STASH].load(Ordering::Relaxed) != 0 || (want_free && out.free.is_none()) {
             for i in 0..self.geo.stash {
                 if look(self.geo.stash_bucket(seg, i), None, true, &mut out) {
@@ -629,6 +639,21 @@ impl Hmeh {
     /// segment of the subtree takes for valid.
     fn kill_slot(&self, id: Ident, slot: Slot) {
         self.words(slot.line)[2 * slot.s].store(id.invalid_hi() << 32, Ordering::Release);
+    }
+
+    /// Sets the spill bit when an item with hash `h` goes to a normal
+    /// bucket other than its home (the writer holds the lock; before the
+    /// item is written, so a reader that sees the item sees the bit).
+    #[inline]
+    fn mark_spill(&self, seg: u64, slot: Slot, h: u64) {
+        let home = self.geo.home(h);
+        if slot.bucket.is_some_and(|b| b != home) {
+            let w = &self.words(seg)[W_SPILL];
+            w.store(
+                w.load(Ordering::Relaxed) | Geometry::spill_bit(home),
+                Ordering::Release,
+            );
+        }
     }
 
     fn count_add(&self, seg: u64, slot: Slot, d: i64) {

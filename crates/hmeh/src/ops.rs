@@ -26,7 +26,7 @@ impl Hmeh {
         backup: u64,
     ) -> (u64, u64) {
         init_segment(&self.pool, &self.geo, dst, dst_id, &self.lock, delayed);
-        let (mut n, mut ns) = (0u64, 0u64);
+        let (mut n, mut ns, mut spill) = (0u64, 0u64, 0u64);
         for l in 1..self.geo.lines {
             let bucket = (l <= self.geo.buckets).then_some(l - 1);
             let sw = self.words(src + l * LINE);
@@ -39,8 +39,12 @@ impl Hmeh {
                     dw[2 * s + 1].store(w1, Ordering::Relaxed);
                     dw[2 * s].store(w0, Ordering::Relaxed);
                     n += 1;
-                    if bucket.is_none() {
-                        ns += 1;
+                    match bucket {
+                        None => ns += 1,
+                        Some(b) if b != self.geo.home(h) => {
+                            spill |= Geometry::spill_bit(self.geo.home(h))
+                        }
+                        Some(_) => {}
                     }
                 }
             }
@@ -49,6 +53,7 @@ impl Hmeh {
         hw[W_COUNT].store(n, Ordering::Relaxed);
         hw[W_STASH].store(ns, Ordering::Relaxed);
         hw[W_BACKUP].store(backup, Ordering::Relaxed);
+        hw[W_SPILL].store(spill, Ordering::Relaxed);
         if delayed {
             self.pool.flush(dst, LINE as usize);
         } else {
@@ -324,7 +329,7 @@ impl Hmeh {
         let r = self.pool.reserve(self.geo.bytes(), Link::Pointer { owner: first })?;
         let m = r.offset();
         init_segment(&self.pool, &self.geo, m, mid, &self.lock, false);
-        let (mut n, mut ns) = (0u64, 0u64);
+        let (mut n, mut ns, mut spill) = (0u64, 0u64, 0u64);
         for src in [(l, lid), (u, uid)] {
             let mut fits = true;
             self.each_valid(src.0, src.1, &mut |h, w0, w1| {
@@ -335,6 +340,10 @@ impl Hmeh {
                         w[2 * s].store(w0, Ordering::Relaxed);
                         n += 1;
                         ns += stash as u64;
+                        let home = self.geo.home(h);
+                        if !stash && line != self.geo.bucket(m, home) {
+                            spill |= Geometry::spill_bit(home);
+                        }
                     }
                     None => fits = false,
                 }
@@ -347,6 +356,7 @@ impl Hmeh {
         let mw = self.words(m);
         mw[W_COUNT].store(n, Ordering::Relaxed);
         mw[W_STASH].store(ns, Ordering::Relaxed);
+        mw[W_SPILL].store(spill, Ordering::Relaxed);
         self.pool.flush(m, self.geo.bytes() as usize);
         // persist: C1: the merged segment durable before any entry names it.
         self.pool.fence();
@@ -549,6 +559,7 @@ impl Engine for Hmeh {
                 return Ok(false);
             }
             if let Some(f) = sc.free {
+                self.mark_spill(seg, f, h);
                 self.write_slot(id, f, h, value);
                 if self.strict() {
                     // persist: the slot's line before the lock is released
@@ -639,6 +650,7 @@ impl Engine for Hmeh {
                 return Ok(true);
             }
             if let Some(f) = sc.free {
+                self.mark_spill(seg, f, h);
                 self.write_slot(id, f, h, value);
                 // persist: the new copy durable before the old one dies,
                 // in both modes: otherwise a crash could keep neither.

@@ -126,7 +126,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     let mut total = zero;
     for &(s, id) in &segs {
         let mut seen: HashMap<u64, ()> = HashMap::new();
-        let (mut n, mut ns) = (0u64, 0u64);
+        let (mut n, mut ns, mut spill) = (0u64, 0u64, 0u64);
         let mut dups = Vec::new();
         hm.each_slot(s, &mut |line, slot, bucket, stash| {
             let w = hm.words(line);
@@ -139,6 +139,10 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
                 } else {
                     n += 1;
                     ns += stash as u64;
+                    let home = hm.geo.home(h);
+                    if bucket.is_some_and(|b| b != home) {
+                        spill |= Geometry::spill_bit(home);
+                    }
                 }
             }
         });
@@ -155,6 +159,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         w[W_COUNT].store(n, Ordering::Relaxed);
         w[W_STASH].store(ns, Ordering::Relaxed);
         w[W_RETIRED].store(0, Ordering::Relaxed);
+        w[W_SPILL].store(spill, Ordering::Relaxed);
         total += n;
     }
     hm.len.set(total as i64);
@@ -233,6 +238,31 @@ pub(crate) fn check(hm: &Hmeh) -> Result<CheckReport> {
         while b != 0 {
             reachable += pool.block_size(b)?;
             b = pool.load_u64(b + H_BACKUP);
+        }
+        let spill = pool.load_u64(s + H_SPILL);
+        let mut unmarked = None;
+        hm.each_slot(s, &mut |line, slot, bucket, _| {
+            let w = hm.words(line);
+            let (w0, w1) = (
+                w[2 * slot].load(Ordering::Relaxed),
+                w[2 * slot + 1].load(Ordering::Relaxed),
+            );
+            if let Some(b) = bucket {
+                let h = decode_slot(w0, w1).0;
+                let home = hm.geo.home(h);
+                if hm.valid(id, w0, w1, bucket)
+                    && b != home
+                    && spill & Geometry::spill_bit(home) == 0
+                {
+                    unmarked.get_or_insert(h);
+                }
+            }
+        });
+        if let Some(h) = unmarked {
+            return Err(corrupt(format!(
+                "key {:#x} sits past its home bucket in segment {s:#x} without the spill bit",
+                hm.hasher.key(h)
+            )));
         }
         let mut n = 0u64;
         let mut dup = None;

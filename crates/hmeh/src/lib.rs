@@ -123,6 +123,7 @@ struct Tallies {
     merges: AtomicU64,
     overflow_blocks: AtomicU64,
     special_writes: AtomicU64,
+    displacements: AtomicU64,
     inplace_updates: AtomicU64,
     line_updates: AtomicU64,
     cross_updates: AtomicU64,
@@ -669,6 +670,101 @@ impl Hmeh {
     fn zero_op<T>(&self, f: impl FnOnce(&Pool, u64) -> T) -> T {
         let _g = self.zero.lock().expect("zero-key lock");
         f(&self.pool, self.root)
+    }
+
+    /// Makes room in the full window of `home` by moving items along a
+    /// chain: an item of the window goes to another bucket of its own
+    /// window, whose item (if that bucket is full too) goes on, up to
+    /// `MOVE_DEPTH` moves, found breadth first (linear probing's
+    /// displacement, bounded). Returns the window slot it freed.
+    ///
+    /// persist: moves run from the free end of the chain backwards; each
+    /// moved copy is persisted (both modes) before its old slot is
+    /// overwritten by the next move (or by the caller's item), so a crash
+    /// leaves every item once or twice (recovery keeps one copy; both hold
+    /// the same value), never zero times.
+    fn displace(&self, seg: u64, id: Ident, home: u64) -> Option<Slot> {
+        const MOVE_DEPTH: usize = 3;
+        const MAX_NODES: usize = 48;
+        let n = self.geo.buckets;
+        // BFS over buckets: (bucket, parent node index, slot in the parent
+        // whose item moves into this bucket, depth).
+        let mut nodes: Vec<(u64, usize, usize, usize)> = Vec::with_capacity(MAX_NODES);
+        for j in 0..PROBE {
+            nodes.push(((home + j) % n, usize::MAX, 0, 0));
+        }
+        let free_in = |b: u64| -> Option<usize> {
+            let w = self.words(self.geo.bucket(seg, b));
+            (0..SLOTS).find(|&s| {
+                !self.valid(
+                    id,
+                    w[2 * s].load(Ordering::Relaxed),
+                    w[2 * s + 1].load(Ordering::Relaxed),
+                    Some(b),
+                )
+            })
+        };
+        let mut i = 0;
+        while i < nodes.len() {
+            let (b, _, _, depth) = nodes[i];
+            if depth < MOVE_DEPTH {
+                let w = self.words(self.geo.bucket(seg, b));
+                for s in 0..SLOTS {
+                    let hx = decode_slot(
+                        w[2 * s].load(Ordering::Relaxed),
+                        w[2 * s + 1].load(Ordering::Relaxed),
+                    )
+                    .0;
+                    let hx_home = self.geo.home(hx);
+                    for k in 0..PROBE {
+                        let t = (hx_home + k) % n;
+                        if nodes.iter().any(|nd| nd.0 == t) {
+                            continue;
+                        }
+                        if nodes.len() >= MAX_NODES {
+                            return None;
+                        }
+                        nodes.push((t, i, s, depth + 1));
+                        if let Some(fs) = free_in(t) {
+                            return Some(self.run_moves(seg, id, &nodes, fs));
+                        }
+                    }
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Executes the chain ending at the last BFS node (whose bucket has the
+    /// free slot `fs`); returns the freed window slot.
+    fn run_moves(&self, seg: u64, id: Ident, nodes: &[(u64, usize, usize, usize)], fs: usize) -> Slot {
+        let slot_at = |b: u64, s: usize| Slot {
+            line: self.geo.bucket(seg, b),
+            s,
+            bucket: Some(b),
+            stash: false,
+        };
+        let mut to = slot_at(nodes[nodes.len() - 1].0, fs);
+        let mut at = nodes.len() - 1;
+        loop {
+            let (_, parent, ps, _) = nodes[at];
+            let from = slot_at(nodes[parent].0, ps);
+            let w = self.words(from.line);
+            let (hx, vx) = decode_slot(
+                w[2 * ps].load(Ordering::Relaxed),
+                w[2 * ps + 1].load(Ordering::Relaxed),
+            );
+            self.mark_spill(seg, to, hx);
+            self.write_slot(id, to, hx, vx);
+            self.pool.persist_line(to.line);
+            self.t.displacements.fetch_add(1, Ordering::Relaxed);
+            to = from;
+            at = parent;
+            if nodes[at].1 == usize::MAX {
+                return to;
+            }
+        }
     }
 
     /// Makes room in a locked, full segment: split, or chain an overflow

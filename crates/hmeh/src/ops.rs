@@ -558,7 +558,14 @@ impl Engine for Hmeh {
                 self.unlock(seg);
                 return Ok(false);
             }
-            if let Some(f) = sc.free {
+            // Window, then a displacement chain, then the stash (kept for
+            // what displacement cannot place: a stash item costs every
+            // later miss in this segment a stash read).
+            let free = match sc.free {
+                Some(f) if !f.stash => Some(f),
+                other => self.displace(seg, id, self.geo.home(h)).or(other),
+            };
+            if let Some(f) = free {
                 self.mark_spill(seg, f, h);
                 self.write_slot(id, f, h, value);
                 if self.strict() {
@@ -742,6 +749,7 @@ impl Engine for Hmeh {
                 ("backup items merged".into(), c(&self.t.backups_merged)),
                 ("duplicates removed".into(), c(&self.t.duplicates_removed)),
                 ("special-case writes".into(), c(&self.t.special_writes)),
+                ("displacements".into(), c(&self.t.displacements)),
                 ("in-place updates".into(), c(&self.t.inplace_updates)),
                 ("same-line updates".into(), c(&self.t.line_updates)),
                 ("cross-line updates".into(), c(&self.t.cross_updates)),

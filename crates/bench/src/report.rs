@@ -130,8 +130,18 @@ impl Report {
     /// The table printed on stdout.
     pub fn table(&self) -> String {
         let head = [
-            "engine", "workload", "thr", "Mops/s", "x hbrown", "p50 ns", "p99 ns", "p999 ns",
-            "flush/op", "fence/op", "load", "reopen ms",
+            "engine",
+            "workload",
+            "thr",
+            "Mops/s",
+            "x hbrown",
+            "p50 ns",
+            "p99 ns",
+            "p999 ns",
+            "flush/op",
+            "fence/op",
+            "load",
+            "reopen ms",
         ];
         let rows: Vec<[String; 12]> = self
             .runs

@@ -461,7 +461,10 @@ fn reopen(
     let e = open(pool, &ecfg).map_err(|e| format!("reopen: {e}"))?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     if e.len() != len {
-        return Err(format!("reopen: len() = {} after a clean close of {len}", e.len()));
+        return Err(format!(
+            "reopen: len() = {} after a clean close of {len}",
+            e.len()
+        ));
     }
     e.close().map_err(|e| format!("close after reopen: {e}"))?;
     Ok(ms)

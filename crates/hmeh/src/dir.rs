@@ -42,7 +42,6 @@ impl Dir {
     pub fn load(&self, i: usize) -> u64 {
         self.entries[i].load(Ordering::Acquire)
     }
-
 }
 
 pub struct FsDir {

@@ -111,7 +111,13 @@ impl Geometry {
         if !(1..=DEPTH_LIMIT).contains(&max_depth) {
             return None;
         }
-        let stash = if lines >= 256 { 8 } else if lines >= 64 { 4 } else { 2 };
+        let stash = if lines >= 256 {
+            8
+        } else if lines >= 64 {
+            4
+        } else {
+            2
+        };
         Some(Geometry {
             lines,
             buckets: lines - 1 - stash,

@@ -64,8 +64,14 @@ impl Hmeh {
 
     fn sub_counts(&self, seg: u64, n: u64, ns: u64) {
         let hw = self.words(seg);
-        hw[W_COUNT].store(hw[W_COUNT].load(Ordering::Relaxed).saturating_sub(n), Ordering::Relaxed);
-        hw[W_STASH].store(hw[W_STASH].load(Ordering::Relaxed).saturating_sub(ns), Ordering::Relaxed);
+        hw[W_COUNT].store(
+            hw[W_COUNT].load(Ordering::Relaxed).saturating_sub(n),
+            Ordering::Relaxed,
+        );
+        hw[W_STASH].store(
+            hw[W_STASH].load(Ordering::Relaxed).saturating_sub(ns),
+            Ordering::Relaxed,
+        );
     }
 
     /// Splits locked segment `seg` (paper §3.3, Fig. 7, with the spec's F3
@@ -125,9 +131,13 @@ impl Hmeh {
         } else {
             // A new RT node (Fig. 7): entries 0..4 keep S_old, 4..8 name S_new.
             let parent = pos.entry(pos.start);
-            let rn = self
-                .pool
-                .reserve(LINE, Link::Tagged { owner: parent, tag: 1 })?;
+            let rn = self.pool.reserve(
+                LINE,
+                Link::Tagged {
+                    owner: parent,
+                    tag: 1,
+                },
+            )?;
             let node = rn.offset();
             let r = match self.pool.reserve(
                 bytes,
@@ -152,7 +162,9 @@ impl Hmeh {
             // persist: C1: the new node and S_new durable before the parent
             // entry names the node.
             self.pool.fence();
-            self.pool.atomic_u64(parent).store(node | 1, Ordering::Release);
+            self.pool
+                .atomic_u64(parent)
+                .store(node | 1, Ordering::Release);
             // persist: C2: the 8-byte switch that links the node (its
             // reservation's commit point). Before C3 the repair points all
             // eight entries back at S_old (LD = node depth - 3 covers it).
@@ -182,9 +194,13 @@ impl Hmeh {
         let (lo, hi) = id.children();
         let bytes = self.geo.bytes();
         let parent = pos.entry(pos.start);
-        let rn = self
-            .pool
-            .reserve(LINE, Link::Tagged { owner: parent, tag: 1 })?;
+        let rn = self.pool.reserve(
+            LINE,
+            Link::Tagged {
+                owner: parent,
+                tag: 1,
+            },
+        )?;
         let node = rn.offset();
         // Both new segments live iff the parent entry names the node.
         let link = Link::Word {
@@ -219,7 +235,9 @@ impl Hmeh {
         // persist: C1: backup, node, both headers and the zeroed buckets
         // durable before the parent entry names the node.
         self.pool.fence();
-        self.pool.atomic_u64(parent).store(node | 1, Ordering::Release);
+        self.pool
+            .atomic_u64(parent)
+            .store(node | 1, Ordering::Release);
         // persist: C2: the 8-byte switch, commit point of all three blocks;
         // from here S_old is the backup (named by S_a's header).
         self.pool.persist(parent, 8);
@@ -247,7 +265,9 @@ impl Hmeh {
             owner = cur + H_OVERFLOW;
             cur = self.pool.load_u64(owner);
         }
-        let r = self.pool.reserve(self.geo.bytes(), Link::Pointer { owner })?;
+        let r = self
+            .pool
+            .reserve(self.geo.bytes(), Link::Pointer { owner })?;
         let b = r.offset();
         self.pool.zero(b, self.geo.bytes() as usize);
         self.pool.store_u64(b + H_IDENT, overflow_ident());
@@ -326,14 +346,18 @@ impl Hmeh {
         }
         let first = pl.entry(pl.start);
         // The merge's commit point is the run's first entry.
-        let r = self.pool.reserve(self.geo.bytes(), Link::Pointer { owner: first })?;
+        let r = self
+            .pool
+            .reserve(self.geo.bytes(), Link::Pointer { owner: first })?;
         let m = r.offset();
         init_segment(&self.pool, &self.geo, m, mid, &self.lock, false);
         let (mut n, mut ns, mut spill) = (0u64, 0u64, 0u64);
         for src in [(l, lid), (u, uid)] {
             let mut fits = true;
-            self.each_valid(src.0, src.1, &mut |h, w0, w1| {
-                match self.place_fresh(m, h) {
+            self.each_valid(
+                src.0,
+                src.1,
+                &mut |h, w0, w1| match self.place_fresh(m, h) {
                     Some((line, s, stash)) => {
                         let w = self.words(line);
                         w[2 * s + 1].store(w1, Ordering::Relaxed);
@@ -346,8 +370,8 @@ impl Hmeh {
                         }
                     }
                     None => fits = false,
-                }
-            });
+                },
+            );
             if !fits {
                 self.pool.cancel(r);
                 return Err(Error::InvalidArgument("merged items do not fit".into()));
@@ -414,7 +438,9 @@ impl Hmeh {
         for (line, stash) in lines {
             let w = self.words(line);
             for s in 0..SLOTS {
-                if w[2 * s].load(Ordering::Relaxed) == 0 && w[2 * s + 1].load(Ordering::Relaxed) == 0 {
+                if w[2 * s].load(Ordering::Relaxed) == 0
+                    && w[2 * s + 1].load(Ordering::Relaxed) == 0
+                {
                     return Some((line, s, stash));
                 }
             }
@@ -495,7 +521,9 @@ impl Hmeh {
         for &b in &chain {
             tickets.push(self.pool.begin_free(b, link)?);
         }
-        self.pool.atomic_u64(seg + H_BACKUP).store(0, Ordering::Release);
+        self.pool
+            .atomic_u64(seg + H_BACKUP)
+            .store(0, Ordering::Release);
         // persist: the unlink, commit point of every free in the chain.
         self.pool.persist_line(seg);
         self.frees.fetch_add(1, Ordering::SeqCst);

@@ -8,7 +8,7 @@ use super::*;
 
 /// A segment pointer read from PM, checked before use.
 fn segment_ident(pool: &Pool, geo: &Geometry, s: u64) -> Result<Ident> {
-    if s == 0 || s % LINE != 0 {
+    if s == 0 || !s.is_multiple_of(LINE) {
         return Err(corrupt(format!("RT entry {s:#x} is not a segment offset")));
     }
     let size = pool.block_size(s)?;
@@ -33,7 +33,9 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         )));
     }
     if pool.load_u64(root) != ROOT_MAGIC {
-        return Err(corrupt(format!("root block at {root:#x} has no hmeh magic")));
+        return Err(corrupt(format!(
+            "root block at {root:#x} has no hmeh magic"
+        )));
     }
     let gw = pool.load_u64(root + R_GEOMETRY);
     let geo = Geometry::decode(gw).ok_or_else(|| corrupt(format!("bad geometry word {gw:#x}")))?;
@@ -47,7 +49,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         return Err(corrupt("zero-hash key flag is neither 0 nor 1".into()));
     }
     let rt_root = pool.load_u64(root + R_RT_ROOT);
-    if rt_root % LINE != 0 || pool.block_size(rt_root).is_err() {
+    if !rt_root.is_multiple_of(LINE) || pool.block_size(rt_root).is_err() {
         return Err(corrupt(format!(
             "RT root {rt_root:#x} is not an allocated block"
         )));
@@ -112,10 +114,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     if clean {
         hm.len.set(pool.load_u64(root + R_COUNT) as i64);
         // A clean close dropped every backup; one left means a crash.
-        if segs
-            .iter()
-            .any(|&(s, _)| pool.load_u64(s + H_BACKUP) != 0)
-        {
+        if segs.iter().any(|&(s, _)| pool.load_u64(s + H_BACKUP) != 0) {
             return Err(corrupt("a cleanly closed pool still holds backups".into()));
         }
         return Ok(hm);
@@ -152,8 +151,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
             // reruns the same dedupe.
             pool.persist_line(line);
         }
-        hm.t
-            .duplicates_removed
+        hm.t.duplicates_removed
             .fetch_add(dups.len() as u64, Ordering::Relaxed);
         let w = hm.words(s);
         w[W_COUNT].store(n, Ordering::Relaxed);
@@ -182,7 +180,9 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
             }
             let bid = segment_ident(&pool, &geo, b)?;
             let mut items = Vec::new();
-            hm.each_valid(b, bid, &mut |h, w0, w1| items.push((h, decode_slot(w0, w1).1)));
+            hm.each_valid(b, bid, &mut |h, w0, w1| {
+                items.push((h, decode_slot(w0, w1).1))
+            });
             for (h, v) in items {
                 // Insert if absent: the backup holds each key's value at
                 // the split, a state since the last sync.

@@ -68,7 +68,7 @@ pub fn find(pool: &Pool, root_node: u64, id: Ident) -> Pos {
 
 /// Reads and checks a node pointer.
 fn node_ok(pool: &Pool, off: u64) -> Result<()> {
-    if off % LINE != 0 || pool.block_size(off).map_err(Error::from)? < LINE {
+    if !off.is_multiple_of(LINE) || pool.block_size(off).map_err(Error::from)? < LINE {
         return Err(Error::Corrupt(format!(
             "RT node at {off:#x} is not an allocated 64-byte block"
         )));
@@ -111,7 +111,11 @@ pub fn repair(
                 continue;
             }
             let id = ident_of(e)?;
-            let min = if depth == NODE_BITS { 1 } else { depth - NODE_BITS };
+            let min = if depth == NODE_BITS {
+                1
+            } else {
+                depth - NODE_BITS
+            };
             if id.ld < min || id.ld > depth {
                 return Err(Error::Corrupt(format!(
                     "segment {e:#x} of local depth {} sits in an RT node of depth {depth}",

@@ -546,7 +546,10 @@ impl Hmeh {
                 ovf = self.pool.load_u64(ovf + H_OVERFLOW);
             }
         }
-        // persist: every segment durable before any backup is dropped.
+        // The root line holds the zero-hash key.
+        self.pool.flush(self.root, LINE as usize);
+        // persist: every segment (and the root line) durable before any
+        // backup is dropped.
         self.pool.fence();
         for &(s, _) in &segs {
             self.drop_backups(s)?;

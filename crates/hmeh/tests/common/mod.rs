@@ -1,0 +1,394 @@
+//! Helpers shared by the hmeh integration tests: pools in every mode, a
+//! seeded RNG, unique temp files, `stats().detail` lookups, reopen in four
+//! ways and a full model comparison.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use engine::{Durability, Engine, EngineConfig};
+use hmeh::{HashKind, Hmeh, Options};
+use pmem::{Mode, Pool, PoolOptions};
+
+pub const MIB: u64 = 1 << 20;
+
+/// splitmix64: small, seeded, good enough for workloads.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x853c_49e6_748f_ea9b)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// A uniform float in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// An index in 0..n, log-uniform (Zipf-like with exponent ~1): index 0
+    /// is drawn about as often as all of 1..e together.
+    pub fn skewed(&mut self, n: u64) -> u64 {
+        let x = (n as f64).powf(self.unit()) - 1.0;
+        (x as u64).min(n - 1)
+    }
+}
+
+/// murmur3's finalizer: a bijection, for spreading test keys.
+pub fn fmix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A unique path under the temp dir, removed (if it exists) on drop.
+pub struct TempPath(PathBuf);
+
+impl TempPath {
+    pub fn new(tag: &str) -> TempPath {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!(
+            "hmeh-test-{}-{}-{}.pool",
+            std::process::id(),
+            tag,
+            n
+        ));
+        let _ = std::fs::remove_file(&p);
+        TempPath(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn pool_opts(mode: Mode, size: u64, max_size: u64, uuid: Option<[u8; 16]>) -> PoolOptions {
+    PoolOptions {
+        mode,
+        size,
+        max_size,
+        layout: hmeh::LAYOUT.into(),
+        uuid,
+        ..PoolOptions::default()
+    }
+}
+
+pub fn cfg(durability: Durability, initial_capacity: u64, threads: usize) -> EngineConfig {
+    EngineConfig {
+        durability,
+        initial_capacity,
+        threads,
+    }
+}
+
+/// 1 KiB segments (60 slots): splits, node splits, doublings and merges
+/// come after a few hundred keys.
+pub fn small_segments() -> Options {
+    Options {
+        segment_bytes: Some(1024),
+        ..Options::default()
+    }
+}
+
+/// Identity hash, 1 KiB segments, local depth capped at `max_depth`: keys
+/// that share their top bits pile into one segment that chains overflow
+/// blocks.
+pub fn identity_capped(max_depth: u32) -> Options {
+    Options {
+        segment_bytes: Some(1024),
+        max_depth,
+        hash: HashKind::Identity,
+    }
+}
+
+/// A uuid made from a seed: the hash seed (hence every path) repeats.
+pub fn uuid_of(seed: u64) -> [u8; 16] {
+    let mut u = *b"hmeh-tests-uuid!";
+    u[..8].copy_from_slice(&seed.to_le_bytes());
+    u
+}
+
+/// How a table is closed and opened again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reopen {
+    /// `close()`, then `Hmeh::open` on the same `Arc<Pool>`.
+    SamePool,
+    /// Mapped file: `close()`, drop, `Pool::open` from the path, `Hmeh::open`.
+    File,
+    /// Simulated pool: `close()`, then the durable image opened as a new pool
+    /// (proves close made everything durable and marked the pool clean).
+    CleanImage,
+    /// Simulated pool, no close: a crash right now (relaxed tables `sync()`
+    /// first), recovered from the durable image. Not right after `SamePool`:
+    /// `Pool::close` leaves the clean flag set for the rest of that pool
+    /// object's life, so its image would read as cleanly closed.
+    Crash,
+}
+
+/// An engine, its pool and what is needed to open them again.
+pub struct Table {
+    e: Option<Hmeh>,
+    pool: Option<Arc<Pool>>,
+    path: Option<TempPath>,
+    pub cfg: EngineConfig,
+    pub popts: PoolOptions,
+    pub reopens: u64,
+    /// The pool was closed and is used again in place (its clean flag is
+    /// set until a new pool object opens it).
+    closed_in_place: bool,
+}
+
+impl Table {
+    /// A fresh table; `Mapped` pools get a temp file.
+    pub fn create(mode: Mode, max_size: u64, c: &EngineConfig, o: &Options, seed: u64) -> Table {
+        let popts = pool_opts(mode, 2 * MIB, max_size, Some(uuid_of(seed)));
+        let (path, pool) = if mode == Mode::Mapped {
+            let p = TempPath::new("table");
+            let pool = Pool::create(p.path(), &popts).unwrap();
+            (Some(p), pool)
+        } else {
+            (None, Pool::create(Path::new(""), &popts).unwrap())
+        };
+        let pool = Arc::new(pool);
+        let e = Hmeh::create_with(pool.clone(), c, o).unwrap();
+        Table {
+            e: Some(e),
+            pool: Some(pool),
+            path,
+            cfg: c.clone(),
+            popts,
+            reopens: 0,
+            closed_in_place: false,
+        }
+    }
+
+    pub fn e(&self) -> &Hmeh {
+        self.e.as_ref().expect("engine")
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        self.pool.as_ref().expect("pool")
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.popts.mode
+    }
+
+    /// Closes (or crashes) and opens again; the caller verifies.
+    pub fn reopen(&mut self, how: Reopen) {
+        self.reopens += 1;
+        if how != Reopen::SamePool && how != Reopen::Crash {
+            self.closed_in_place = false;
+        }
+        match how {
+            Reopen::SamePool => {
+                self.e().close().unwrap();
+                assert!(
+                    self.e().insert(0x5eed, 1).is_err(),
+                    "insert after close() was accepted"
+                );
+                drop(self.e.take());
+                let pool = self.pool().clone();
+                self.e = Some(Hmeh::open(pool, &self.cfg).unwrap());
+                self.closed_in_place = true;
+            }
+            Reopen::File => {
+                self.e().close().unwrap();
+                let path = self
+                    .path
+                    .as_ref()
+                    .expect("a mapped table")
+                    .path()
+                    .to_owned();
+                drop(self.e.take());
+                let old = self.pool.take().unwrap();
+                assert_eq!(
+                    Arc::strong_count(&old),
+                    1,
+                    "the engine still holds the pool"
+                );
+                drop(old);
+                let p2 = Arc::new(Pool::open(&path, &self.popts).unwrap());
+                assert!(p2.was_clean(), "close() did not mark the file clean");
+                self.e = Some(Hmeh::open(p2.clone(), &self.cfg).unwrap());
+                self.pool = Some(p2);
+            }
+            Reopen::CleanImage => {
+                assert_eq!(self.mode(), Mode::Simulated);
+                self.e().close().unwrap();
+                let img = self
+                    .pool()
+                    .crash_image(pmem::CrashChoice::Persisted)
+                    .unwrap();
+                drop(self.e.take());
+                let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
+                assert!(
+                    p2.was_clean(),
+                    "close() did not durably mark the pool clean"
+                );
+                self.e = Some(Hmeh::open(p2.clone(), &self.cfg).unwrap());
+                self.pool = Some(p2);
+            }
+            Reopen::Crash => {
+                assert_eq!(self.mode(), Mode::Simulated);
+                assert!(
+                    !self.closed_in_place,
+                    "test bug: a crash image of a pool closed and reused in place"
+                );
+                self.e().sync().unwrap();
+                let img = self
+                    .pool()
+                    .crash_image(pmem::CrashChoice::Persisted)
+                    .unwrap();
+                drop(self.e.take());
+                let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
+                assert!(!p2.was_clean(), "a crash image reads as cleanly closed");
+                self.e = Some(Hmeh::open(p2.clone(), &self.cfg).unwrap());
+                self.pool = Some(p2);
+            }
+        }
+    }
+}
+
+/// A figure from `stats().detail`, parsed.
+pub fn detail(e: &dyn Engine, name: &str) -> f64 {
+    e.stats()
+        .detail
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("stats().detail has no {name:?}"))
+        .1
+        .parse()
+        .unwrap_or_else(|_| panic!("detail {name:?} is not a number"))
+}
+
+pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
+    detail(e, name) as u64
+}
+
+/// The structural counters a test asserts on (they live in DRAM, so a run
+/// sums them over its engine handles).
+pub const COUNTERS: [&str; 10] = [
+    "splits",
+    "backups made",
+    "node splits",
+    "delayed splits",
+    "doublings",
+    "merges",
+    "overflow blocks",
+    "in-place updates",
+    "same-line updates",
+    "cross-line updates",
+];
+
+#[derive(Default, Debug, Clone)]
+pub struct Tally(pub HashMap<&'static str, u64>);
+
+impl Tally {
+    pub fn absorb(&mut self, e: &dyn Engine) {
+        for c in COUNTERS {
+            *self.0.entry(c).or_default() += detail_u(e, c);
+        }
+    }
+    pub fn get(&self, c: &str) -> u64 {
+        self.0.get(c).copied().unwrap_or(0)
+    }
+}
+
+/// Everything the engine holds must equal `model`: for_each (each pair
+/// exactly once), len, get of every key, get of some absent keys, check()
+/// with the same key count and no leak.
+pub fn verify(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], ctx: &str) {
+    let mut seen: HashMap<u64, u64> = HashMap::with_capacity(model.len());
+    let mut dup = None;
+    e.for_each(&mut |k, v| {
+        if seen.insert(k, v).is_some() && dup.is_none() {
+            dup = Some(k);
+        }
+    });
+    assert_eq!(dup, None, "{ctx}: for_each visited a key twice");
+    if seen != *model {
+        let missing: Vec<_> = model
+            .keys()
+            .filter(|k| !seen.contains_key(k))
+            .take(5)
+            .collect();
+        let extra: Vec<_> = seen
+            .keys()
+            .filter(|k| !model.contains_key(k))
+            .take(5)
+            .collect();
+        let wrong: Vec<_> = model
+            .iter()
+            .filter(|(k, v)| seen.get(k).is_some_and(|s| s != *v))
+            .take(5)
+            .collect();
+        panic!(
+            "{ctx}: for_each differs from the model ({} vs {} keys): missing {missing:x?}, extra {extra:x?}, wrong (key, model value) {wrong:x?}",
+            seen.len(),
+            model.len()
+        );
+    }
+    assert_eq!(e.len(), model.len() as u64, "{ctx}: len()");
+    for (&k, &v) in model {
+        assert_eq!(e.get(k), Some(v), "{ctx}: get({k:#x})");
+    }
+    for &k in absent {
+        if !model.contains_key(&k) {
+            assert_eq!(e.get(k), None, "{ctx}: get({k:#x}) of an absent key");
+        }
+    }
+    let r = e
+        .check()
+        .unwrap_or_else(|err| panic!("{ctx}: check() failed: {err}"));
+    assert_eq!(r.keys, model.len() as u64, "{ctx}: check().keys");
+    assert_eq!(
+        r.reachable_bytes,
+        pool.stats().bytes_in_use,
+        "{ctx}: reachable bytes differ from the allocator's bytes in use (leak)"
+    );
+}
+
+/// Versioned values for concurrent tests: `key.rotate_left(17) ^ ver * M`.
+/// Any value a reader gets can be decoded back to a version; a torn value
+/// (halves of two writes) or one of another key decodes to garbage.
+pub const VER_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+pub const fn inverse(c: u64) -> u64 {
+    let mut x = c;
+    let mut i = 0;
+    while i < 6 {
+        x = x.wrapping_mul(2u64.wrapping_sub(c.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+pub const VER_INV: u64 = inverse(VER_MUL);
+
+pub fn val(key: u64, ver: u64) -> u64 {
+    key.rotate_left(17) ^ ver.wrapping_mul(VER_MUL)
+}
+
+pub fn version_of(key: u64, v: u64) -> u64 {
+    (v ^ key.rotate_left(17)).wrapping_mul(VER_INV)
+}

@@ -29,8 +29,8 @@ mod layout;
 mod recover;
 mod rt;
 
-pub use hash::HashKind;
 use dir::{Dir, FsDir};
+pub use hash::HashKind;
 use hash::Hasher;
 use layout::*;
 
@@ -218,7 +218,9 @@ impl Hmeh {
                 }
                 b / LINE
             }
-            None => (cfg.initial_capacity / 8).next_power_of_two().clamp(16, 256),
+            None => (cfg.initial_capacity / 8)
+                .next_power_of_two()
+                .clamp(16, 256),
         };
         let geo = Geometry::new(lines, opts.max_depth).ok_or_else(|| {
             Error::InvalidArgument(format!(
@@ -231,6 +233,15 @@ impl Hmeh {
         })?;
         let want = (cfg.initial_capacity.max(1) as f64 / (geo.slots() as f64 * 0.75)).max(1.0);
         let d0 = (want.log2().ceil() as u32).clamp(1, geo.max_depth);
+        // Refuse at once what cannot fit: 2^d0 segments and their nodes.
+        let need = (1u64 << d0) * geo.bytes() + (1u64 << d0) / 4 * LINE;
+        let room = pool.max_size().max(pool.size());
+        if need > room {
+            return Err(Error::OutOfSpace(format!(
+                "a table for {} keys needs {need} bytes of segments, the pool can hold {room}",
+                cfg.initial_capacity
+            )));
+        }
         let uuid = pool.identity().uuid;
         let seed = u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"))
             ^ u64::from_le_bytes(uuid[8..].try_into().expect("8 bytes")).rotate_left(29);
@@ -240,9 +251,12 @@ impl Hmeh {
         };
         let root_r = pool.reserve(ROOT_BYTES, Link::RootPointer)?;
         let root = root_r.offset();
-        let rt_r = match pool.reserve(LINE, Link::Pointer {
-            owner: root + R_RT_ROOT,
-        }) {
+        let rt_r = match pool.reserve(
+            LINE,
+            Link::Pointer {
+                owner: root + R_RT_ROOT,
+            },
+        ) {
             Ok(r) => r,
             Err(e) => {
                 pool.cancel(root_r);
@@ -257,8 +271,15 @@ impl Hmeh {
         pool.store_u64(root + R_GEOMETRY, geo.encode());
         let lock = LineLock::new(pool.header_state().opens);
         let mut segs = Vec::new();
-        let built = Self::build_tree(&pool, &geo, &lock, rt_root, d0, &mut segs);
+        let mut committed = Vec::new();
+        let built = Self::build_tree(&pool, &geo, &lock, rt_root, d0, &mut segs, &mut committed);
         if let Err(e) = built {
+            // Nothing links these blocks durably (the pool has no root):
+            // give every one back, so a refused create leaves the pool as
+            // it found it.
+            for &off in committed.iter().rev() {
+                let _ = pool.free(off);
+            }
             pool.cancel(rt_r);
             pool.cancel(root_r);
             return Err(e);
@@ -278,15 +299,7 @@ impl Hmeh {
         pool.commit(rt_r);
         pool.commit(root_r);
         let dir = FsDir::build(d0, |i| segs[i]);
-        let hm = Hmeh::handle(
-            pool,
-            root,
-            rt_root,
-            geo,
-            hasher,
-            cfg.durability,
-            dir,
-        );
+        let hm = Hmeh::handle(pool, root, rt_root, geo, hasher, cfg.durability, dir);
         hm.t.segments.store(segs.len() as u64, Ordering::Relaxed);
         Ok(hm)
     }
@@ -300,6 +313,7 @@ impl Hmeh {
         rt_root: u64,
         d0: u32,
         segs: &mut Vec<u64>,
+        committed: &mut Vec<u64>,
     ) -> Result<()> {
         // Breadth first: (node, depth, prefix index of the node's first entry's parent).
         let mut queue = std::collections::VecDeque::from([(rt_root, NODE_BITS, 0u64)]);
@@ -316,7 +330,12 @@ impl Hmeh {
             if d0 <= depth {
                 let len = 1u64 << (depth - d0);
                 for i in (0..NODE_FANOUT).step_by(len as usize) {
-                    let r = match pool.reserve(geo.bytes(), Link::Pointer { owner: node + i * 8 }) {
+                    let r = match pool.reserve(
+                        geo.bytes(),
+                        Link::Pointer {
+                            owner: node + i * 8,
+                        },
+                    ) {
                         Ok(r) => r,
                         Err(e) => return Err(fail(rs, e)),
                     };
@@ -337,10 +356,13 @@ impl Hmeh {
                 }
             } else {
                 for i in 0..NODE_FANOUT {
-                    let r = match pool.reserve(LINE, Link::Tagged {
-                        owner: node + i * 8,
-                        tag: 1,
-                    }) {
+                    let r = match pool.reserve(
+                        LINE,
+                        Link::Tagged {
+                            owner: node + i * 8,
+                            tag: 1,
+                        },
+                    ) {
                         Ok(r) => r,
                         Err(e) => return Err(fail(rs, e)),
                     };
@@ -359,6 +381,7 @@ impl Hmeh {
             pool.flush(node, LINE as usize);
             pool.fence();
             for r in rs {
+                committed.push(r.offset());
                 pool.commit(r);
             }
             queue.extend(children);
@@ -542,7 +565,8 @@ impl Hmeh {
                 }
             }
             fence(Ordering::Acquire);
-            if hw[W_LOCK].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0 {
+            if hw[W_LOCK].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0
+            {
                 return res;
             }
         }
@@ -738,7 +762,13 @@ impl Hmeh {
 
     /// Executes the chain ending at the last BFS node (whose bucket has the
     /// free slot `fs`); returns the freed window slot.
-    fn run_moves(&self, seg: u64, id: Ident, nodes: &[(u64, usize, usize, usize)], fs: usize) -> Slot {
+    fn run_moves(
+        &self,
+        seg: u64,
+        id: Ident,
+        nodes: &[(u64, usize, usize, usize)],
+        fs: usize,
+    ) -> Slot {
         let slot_at = |b: u64, s: usize| Slot {
             line: self.geo.bucket(seg, b),
             s,

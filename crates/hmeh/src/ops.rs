@@ -36,6 +36,14 @@ impl Hmeh {
                 let w1 = sw[2 * s + 1].load(Ordering::Relaxed);
                 let h = decode_slot(w0, w1).0;
                 if self.valid(src_id, w0, w1, bucket) && dst_id.owns(h) {
+                    // persist: as in `write_slot`: word 1 then word 0 in one
+                    // line, and where (zero, word 1) would read as an item
+                    // (a delayed segment's line may be written back between
+                    // the two stores) an invalid word 0 goes first.
+                    if self.valid(dst_id, 0, w1, bucket) {
+                        dw[2 * s].store(dst_id.invalid_hi() << 32, Ordering::Relaxed);
+                        self.t.special_writes.fetch_add(1, Ordering::Relaxed);
+                    }
                     dw[2 * s + 1].store(w1, Ordering::Relaxed);
                     dw[2 * s].store(w0, Ordering::Relaxed);
                     n += 1;

@@ -11,7 +11,11 @@ fn segment_ident(pool: &Pool, geo: &Geometry, s: u64) -> Result<Ident> {
     if s == 0 || !s.is_multiple_of(LINE) {
         return Err(corrupt(format!("RT entry {s:#x} is not a segment offset")));
     }
-    let size = pool.block_size(s)?;
+    let size = pool.block_size(s).map_err(|e| {
+        corrupt(format!(
+            "RT entry names segment {s:#x}, not an allocated block: {e}"
+        ))
+    })?;
     if size < geo.bytes() {
         return Err(corrupt(format!(
             "segment {s:#x} is a block of {size} bytes, not {}",
@@ -20,6 +24,52 @@ fn segment_ident(pool: &Pool, geo: &Geometry, s: u64) -> Result<Ident> {
     }
     Ident::decode(pool.load_u64(s + H_IDENT))
         .ok_or_else(|| corrupt(format!("segment {s:#x} has no valid identity word")))
+}
+
+/// Checks segment `s`'s overflow chain (allocated blocks of segment size
+/// with the overflow magic) and backup chain (allocated segments, not live,
+/// each an ancestor of the one before: a shorter prefix of it).
+fn validate_chains(
+    pool: &Pool,
+    geo: &Geometry,
+    s: u64,
+    id: Ident,
+    live: &std::collections::HashSet<u64>,
+) -> Result<()> {
+    let mut ovf = pool.load_u64(s + H_OVERFLOW);
+    let mut seen = 0u64;
+    while ovf != 0 {
+        seen += 1;
+        let ok = ovf.is_multiple_of(LINE)
+            && pool.block_size(ovf).is_ok_and(|n| n >= geo.bytes())
+            && pool.load_u64(ovf + H_IDENT) == overflow_ident();
+        if !ok || seen > 1 << 20 {
+            return Err(corrupt(format!(
+                "segment {s:#x} chains {ovf:#x}, which is not an overflow block"
+            )));
+        }
+        ovf = pool.load_u64(ovf + H_OVERFLOW);
+    }
+    let mut b = pool.load_u64(s + H_BACKUP);
+    let mut child = id;
+    let mut hops = 0;
+    while b != 0 {
+        hops += 1;
+        if hops > 32 || live.contains(&b) {
+            return Err(corrupt(format!(
+                "segment {s:#x} names {b:#x} as a backup, but that is a live segment or a loop of backups"
+            )));
+        }
+        let bid = segment_ident(pool, geo, b)?;
+        if bid.ld >= child.ld || (child.prefix ^ bid.prefix) & mask(bid.ld) != 0 {
+            return Err(corrupt(format!(
+                "backup {b:#x} of segment {s:#x} does not cover its hashes"
+            )));
+        }
+        child = bid;
+        b = pool.load_u64(b + H_BACKUP);
+    }
+    Ok(())
 }
 
 pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
@@ -49,9 +99,9 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         return Err(corrupt("zero-hash key flag is neither 0 nor 1".into()));
     }
     let rt_root = pool.load_u64(root + R_RT_ROOT);
-    if !rt_root.is_multiple_of(LINE) || pool.block_size(rt_root).is_err() {
+    if !rt_root.is_multiple_of(LINE) || pool.block_size(rt_root).ok() != Some(LINE) {
         return Err(corrupt(format!(
-            "RT root {rt_root:#x} is not an allocated block"
+            "RT root {rt_root:#x} is not an allocated 64-byte node"
         )));
     }
     let clean = pool.was_clean();
@@ -97,6 +147,12 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     }
     if let Some(i) = table.iter().position(|&e| e == 0) {
         return Err(corrupt(format!("no segment owns directory entry {i}")));
+    }
+    // Every chained block must be what its link says, before anything
+    // follows a chain (a garbage pointer would be read as slots).
+    let live: std::collections::HashSet<u64> = segs.iter().map(|&(s, _)| s).collect();
+    for &(s, id) in &segs {
+        validate_chains(&pool, &geo, s, id, &live)?;
     }
     let dir = FsDir::build(gd, |i| table[i]);
     let hm = Hmeh::handle(
@@ -219,6 +275,10 @@ pub(crate) fn check(hm: &Hmeh) -> Result<CheckReport> {
         reachable += pool.block_size(n)?;
     }
     let segs = rep.segments;
+    let live: std::collections::HashSet<u64> = segs.iter().map(|&(s, _)| s).collect();
+    for &(s, id) in &segs {
+        validate_chains(pool, &geo, s, id, &live)?;
+    }
     let mut keys = std::collections::HashSet::new();
     let zero = pool.load_u64(hm.root + R_ZERO_PRESENT);
     if zero == 1 {

@@ -68,7 +68,7 @@ pub fn find(pool: &Pool, root_node: u64, id: Ident) -> Pos {
 
 /// Reads and checks a node pointer.
 fn node_ok(pool: &Pool, off: u64) -> Result<()> {
-    if !off.is_multiple_of(LINE) || pool.block_size(off).map_err(Error::from)? < LINE {
+    if !off.is_multiple_of(LINE) || pool.block_size(off).ok() != Some(LINE) {
         return Err(Error::Corrupt(format!(
             "RT node at {off:#x} is not an allocated 64-byte block"
         )));

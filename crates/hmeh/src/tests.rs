@@ -282,7 +282,11 @@ fn slot_of(hm: &Hmeh, key: u64) -> Option<At> {
 /// rather than calling the engine's `valid`.
 fn valid_by_layout(geo: &Geometry, id: Ident, w0: u64, w1: u64, bucket: Option<u64>) -> bool {
     let h = (w0 >> 32) << 32 | w1 >> 32;
-    let top = if id.ld == 0 { 0 } else { u32::MAX << (32 - id.ld) };
+    let top = if id.ld == 0 {
+        0
+    } else {
+        u32::MAX << (32 - id.ld)
+    };
     if h == 0 || ((h >> 32) as u32 ^ id.prefix) & top != 0 {
         return false;
     }
@@ -308,8 +312,7 @@ fn put_slot(img: &mut [u8], at: &At, w0: u64, w1: u64) {
     put(img, at.w0() + 8, w1);
 }
 
-fn tally(hm: &Hmeh, a: &AtomicU64) -> u64 {
-    let _ = hm;
+fn tally(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
@@ -345,8 +348,14 @@ fn special_case_write_keeps_the_prefix_zero_phantom_out() {
     for b in 0..PROBE {
         let w = hm.pool.words(hm.geo.bucket(seg0, b), 8);
         for s in 0..SLOTS {
-            let (w0, w1) = (w[2 * s].load(Ordering::Relaxed), w[2 * s + 1].load(Ordering::Relaxed));
-            assert!(hm.valid(id0, w0, w1, Some(b)), "bucket {b} slot {s} not full");
+            let (w0, w1) = (
+                w[2 * s].load(Ordering::Relaxed),
+                w[2 * s + 1].load(Ordering::Relaxed),
+            );
+            assert!(
+                hm.valid(id0, w0, w1, Some(b)),
+                "bucket {b} slot {s} not full"
+            );
         }
     }
     let target = At {
@@ -366,7 +375,11 @@ fn special_case_write_keeps_the_prefix_zero_phantom_out() {
         "an insert into an empty prefix-0 stash slot needs the special-case write"
     );
     let (n0, n1) = target.words(&pool);
-    assert_eq!((n0, n1), encode_slot(k, v), "the key went to the first stash slot");
+    assert_eq!(
+        (n0, n1),
+        encode_slot(k, v),
+        "the key went to the first stash slot"
+    );
 
     // The naive intermediate state (old word 0, new word 1) is a valid item.
     assert!(hm.valid(id0, 0, n1, None));
@@ -388,13 +401,17 @@ fn special_case_write_keeps_the_prefix_zero_phantom_out() {
     }
     // Every prefix of the engine's stores: invalidating word 0, word 1, word 0.
     let inv = id0.invalid_hi() << 32;
-    for (w0, w1, present) in [(0, 0, false), (inv, 0, false), (inv, n1, false), (n0, n1, true)] {
+    for (w0, w1, present) in [
+        (0, 0, false),
+        (inv, 0, false),
+        (inv, n1, false),
+        (n0, n1, true),
+    ] {
         let mut t = img.clone();
         put_slot(&mut t, &target, w0, w1);
         let mut allowed = exact(&model);
         allowed.insert(k, vec![if present { Some(v) } else { None }]);
-        check_image(t, d, &allowed)
-            .unwrap_or_else(|e| panic!("slot ({w0:#x}, {w1:#x}): {e}"));
+        check_image(t, d, &allowed).unwrap_or_else(|e| panic!("slot ({w0:#x}, {w1:#x}): {e}"));
     }
 
     // The prefix-0x8000_0000 segment: (0, new word 1) is not owned there,
@@ -483,8 +500,10 @@ fn torn_and_misplaced_slots_recover_without_phantoms() {
         } else {
             // An empty slot: an item that hashes elsewhere (another
             // segment's item), and one outside its probe window.
-            if let Some((b, o0, o1)) = live.iter().find(|(b, _, _)| !a.id.owns(decode_slot(b.line, 0).0) && b.seg != a.seg && !a.id.owns(decode_slot(get(&img, b.w0()), get(&img, b.w0() + 8)).0)) {
-                let _ = b;
+            if let Some((_, o0, o1)) = live
+                .iter()
+                .find(|(b, o0, o1)| b.seg != a.seg && !a.id.owns(decode_slot(*o0, *o1).0))
+            {
                 add("another segment's item", a, *o0, *o1, None);
             }
             if let (Some(bk), Some((_, o0, o1))) = (a.bucket, same_seg) {
@@ -494,7 +513,13 @@ fn torn_and_misplaced_slots_recover_without_phantoms() {
                 }
             }
             // A value half with a zero hash: still an empty slot.
-            add("zero hash, stray value word", a, 0, 0x0000_0000_dead_beef, None);
+            add(
+                "zero hash, stray value word",
+                a,
+                0,
+                0x0000_0000_dead_beef,
+                None,
+            );
         }
     }
     for (a, w0, w1) in &live {
@@ -504,11 +529,20 @@ fn torn_and_misplaced_slots_recover_without_phantoms() {
             add("half-zeroed item (word 0 lost)", a, 0, *w1, Some(k));
         } else {
             // In the prefix-0 segment the special-case write's middle state.
-            add("invalidated word 0 + new word 1", a, a.id.invalid_hi() << 32, *w1, Some(k));
+            add(
+                "invalidated word 0 + new word 1",
+                a,
+                a.id.invalid_hi() << 32,
+                *w1,
+                Some(k),
+            );
         }
         // Mixed with the word 0 of an item of a segment of the other half
         // of the table: owned by neither.
-        if let Some((_, o0, _)) = live.iter().find(|(b, _, _)| (b.id.prefix ^ a.id.prefix) & 0x8000_0000 != 0) {
+        if let Some((_, o0, _)) = live
+            .iter()
+            .find(|(b, _, _)| (b.id.prefix ^ a.id.prefix) & 0x8000_0000 != 0)
+        {
             add("other half's word 0 + this word 1", a, *o0, *w1, Some(k));
         }
     }
@@ -600,7 +634,7 @@ fn torn_writes_of_a_workload(d: Durability, seed: u64) {
                 items_before.insert(w);
             }
         }
-        let special0 = tally(&hm, &hm.t.special_writes);
+        let special0 = tally(&hm.t.special_writes);
         checkpoints.lock().unwrap().clear();
         let old = model.get(&key).copied();
         let new = match kind {
@@ -626,7 +660,7 @@ fn torn_writes_of_a_workload(d: Durability, seed: u64) {
             Some(v) => model.insert(key, v),
             None => model.remove(&key),
         };
-        let special = tally(&hm, &hm.t.special_writes) - special0;
+        let special = tally(&hm.t.special_writes) - special0;
         let mut cps = vec![std::mem::replace(&mut prev, pool.image())];
         cps.append(&mut checkpoints.lock().unwrap());
         cps.push(prev.clone());
@@ -657,7 +691,8 @@ fn torn_writes_of_a_workload(d: Durability, seed: u64) {
                 }
             }
             for (at, o, n) in &writes {
-                if o.0 != n.0 && o.1 != n.1 && valid_by_layout(&hm.geo, at.id, o.0, n.1, at.bucket) {
+                if o.0 != n.0 && o.1 != n.1 && valid_by_layout(&hm.geo, at.id, o.0, n.1, at.bucket)
+                {
                     needed += 1;
                 }
             }
@@ -689,7 +724,11 @@ fn torn_writes_of_a_workload(d: Durability, seed: u64) {
                     )
                 });
                 if dup {
-                    assert_eq!(detail_of(&det, "duplicates removed"), 1, "op {i}: two copies");
+                    assert_eq!(
+                        detail_of(&det, "duplicates removed"),
+                        1,
+                        "op {i}: two copies"
+                    );
                     dups += 1;
                 }
                 torn += 1;
@@ -754,20 +793,26 @@ fn two_valid_copies_recover_to_one() {
     keys.sort_unstable();
     for k in keys {
         let at = slot_of(&hm, k).unwrap();
-        let Some(b) = at.bucket else { continue };
+        if at.bucket.is_none() {
+            continue;
+        }
         let h = hm.hasher.hash(k);
-        let same_line = slots.iter().find(|x| x.line == at.line && x.s != at.s && free(x));
+        let same_line = slots
+            .iter()
+            .find(|x| x.line == at.line && x.s != at.s && free(x));
         let other_line = slots.iter().find(|x| {
             x.seg == at.seg
                 && x.line != at.line
-                && x.bucket.is_some_and(|xb| hm.geo.in_window(hm.geo.home(h), xb))
+                && x.bucket
+                    .is_some_and(|xb| hm.geo.in_window(hm.geo.home(h), xb))
                 && free(x)
         });
         let stash: Vec<&At> = slots
             .iter()
-            .filter(|x| x.seg == at.seg && x.bucket.is_none() && x.line < at.seg + SEG_BYTES && free(x))
+            .filter(|x| {
+                x.seg == at.seg && x.bucket.is_none() && x.line < at.seg + SEG_BYTES && free(x)
+            })
             .collect();
-        let _ = b;
         let mut plans: Vec<(&str, Vec<At>)> = Vec::new();
         if let Some(x) = same_line {
             plans.push(("same line", vec![*x]));
@@ -791,7 +836,10 @@ fn two_valid_copies_recover_to_one() {
             for (j, x) in extra.iter().enumerate() {
                 let v2 = model[&k] ^ (0x1111_0000_0000_1111 * (j as u64 + 1));
                 let (w0, w1) = encode_slot(h, v2);
-                assert!(hm.valid(x.id, w0, w1, x.bucket), "{what}: the copy must be valid there");
+                assert!(
+                    hm.valid(x.id, w0, w1, x.bucket),
+                    "{what}: the copy must be valid there"
+                );
                 put_slot(&mut t, x, w0, w1);
                 values.push(Some(v2));
             }
@@ -841,12 +889,18 @@ impl Model {
     fn apply(&mut self, op: Op) {
         match op {
             Op::Ins(k, v) => {
-                self.since_sync.entry(k).or_insert_with(|| vec![None]).push(Some(v));
+                self.since_sync
+                    .entry(k)
+                    .or_insert_with(|| vec![None])
+                    .push(Some(v));
                 self.cur.insert(k, v);
             }
             Op::Rem(k) => {
                 let b = self.cur.remove(&k);
-                self.since_sync.entry(k).or_insert_with(|| vec![b]).push(None);
+                self.since_sync
+                    .entry(k)
+                    .or_insert_with(|| vec![b])
+                    .push(None);
             }
             Op::Sync => self.since_sync.clear(),
         }
@@ -975,13 +1029,19 @@ fn crash_every_fence(d: Durability, tag: u64, ops: &[Op], target: usize) -> (Del
                     for &o in &changed[..j] {
                         put(&mut t, o, get(&new, o));
                     }
-                    images.push((format!("RT node {:#x}: {j} of {} entries", l * LINE, changed.len()), t));
+                    images.push((
+                        format!("RT node {:#x}: {j} of {} entries", l * LINE, changed.len()),
+                        t,
+                    ));
                 }
             }
             for (what, img) in images {
                 states.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = check_image(img, d, &allowed) {
-                    errors.lock().unwrap().push(format!("fence {fence} {what}: {e}"));
+                    errors
+                        .lock()
+                        .unwrap()
+                        .push(format!("fence {fence} {what}: {e}"));
                 }
             }
         })))
@@ -993,10 +1053,17 @@ fn crash_every_fence(d: Durability, tag: u64, ops: &[Op], target: usize) -> (Del
     let delta = minus(counters(&hm), c);
     model.apply(ops[target]);
     let after = model.allowed(d, None);
-    for c in [CrashChoice::Persisted, CrashChoice::Newest, CrashChoice::Random(7)] {
+    for c in [
+        CrashChoice::Persisted,
+        CrashChoice::Newest,
+        CrashChoice::Random(7),
+    ] {
         states.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = check_image(pool.crash_image(c).unwrap(), d, &after) {
-            errors.lock().unwrap().push(format!("after the operation, {c:?}: {e}"));
+            errors
+                .lock()
+                .unwrap()
+                .push(format!("after the operation, {c:?}: {e}"));
         }
     }
     let errors = errors.lock().unwrap();
@@ -1007,7 +1074,12 @@ fn crash_every_fence(d: Durability, tag: u64, ops: &[Op], target: usize) -> (Del
         ops[target],
         errors.len(),
         states.load(Ordering::Relaxed),
-        errors.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+        errors
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     (delta, states.load(Ordering::Relaxed))
 }
@@ -1041,7 +1113,10 @@ fn split_crash_windows_strict() {
     let tr = trace(d, tag, &ops);
     let intra = pick(&tr, 0, 3, |t| t.splits > 0 && t.node_splits == 0);
     let node = pick(&tr, 0, 3, |t| t.node_splits > 0);
-    assert!(intra.len() == 3 && node.len() == 3, "intra {intra:?}, node {node:?}");
+    assert!(
+        intra.len() == 3 && node.len() == 3,
+        "intra {intra:?}, node {node:?}"
+    );
     let mut total = 0;
     for &t in intra.iter().chain(&node) {
         let (delta, n) = crash_every_fence(d, tag, &ops, t);
@@ -1063,9 +1138,14 @@ fn split_crash_windows_relaxed() {
     let ops = inserts(21, 900);
     let tr = trace(d, tag, &ops);
     let mut total = 0;
-    let intra = pick(&tr, 0, 2, |t| t.splits > 0 && t.node_splits == 0 && t.delayed == 0);
+    let intra = pick(&tr, 0, 2, |t| {
+        t.splits > 0 && t.node_splits == 0 && t.delayed == 0
+    });
     let node = pick(&tr, 0, 2, |t| t.backups > 0);
-    assert!(intra.len() == 2 && node.len() == 2, "intra {intra:?}, node {node:?}");
+    assert!(
+        intra.len() == 2 && node.len() == 2,
+        "intra {intra:?}, node {node:?}"
+    );
     for &t in intra.iter().chain(&node) {
         let ops2 = sync_before(&ops, t);
         let (delta, n) = crash_every_fence(d, tag, &ops2, t + 1);
@@ -1164,7 +1244,9 @@ fn backup_restores_the_lost_new_segments() {
             .find(|(_, id)| id.owns(h))
             .unwrap();
         let mut held = Vec::new();
-        hm.each_valid(seg, id, &mut |h, w0, w1| held.push((hm.hasher.key(h), decode_slot(w0, w1).1)));
+        hm.each_valid(seg, id, &mut |h, w0, w1| {
+            held.push((hm.hasher.key(h), decode_slot(w0, w1).1))
+        });
         let b0 = detail(&hm, "backups made");
         run_op(&hm, Op::Ins(k, v));
         model.apply(Op::Ins(k, v));
@@ -1189,9 +1271,17 @@ fn backup_restores_the_lost_new_segments() {
             "backup {made}: the new segments' lines were lost, so every item of the backup ({} of them, {unsynced} since the sync) is merged",
             held.len()
         );
-        let det = check_image(pool.crash_image(CrashChoice::Newest).unwrap(), d, &exact(&model.cur))
-            .unwrap_or_else(|e| panic!("backup {made}, newest image: {e}"));
-        assert_eq!(detail_of(&det, "backup items merged"), 0, "nothing was lost");
+        let det = check_image(
+            pool.crash_image(CrashChoice::Newest).unwrap(),
+            d,
+            &exact(&model.cur),
+        )
+        .unwrap_or_else(|e| panic!("backup {made}, newest image: {e}"));
+        assert_eq!(
+            detail_of(&det, "backup items merged"),
+            0,
+            "nothing was lost"
+        );
         restored_unsynced += unsynced;
         if made == 3 {
             break;
@@ -1246,23 +1336,54 @@ fn delayed_split_copies_need_the_special_case_write() {
             .find(|(_, id)| id.prefix == 0)
             .unwrap();
         assert_eq!(lo_id.ld, owner.1.ld + 1);
-        assert_eq!(pool.load_u64(lo_seg + H_BACKUP), owner.0, "the old segment is the backup");
+        assert_eq!(
+            pool.load_u64(lo_seg + H_BACKUP),
+            owner.0,
+            "the old segment is the backup"
+        );
         // An item copied there (not the key just inserted).
         let mut copy = None;
         hm.each_slot(lo_seg, &mut |line, s, bucket, _| {
             let w = hm.pool.words(line, 8);
-            let (w0, w1) = (w[2 * s].load(Ordering::Relaxed), w[2 * s + 1].load(Ordering::Relaxed));
-            if copy.is_none() && hm.valid(lo_id, w0, w1, bucket) && hm.hasher.key(decode_slot(w0, w1).0) != k {
-                copy = Some((At { seg: lo_seg, id: lo_id, line, s, bucket }, w0, w1));
+            let (w0, w1) = (
+                w[2 * s].load(Ordering::Relaxed),
+                w[2 * s + 1].load(Ordering::Relaxed),
+            );
+            if copy.is_none()
+                && hm.valid(lo_id, w0, w1, bucket)
+                && hm.hasher.key(decode_slot(w0, w1).0) != k
+            {
+                copy = Some((
+                    At {
+                        seg: lo_seg,
+                        id: lo_id,
+                        line,
+                        s,
+                        bucket,
+                    },
+                    w0,
+                    w1,
+                ));
             }
         });
         let (at, _w0, w1) = copy.expect("the lower half holds a copied item");
         // The new segments were not flushed: their buckets are zero in the
-        // persisted image. The copy's first store (word 1) reached PM, the
-        // second (word 0) did not.
+        // persisted image. The copy's word 1 reached PM, its word 0 did
+        // not. Where (0, word 1) would read as an item, the engine stores an
+        // invalid word 0 first (same line, so it is durable before word 1):
+        // the torn state it can leave is then (invalid, word 1).
         let mut img = pool.crash_image(CrashChoice::Persisted).unwrap();
         assert_eq!((get(&img, at.w0()), get(&img, at.w0() + 8)), (0, 0));
-        put_slot(&mut img, &at, 0, w1);
+        let torn0 = if hm.valid(lo_id, 0, w1, at.bucket) {
+            assert!(
+                detail(&hm, "special-case writes") > 0,
+                "(0, word 1) is valid here, so the copy needed a special-case write"
+            );
+            lo_id.invalid_hi() << 32
+        } else {
+            0
+        };
+        put_slot(&mut img, &at, torn0, w1);
         let allowed = model.allowed(d, None);
         if let Err(e) = check_image(img, d, &allowed) {
             panic!(

@@ -26,10 +26,9 @@ use pmem::{Link, Pool};
 
 mod layout;
 
-
+use engine::sync::{Counter, LineLock, Stripes};
 use layout::*;
 use pmem::SlotSet;
-use engine::sync::{Counter, LineLock, Stripes};
 
 /// Layout id written in the pool header.
 pub const LAYOUT: &str = "level";

@@ -24,9 +24,11 @@
 //!     8   ident           "HS" magic (bits 48..64) | LD (32..40) | prefix
 //!                         (0..32, top-aligned: the segment owns hashes
 //!                         whose top LD bits equal the prefix's)
-//!     16  count           valid items        \ DRAM meaning; exact after a
-//!     24  stash count     valid stash items  / clean close, rebuilt after
-//!                                             a crash
+//!     16  count           valid items (DRAM meaning; exact after a clean
+//!                         close, rebuilt after a crash)
+//!     24  stash bits      bit (b % 64) set: an item whose home is bucket b
+//!                         may sit in the stash (DRAM meaning, like the
+//!                         spill bits below)
 //!     32  backup          relaxed mode: a flushed backup segment (0 none)
 //!     40  overflow        first overflow block (0 none)
 //!     48  retired         1 once the segment left the directory (DRAM meaning)
@@ -75,7 +77,8 @@ pub const H_SPILL: u64 = 56;
 pub const W_LOCK: usize = 0;
 pub const W_IDENT: usize = 1;
 pub const W_COUNT: usize = 2;
-pub const W_STASH: usize = 3;
+pub const W_STASH_BITS: usize = 3;
+pub const H_STASH_BITS: u64 = 24;
 pub const W_BACKUP: usize = 4;
 pub const W_OVERFLOW: usize = 5;
 pub const W_RETIRED: usize = 6;
@@ -112,7 +115,7 @@ impl Geometry {
             return None;
         }
         let stash = if lines >= 256 {
-            8
+            16
         } else if lines >= 64 {
             4
         } else {
@@ -293,9 +296,9 @@ mod tests {
     #[test]
     fn geometry_windows_wrap() {
         let g = Geometry::new(256, 24).unwrap();
-        assert_eq!((g.buckets, g.stash), (247, 8));
-        assert!(g.in_window(246, 2));
-        assert!(!g.in_window(246, 3));
+        assert_eq!((g.buckets, g.stash), (239, 16));
+        assert!(g.in_window(238, 2));
+        assert!(!g.in_window(238, 3));
         assert!(g.in_window(3, 3));
         assert!(!g.in_window(3, 2));
         assert_eq!(Geometry::decode(g.encode()), Some(g));

@@ -539,7 +539,9 @@ impl Hmeh {
                     break;
                 }
             }
-            if res.is_none() && hw[W_STASH].load(Ordering::Relaxed) != 0 {
+            if res.is_none()
+                && hw[W_STASH_BITS].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0
+            {
                 for i in 0..self.geo.stash {
                     res = self.probe_line(self.geo.stash_bucket(seg, i), hi, lo);
                     if res.is_some() {
@@ -618,7 +620,8 @@ impl Hmeh {
                 return out;
             }
         }
-        if hw[W_STASH].load(Ordering::Relaxed) != 0 || (want_free && out.free.is_none()) {
+        let stashed = hw[W_STASH_BITS].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
+        if stashed || (want_free && out.free.is_none()) {
             for i in 0..self.geo.stash {
                 if look(self.geo.stash_bucket(seg, i), None, true, &mut out) {
                     return out;
@@ -667,28 +670,30 @@ impl Hmeh {
     }
 
     /// Sets the spill bit when an item with hash `h` goes to a normal
-    /// bucket other than its home (the writer holds the lock; before the
-    /// item is written, so a reader that sees the item sees the bit).
+    /// bucket other than its home, the stash bit when it goes to the stash
+    /// (the writer holds the lock; before the item is written, so a reader
+    /// that sees the item sees the bit).
     #[inline]
     fn mark_spill(&self, seg: u64, slot: Slot, h: u64) {
         let home = self.geo.home(h);
-        if slot.bucket.is_some_and(|b| b != home) {
-            let w = &self.words(seg)[W_SPILL];
-            w.store(
-                w.load(Ordering::Relaxed) | Geometry::spill_bit(home),
-                Ordering::Release,
-            );
-        }
+        let word = match slot.bucket {
+            Some(b) if b != home => W_SPILL,
+            Some(_) => return,
+            None if slot.stash => W_STASH_BITS,
+            None => return,
+        };
+        let w = &self.words(seg)[word];
+        w.store(
+            w.load(Ordering::Relaxed) | Geometry::spill_bit(home),
+            Ordering::Release,
+        );
     }
 
     fn count_add(&self, seg: u64, slot: Slot, d: i64) {
         let hw = self.words(seg);
         let c = hw[W_COUNT].load(Ordering::Relaxed);
         hw[W_COUNT].store(c.wrapping_add(d as u64), Ordering::Relaxed);
-        if slot.stash {
-            let c = hw[W_STASH].load(Ordering::Relaxed);
-            hw[W_STASH].store(c.wrapping_add(d as u64), Ordering::Relaxed);
-        }
+        let _ = slot;
     }
 
     fn zero_op<T>(&self, f: impl FnOnce(&Pool, u64) -> T) -> T {
@@ -698,8 +703,8 @@ impl Hmeh {
 
     /// Makes room in the full window of `home` by moving items along a
     /// chain: an item of the window goes to another bucket of its own
-    /// window, whose item (if that bucket is full too) goes on, up to
-    /// `MOVE_DEPTH` moves, found breadth first (linear probing's
+    /// window, whose item (if that bucket is full too) goes on, up to 3
+    /// moves (16 when `deep`), found breadth first (linear probing's
     /// displacement, bounded). Returns the window slot it freed.
     ///
     /// persist: moves run from the free end of the chain backwards; each
@@ -707,13 +712,14 @@ impl Hmeh {
     /// overwritten by the next move (or by the caller's item), so a crash
     /// leaves every item once or twice (recovery keeps one copy; both hold
     /// the same value), never zero times.
-    fn displace(&self, seg: u64, id: Ident, home: u64) -> Option<Slot> {
-        const MOVE_DEPTH: usize = 3;
-        const MAX_NODES: usize = 48;
+    fn displace(&self, seg: u64, id: Ident, home: u64, deep: bool) -> Option<Slot> {
+        // A short search on every full window; a long one (rare: the
+        // window and the stash are full) before giving up for a split.
+        let (move_depth, max_nodes) = if deep { (16, 247) } else { (3, 48) };
         let n = self.geo.buckets;
         // BFS over buckets: (bucket, parent node index, slot in the parent
         // whose item moves into this bucket, depth).
-        let mut nodes: Vec<(u64, usize, usize, usize)> = Vec::with_capacity(MAX_NODES);
+        let mut nodes: Vec<(u64, usize, usize, usize)> = Vec::with_capacity(max_nodes);
         for j in 0..PROBE {
             nodes.push(((home + j) % n, usize::MAX, 0, 0));
         }
@@ -731,7 +737,7 @@ impl Hmeh {
         let mut i = 0;
         while i < nodes.len() {
             let (b, _, _, depth) = nodes[i];
-            if depth < MOVE_DEPTH {
+            if depth < move_depth {
                 let w = self.words(self.geo.bucket(seg, b));
                 for s in 0..SLOTS {
                     let hx = decode_slot(
@@ -745,7 +751,7 @@ impl Hmeh {
                         if nodes.iter().any(|nd| nd.0 == t) {
                             continue;
                         }
-                        if nodes.len() >= MAX_NODES {
+                        if nodes.len() >= max_nodes {
                             return None;
                         }
                         nodes.push((t, i, s, depth + 1));

@@ -9,7 +9,7 @@ impl Hmeh {
     /// Copies the items of locked segment `src` that `dst_id` owns into a
     /// fresh segment at `dst`, each into the same slot position (so it
     /// always fits). The copies in `src` stay: they turn invalid when
-    /// `src`'s local depth grows (paper §3.3). Returns (items, stash items).
+    /// `src`'s local depth grows (paper §3.3). Returns (items, stash bits).
     ///
     /// persist: eager: the whole segment is flushed, durable at the
     /// caller's next fence. Delayed (relaxed durability, a node with a
@@ -48,7 +48,7 @@ impl Hmeh {
                     dw[2 * s].store(w0, Ordering::Relaxed);
                     n += 1;
                     match bucket {
-                        None => ns += 1,
+                        None => ns |= Geometry::spill_bit(self.geo.home(h)),
                         Some(b) if b != self.geo.home(h) => {
                             spill |= Geometry::spill_bit(self.geo.home(h))
                         }
@@ -59,7 +59,7 @@ impl Hmeh {
         }
         let hw = self.words(dst);
         hw[W_COUNT].store(n, Ordering::Relaxed);
-        hw[W_STASH].store(ns, Ordering::Relaxed);
+        hw[W_STASH_BITS].store(ns, Ordering::Relaxed);
         hw[W_BACKUP].store(backup, Ordering::Relaxed);
         hw[W_SPILL].store(spill, Ordering::Relaxed);
         if delayed {
@@ -70,14 +70,10 @@ impl Hmeh {
         (n, ns)
     }
 
-    fn sub_counts(&self, seg: u64, n: u64, ns: u64) {
+    fn sub_counts(&self, seg: u64, n: u64) {
         let hw = self.words(seg);
         hw[W_COUNT].store(
             hw[W_COUNT].load(Ordering::Relaxed).saturating_sub(n),
-            Ordering::Relaxed,
-        );
-        hw[W_STASH].store(
-            hw[W_STASH].load(Ordering::Relaxed).saturating_sub(ns),
             Ordering::Relaxed,
         );
     }
@@ -109,7 +105,7 @@ impl Hmeh {
                 },
             )?;
             let s_new = r.offset();
-            let (n, ns) = self.fill_half(seg, id, s_new, hi, delayed, 0);
+            let (n, _) = self.fill_half(seg, id, s_new, hi, delayed, 0);
             // persist: C1: S_new (items and LD) durable before any entry
             // names it.
             self.pool.fence();
@@ -127,7 +123,7 @@ impl Hmeh {
             // now may S_old's migrated copies be overwritten.
             self.pool.persist_line(seg);
             self.pool.commit(r);
-            self.sub_counts(seg, n, ns);
+            self.sub_counts(seg, n);
             // Step D: RT before FS (paper §4.1).
             self.dir.set_range(d, hi.ld, hi.index(), s_new);
             if delayed {
@@ -161,7 +157,7 @@ impl Hmeh {
                 }
             };
             let s_new = r.offset();
-            let (n, ns) = self.fill_half(seg, id, s_new, hi, false, 0);
+            let (n, _) = self.fill_half(seg, id, s_new, hi, false, 0);
             for i in 0..NODE_FANOUT {
                 self.pool
                     .store_u64(node + i * 8, if i < NODE_FANOUT / 2 { seg } else { s_new });
@@ -182,7 +178,7 @@ impl Hmeh {
             self.pool.persist_line(seg);
             self.pool.commit(rn);
             self.pool.commit(r);
-            self.sub_counts(seg, n, ns);
+            self.sub_counts(seg, n);
             self.t.nodes.fetch_add(1, Ordering::Relaxed);
             self.t.node_splits.fetch_add(1, Ordering::Relaxed);
             self.dir.set_range(d, hi.ld, hi.index(), s_new);
@@ -371,9 +367,10 @@ impl Hmeh {
                         w[2 * s + 1].store(w1, Ordering::Relaxed);
                         w[2 * s].store(w0, Ordering::Relaxed);
                         n += 1;
-                        ns += stash as u64;
                         let home = self.geo.home(h);
-                        if !stash && line != self.geo.bucket(m, home) {
+                        if stash {
+                            ns |= Geometry::spill_bit(home);
+                        } else if line != self.geo.bucket(m, home) {
                             spill |= Geometry::spill_bit(home);
                         }
                     }
@@ -387,7 +384,7 @@ impl Hmeh {
         }
         let mw = self.words(m);
         mw[W_COUNT].store(n, Ordering::Relaxed);
-        mw[W_STASH].store(ns, Ordering::Relaxed);
+        mw[W_STASH_BITS].store(ns, Ordering::Relaxed);
         mw[W_SPILL].store(spill, Ordering::Relaxed);
         self.pool.flush(m, self.geo.bytes() as usize);
         // persist: C1: the merged segment durable before any entry names it.
@@ -600,9 +597,13 @@ impl Engine for Hmeh {
             // Window, then a displacement chain, then the stash (kept for
             // what displacement cannot place: a stash item costs every
             // later miss in this segment a stash read).
+            let home = self.geo.home(h);
             let free = match sc.free {
                 Some(f) if !f.stash => Some(f),
-                other => self.displace(seg, id, self.geo.home(h)).or(other),
+                other => self
+                    .displace(seg, id, home, false)
+                    .or(other)
+                    .or_else(|| self.displace(seg, id, home, true)),
             };
             if let Some(f) = free {
                 self.mark_spill(seg, f, h);

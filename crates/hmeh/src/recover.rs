@@ -193,9 +193,10 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
                     dups.push((line, slot));
                 } else {
                     n += 1;
-                    ns += stash as u64;
                     let home = hm.geo.home(h);
-                    if bucket.is_some_and(|b| b != home) {
+                    if stash {
+                        ns |= Geometry::spill_bit(home);
+                    } else if bucket.is_some_and(|b| b != home) {
                         spill |= Geometry::spill_bit(home);
                     }
                 }
@@ -211,7 +212,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
             .fetch_add(dups.len() as u64, Ordering::Relaxed);
         let w = hm.words(s);
         w[W_COUNT].store(n, Ordering::Relaxed);
-        w[W_STASH].store(ns, Ordering::Relaxed);
+        w[W_STASH_BITS].store(ns, Ordering::Relaxed);
         w[W_RETIRED].store(0, Ordering::Relaxed);
         w[W_SPILL].store(spill, Ordering::Relaxed);
         total += n;
@@ -300,27 +301,31 @@ pub(crate) fn check(hm: &Hmeh) -> Result<CheckReport> {
             b = pool.load_u64(b + H_BACKUP);
         }
         let spill = pool.load_u64(s + H_SPILL);
+        let stash_bits = pool.load_u64(s + H_STASH_BITS);
         let mut unmarked = None;
-        hm.each_slot(s, &mut |line, slot, bucket, _| {
+        hm.each_slot(s, &mut |line, slot, bucket, stash| {
             let w = hm.words(line);
             let (w0, w1) = (
                 w[2 * slot].load(Ordering::Relaxed),
                 w[2 * slot + 1].load(Ordering::Relaxed),
             );
-            if let Some(b) = bucket {
-                let h = decode_slot(w0, w1).0;
-                let home = hm.geo.home(h);
-                if hm.valid(id, w0, w1, bucket)
-                    && b != home
-                    && spill & Geometry::spill_bit(home) == 0
-                {
-                    unmarked.get_or_insert(h);
-                }
+            if !hm.valid(id, w0, w1, bucket) {
+                return;
+            }
+            let h = decode_slot(w0, w1).0;
+            let home = hm.geo.home(h);
+            let bits = match bucket {
+                Some(b) if b != home => spill,
+                None if stash => stash_bits,
+                _ => return,
+            };
+            if bits & Geometry::spill_bit(home) == 0 {
+                unmarked.get_or_insert(h);
             }
         });
         if let Some(h) = unmarked {
             return Err(corrupt(format!(
-                "key {:#x} sits past its home bucket in segment {s:#x} without the spill bit",
+                "key {:#x} sits outside its home bucket in segment {s:#x} without its spill or stash bit",
                 hm.hasher.key(h)
             )));
         }

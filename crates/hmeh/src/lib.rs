@@ -3,8 +3,8 @@
 //! directory and cross-KV slots, with the paper's gaps closed. Design,
 //! persist orders and every decision: `docs/engines/hmeh.md`.
 //!
-//! - Segments in PM (16 KiB by default: a header line, 251 buckets of
-//!   four 16-byte cross-KV slots, a 4-bucket stash); a key lives in its
+//! - Segments in PM (16 KiB by default: a header line, 239 buckets of
+//!   four 16-byte cross-KV slots, a 16-bucket stash); a key lives in its
 //!   home bucket, the next three, the stash, or (at the depth cap only) an
 //!   overflow chain.
 //! - FS-directory in DRAM (`dir`), doubled lazily; RT-directory in PM

@@ -87,63 +87,116 @@ fn node_ok(pool: &Pool, off: u64) -> Result<()> {
 pub fn repair(
     pool: &Pool,
     root_node: u64,
-    ident_of: &dyn Fn(u64) -> Result<Ident>,
+    ident_of: &(dyn Fn(u64) -> Result<Ident> + Sync),
     fix: bool,
 ) -> Result<Repair> {
+    // The root alone, then its subtrees on up to 4 threads: a clean open
+    // is dominated by first touches of segment headers (page faults on a
+    // fresh mapping), which proceed in parallel.
     let mut out = Repair::default();
-    let changed = &mut out.changed;
-    let mut stack = vec![(root_node, NODE_BITS)];
-    while let Some((node, depth)) = stack.pop() {
-        node_ok(pool, node)?;
-        out.nodes.push(node);
-        let mut i = 0;
-        let mut dirty = false;
-        while i < NODE_FANOUT {
-            let e = pool.load_u64(node + i * 8);
-            if is_child(e) {
-                if depth + NODE_BITS > MAX_NODE_DEPTH {
-                    return Err(Error::Corrupt(format!(
-                        "RT node at {node:#x} has a child below the deepest level"
-                    )));
-                }
-                stack.push((e & !1, depth + NODE_BITS));
-                i += 1;
-                continue;
-            }
-            let id = ident_of(e)?;
-            let min = if depth == NODE_BITS {
-                1
-            } else {
-                depth - NODE_BITS
-            };
-            if id.ld < min || id.ld > depth {
-                return Err(Error::Corrupt(format!(
-                    "segment {e:#x} of local depth {} sits in an RT node of depth {depth}",
-                    id.ld
-                )));
-            }
-            let len = 1u64 << (depth - id.ld);
-            out.segments.push((e, id));
-            if i % len != 0 {
-                return Err(Error::Corrupt(format!(
-                    "segment {e:#x} starts a run at entry {i} of node {node:#x}, not a multiple of {len}"
-                )));
-            }
-            for j in i + 1..i + len {
-                if pool.load_u64(node + j * 8) != e {
-                    if fix {
-                        pool.store_u64(node + j * 8, e);
+    let mut below = Vec::new();
+    repair_node(pool, root_node, NODE_BITS, ident_of, fix, &mut out, &mut below)?;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+        .min(below.len().max(1));
+    if threads <= 1 {
+        let mut stack = below;
+        while let Some((node, depth)) = stack.pop() {
+            repair_node(pool, node, depth, ident_of, fix, &mut out, &mut stack)?;
+        }
+        return Ok(out);
+    }
+    let parts: Vec<Result<Repair>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let mut stack: Vec<(u64, u32)> =
+                    below.iter().skip(t).step_by(threads).copied().collect();
+                sc.spawn(move || -> Result<Repair> {
+                    let mut part = Repair::default();
+                    while let Some((node, depth)) = stack.pop() {
+                        repair_node(pool, node, depth, ident_of, fix, &mut part, &mut stack)?;
                     }
-                    dirty = true;
-                }
-            }
-            i += len;
-        }
-        if dirty {
-            changed.push(node);
-        }
+                    Ok(part)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Corrupt("RT walk panicked".into())))
+            })
+            .collect()
+    });
+    for part in parts {
+        let part = part?;
+        out.changed.extend(part.changed);
+        out.nodes.extend(part.nodes);
+        out.segments.extend(part.segments);
     }
     Ok(out)
+}
+
+/// Repairs (or checks) one node's runs; pushes its children on `stack`.
+fn repair_node(
+    pool: &Pool,
+    node: u64,
+    depth: u32,
+    ident_of: &(dyn Fn(u64) -> Result<Ident> + Sync),
+    fix: bool,
+    out: &mut Repair,
+    stack: &mut Vec<(u64, u32)>,
+) -> Result<()> {
+    node_ok(pool, node)?;
+    out.nodes.push(node);
+    let mut i = 0;
+    let mut dirty = false;
+    while i < NODE_FANOUT {
+        let e = pool.load_u64(node + i * 8);
+        if is_child(e) {
+            if depth + NODE_BITS > MAX_NODE_DEPTH {
+                return Err(Error::Corrupt(format!(
+                    "RT node at {node:#x} has a child below the deepest level"
+                )));
+            }
+            stack.push((e & !1, depth + NODE_BITS));
+            i += 1;
+            continue;
+        }
+        let id = ident_of(e)?;
+        let min = if depth == NODE_BITS {
+            1
+        } else {
+            depth - NODE_BITS
+        };
+        if id.ld < min || id.ld > depth {
+            return Err(Error::Corrupt(format!(
+                "segment {e:#x} of local depth {} sits in an RT node of depth {depth}",
+                id.ld
+            )));
+        }
+        let len = 1u64 << (depth - id.ld);
+        out.segments.push((e, id));
+        if i % len != 0 {
+            return Err(Error::Corrupt(format!(
+                "segment {e:#x} starts a run at entry {i} of node {node:#x}, not a multiple of {len}"
+            )));
+        }
+        for j in i + 1..i + len {
+            if pool.load_u64(node + j * 8) != e {
+                if fix {
+                    pool.store_u64(node + j * 8, e);
+                }
+                dirty = true;
+            }
+        }
+        i += len;
+    }
+    if dirty {
+        out.changed.push(node);
+    }
+    Ok(())
 }
 
 /// What a repair pass saw.

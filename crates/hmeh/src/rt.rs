@@ -95,7 +95,9 @@ pub fn repair(
     // fresh mapping), which proceed in parallel.
     let mut out = Repair::default();
     let mut below = Vec::new();
-    repair_node(pool, root_node, NODE_BITS, ident_of, fix, &mut out, &mut below)?;
+    repair_node(
+        pool, root_node, NODE_BITS, ident_of, fix, &mut out, &mut below,
+    )?;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(4)

@@ -74,6 +74,7 @@ pub const H_COUNT: u64 = 16;
 pub const H_BACKUP: u64 = 32;
 pub const H_OVERFLOW: u64 = 40;
 pub const H_SPILL: u64 = 56;
+pub const H_RETIRED: u64 = 48;
 pub const W_LOCK: usize = 0;
 pub const W_IDENT: usize = 1;
 pub const W_COUNT: usize = 2;

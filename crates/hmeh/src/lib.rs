@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use engine::sync::{Counter, LineLock};
 use engine::{
@@ -156,9 +156,12 @@ pub struct Hmeh {
     /// Recovery runs: splits are eager (no new backups).
     recovering: AtomicBool,
     /// RT nodes whose delayed-flush backup is live (relaxed durability);
-    /// splits inside them may leave their new segment unflushed. Held by
-    /// splits that make backups and by `sync`, which drops them all.
-    backups: Mutex<HashSet<u64>>,
+    /// splits inside them may leave their new segment unflushed. Relaxed
+    /// splits inside a node hold it shared until their commit point (so a
+    /// `sync` cannot drop the backup that covers them in between); splits
+    /// that make backups and `sync`, which drops them all, hold it
+    /// exclusively. Lock order: segment lock, then this.
+    backups: RwLock<HashSet<u64>>,
     t: Tallies,
 }
 
@@ -190,7 +193,7 @@ impl Hmeh {
             zero: Mutex::new(()),
             closed: AtomicBool::new(false),
             recovering: AtomicBool::new(false),
-            backups: Mutex::new(HashSet::new()),
+            backups: RwLock::new(HashSet::new()),
             t,
         }
     }

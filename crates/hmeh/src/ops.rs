@@ -93,8 +93,10 @@ impl Hmeh {
         let relaxed = !self.strict();
         let bytes = self.geo.bytes();
         if id.ld < pos.depth {
-            // Inside one RT node: the upper half of the run moves.
-            let delayed = relaxed && self.backups.lock().expect("backups").contains(&pos.node);
+            // Inside one RT node: the upper half of the run moves. A
+            // relaxed split holds the backup set until its commit point.
+            let covered = relaxed.then(|| self.backups.read().expect("backups"));
+            let delayed = covered.as_ref().is_some_and(|b| b.contains(&pos.node));
             // The split's commit point is S_old's identity word (C3):
             // recovery keeps S_new iff it holds the deeper identity.
             let r = self.pool.reserve(
@@ -122,6 +124,7 @@ impl Hmeh {
             // persist: C3: S_old's deeper identity, the commit point; only
             // now may S_old's migrated copies be overwritten.
             self.pool.persist_line(seg);
+            drop(covered);
             self.pool.commit(r);
             self.sub_counts(seg, n);
             // Step D: RT before FS (paper §4.1).
@@ -131,7 +134,11 @@ impl Hmeh {
             }
             self.unlock(s_new);
         } else if relaxed {
+            // Releases `seg` itself (before a sync may free it).
             self.split_to_backup(seg, id, pos, d)?;
+            self.t.splits.fetch_add(1, Ordering::Relaxed);
+            self.t.segments.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
         } else {
             // A new RT node (Fig. 7): entries 0..4 keep S_old, 4..8 name S_new.
             let parent = pos.entry(pos.start);
@@ -192,9 +199,11 @@ impl Hmeh {
 
     /// The paper's delayed-flush split at a new RT node (relaxed only):
     /// S_old is flushed and kept, unreachable, as the node's backup; two
-    /// new segments take its items without being flushed.
+    /// new segments take its items without being flushed. Releases `seg`'s
+    /// lock on success, while the backup set is still held: once it is
+    /// released a `sync` may free S_old.
     fn split_to_backup(&self, seg: u64, id: Ident, pos: rt::Pos, d: &Dir) -> Result<()> {
-        let mut held = self.backups.lock().expect("backups");
+        let mut held = self.backups.write().expect("backups");
         let (lo, hi) = id.children();
         let bytes = self.geo.bytes();
         let parent = pos.entry(pos.start);
@@ -257,6 +266,8 @@ impl Hmeh {
         self.t.backups_made.fetch_add(1, Ordering::Relaxed);
         self.unlock(sa);
         self.unlock(sb);
+        self.unlock(seg);
+        drop(held);
         Ok(())
     }
 
@@ -273,7 +284,9 @@ impl Hmeh {
             .pool
             .reserve(self.geo.bytes(), Link::Pointer { owner })?;
         let b = r.offset();
-        self.pool.zero(b, self.geo.bytes() as usize);
+        // Word 0 is left alone: a writer holding a stale offset may still
+        // be locking this (recycled) block; it finds no segment and lets go.
+        self.pool.zero(b + 8, self.geo.bytes() as usize - 8);
         self.pool.store_u64(b + H_IDENT, overflow_ident());
         self.pool.flush(b, self.geo.bytes() as usize);
         // persist: the empty block durable before it is linked (fence),
@@ -317,7 +330,9 @@ impl Hmeh {
             && bw[W_BACKUP].load(Ordering::Relaxed) == 0
             && bw[W_OVERFLOW].load(Ordering::Relaxed) == 0
             && self.locate(bh).1 == bseg
-            && hw[W_COUNT].load(Ordering::Relaxed) + bw[W_COUNT].load(Ordering::Relaxed)
+            && hw[W_COUNT]
+                .load(Ordering::Relaxed)
+                .saturating_add(bw[W_COUNT].load(Ordering::Relaxed))
                 <= self.geo.slots() / 4;
         let done = ok && self.merge(seg, id, bseg, bid).is_ok();
         if !done {
@@ -378,6 +393,7 @@ impl Hmeh {
                 },
             );
             if !fits {
+                self.unlock(m);
                 self.pool.cancel(r);
                 return Err(Error::InvalidArgument("merged items do not fit".into()));
             }
@@ -397,6 +413,7 @@ impl Hmeh {
         let tl = match self.pool.begin_free(l, unlinked) {
             Ok(t) => t,
             Err(e) => {
+                self.unlock(m);
                 self.pool.cancel(r);
                 return Err(e.into());
             }
@@ -405,6 +422,7 @@ impl Hmeh {
             Ok(t) => t,
             Err(e) => {
                 // Nothing is unlinked yet: L's free is abandoned.
+                self.unlock(m);
                 self.pool.cancel(r);
                 self.pool.cancel_free(tl);
                 return Err(e.into());
@@ -505,6 +523,24 @@ impl Hmeh {
         Ok(v)
     }
 
+    /// Every segment the RT-directory names now, skipping entries that no
+    /// longer hold a segment (a merge may free one while `sync` walks).
+    fn segments_lenient(&self) -> Vec<(u64, Ident)> {
+        let mut v = Vec::new();
+        let _ = rt::walk(
+            &self.pool,
+            self.rt_root,
+            |_, _| Ok(()),
+            |s| {
+                if let Some(id) = Ident::decode(self.pool.load_u64(s + H_IDENT)) {
+                    v.push((s, id));
+                }
+                Ok(())
+            },
+        );
+        v
+    }
+
     /// Frees the backup chain named by live segment `seg`.
     pub(crate) fn drop_backups(&self, seg: u64) -> Result<()> {
         let first = self.pool.load_u64(seg + H_BACKUP);
@@ -524,7 +560,15 @@ impl Hmeh {
         };
         let mut tickets = Vec::new();
         for &b in &chain {
-            tickets.push(self.pool.begin_free(b, link)?);
+            match self.pool.begin_free(b, link) {
+                Ok(t) => tickets.push(t),
+                Err(e) => {
+                    for t in tickets {
+                        self.pool.cancel_free(t);
+                    }
+                    return Err(e.into());
+                }
+            }
         }
         self.pool
             .atomic_u64(seg + H_BACKUP)
@@ -541,8 +585,10 @@ impl Hmeh {
     /// Relaxed durability: every segment written back, then every backup
     /// dropped (they only cover writes since the last sync).
     fn sync_all(&self) -> Result<()> {
-        let mut held = self.backups.lock().expect("backups");
-        let segs = self.segments()?;
+        let mut held = self.backups.write().expect("backups");
+        // Unlocked walk: a segment merged away meanwhile (its block maybe
+        // reused) is skipped, not an error.
+        let segs = self.segments_lenient();
         for &(s, _) in &segs {
             self.pool.flush(s, self.geo.bytes() as usize);
             let mut ovf = self.pool.load_u64(s + H_OVERFLOW);

@@ -35,6 +35,7 @@ fn validate_chains(
     s: u64,
     id: Ident,
     live: &std::collections::HashSet<u64>,
+    backups: &mut std::collections::HashSet<u64>,
 ) -> Result<()> {
     let mut ovf = pool.load_u64(s + H_OVERFLOW);
     let mut seen = 0u64;
@@ -55,12 +56,17 @@ fn validate_chains(
     let mut hops = 0;
     while b != 0 {
         hops += 1;
-        if hops > 32 || live.contains(&b) {
+        if hops > 32 || live.contains(&b) || !backups.insert(b) {
             return Err(corrupt(format!(
-                "segment {s:#x} names {b:#x} as a backup, but that is a live segment or a loop of backups"
+                "segment {s:#x} names {b:#x} as a backup, but that is a live segment or a loop of backups, or another segment's"
             )));
         }
         let bid = segment_ident(pool, geo, b)?;
+        if pool.load_u64(b + H_OVERFLOW) != 0 {
+            return Err(corrupt(format!(
+                "backup {b:#x} of segment {s:#x} has an overflow chain (backups never do)"
+            )));
+        }
         if bid.ld >= child.ld || (child.prefix ^ bid.prefix) & mask(bid.ld) != 0 {
             return Err(corrupt(format!(
                 "backup {b:#x} of segment {s:#x} does not cover its hashes"
@@ -151,8 +157,9 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     // Every chained block must be what its link says, before anything
     // follows a chain (a garbage pointer would be read as slots).
     let live: std::collections::HashSet<u64> = segs.iter().map(|&(s, _)| s).collect();
+    let mut backups = std::collections::HashSet::new();
     for &(s, id) in &segs {
-        validate_chains(&pool, &geo, s, id, &live)?;
+        validate_chains(&pool, &geo, s, id, &live, &mut backups)?;
     }
     let dir = FsDir::build(gd, |i| table[i]);
     let hm = Hmeh::handle(
@@ -169,6 +176,14 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     let zero = pool.load_u64(root + R_ZERO_PRESENT);
     if clean {
         hm.len.set(pool.load_u64(root + R_COUNT) as i64);
+        // The retired flag has DRAM meaning only; a live segment is not
+        // retired, whatever the file says (a set flag would make writers
+        // of its keys wait forever).
+        for &(s, _) in &segs {
+            if pool.load_u64(s + H_RETIRED) != 0 {
+                pool.store_u64(s + H_RETIRED, 0);
+            }
+        }
         // A clean close dropped every backup; one left means a crash.
         if segs.iter().any(|&(s, _)| pool.load_u64(s + H_BACKUP) != 0) {
             return Err(corrupt("a cleanly closed pool still holds backups".into()));
@@ -277,8 +292,9 @@ pub(crate) fn check(hm: &Hmeh) -> Result<CheckReport> {
     }
     let segs = rep.segments;
     let live: std::collections::HashSet<u64> = segs.iter().map(|&(s, _)| s).collect();
+    let mut backups = std::collections::HashSet::new();
     for &(s, id) in &segs {
-        validate_chains(pool, &geo, s, id, &live)?;
+        validate_chains(pool, &geo, s, id, &live, &mut backups)?;
     }
     let mut keys = std::collections::HashSet::new();
     let zero = pool.load_u64(hm.root + R_ZERO_PRESENT);

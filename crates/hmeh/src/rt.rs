@@ -2,6 +2,8 @@
 //! 8 entries (3 bits) per level. It changes only when a segment splits or
 //! merges; the FS-directory is rebuilt from it at open.
 
+use std::collections::HashSet;
+
 use pmem::Pool;
 
 use crate::layout::{Ident, LINE, NODE_BITS, NODE_FANOUT};
@@ -95,8 +97,15 @@ pub fn repair(
     // fresh mapping), which proceed in parallel.
     let mut out = Repair::default();
     let mut below = Vec::new();
+    let mut seen = HashSet::new();
     repair_node(
-        pool, root_node, NODE_BITS, ident_of, fix, &mut out, &mut below,
+        pool,
+        (root_node, NODE_BITS, 0),
+        ident_of,
+        fix,
+        &mut out,
+        &mut below,
+        &mut seen,
     )?;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -104,20 +113,21 @@ pub fn repair(
         .min(below.len().max(1));
     if threads <= 1 {
         let mut stack = below;
-        while let Some((node, depth)) = stack.pop() {
-            repair_node(pool, node, depth, ident_of, fix, &mut out, &mut stack)?;
+        while let Some(n) = stack.pop() {
+            repair_node(pool, n, ident_of, fix, &mut out, &mut stack, &mut seen)?;
         }
         return Ok(out);
     }
     let parts: Vec<Result<Repair>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let mut stack: Vec<(u64, u32)> =
+                let mut stack: Vec<(u64, u32, u64)> =
                     below.iter().skip(t).step_by(threads).copied().collect();
                 sc.spawn(move || -> Result<Repair> {
                     let mut part = Repair::default();
-                    while let Some((node, depth)) = stack.pop() {
-                        repair_node(pool, node, depth, ident_of, fix, &mut part, &mut stack)?;
+                    let mut seen = HashSet::new();
+                    while let Some(n) = stack.pop() {
+                        repair_node(pool, n, ident_of, fix, &mut part, &mut stack, &mut seen)?;
                     }
                     Ok(part)
                 })
@@ -141,16 +151,25 @@ pub fn repair(
 }
 
 /// Repairs (or checks) one node's runs; pushes its children on `stack`.
+/// A node is (offset, depth, path): `path` is the integer of the prefix
+/// bits above this node (depth − 3 of them). Every segment's identity must
+/// agree with where the tree holds it, and no node may be reached twice
+/// (a loop or a shared subtree in a corrupt file).
 fn repair_node(
     pool: &Pool,
-    node: u64,
-    depth: u32,
+    (node, depth, path): (u64, u32, u64),
     ident_of: &(dyn Fn(u64) -> Result<Ident> + Sync),
     fix: bool,
     out: &mut Repair,
-    stack: &mut Vec<(u64, u32)>,
+    stack: &mut Vec<(u64, u32, u64)>,
+    seen: &mut HashSet<u64>,
 ) -> Result<()> {
     node_ok(pool, node)?;
+    if !seen.insert(node) {
+        return Err(Error::Corrupt(format!(
+            "RT node {node:#x} is reached twice (a loop or a shared subtree)"
+        )));
+    }
     out.nodes.push(node);
     let mut i = 0;
     let mut dirty = false;
@@ -162,7 +181,7 @@ fn repair_node(
                     "RT node at {node:#x} has a child below the deepest level"
                 )));
             }
-            stack.push((e & !1, depth + NODE_BITS));
+            stack.push((e & !1, depth + NODE_BITS, (path << NODE_BITS) | i));
             i += 1;
             continue;
         }
@@ -183,6 +202,14 @@ fn repair_node(
         if i % len != 0 {
             return Err(Error::Corrupt(format!(
                 "segment {e:#x} starts a run at entry {i} of node {node:#x}, not a multiple of {len}"
+            )));
+        }
+        // The run's position spells the segment's prefix.
+        if ((path << NODE_BITS) | i) >> (depth - id.ld) != id.index() {
+            return Err(Error::Corrupt(format!(
+                "segment {e:#x} has prefix {:#x}/{} but sits at entry {i} of RT node {node:#x} (depth {depth})",
+                id.index(),
+                id.ld
             )));
         }
         for j in i + 1..i + len {
@@ -221,8 +248,14 @@ pub fn walk(
     mut seg_f: impl FnMut(u64) -> Result<()>,
 ) -> Result<()> {
     let mut stack = vec![(root_node, NODE_BITS)];
+    let mut seen = HashSet::new();
     while let Some((node, depth)) = stack.pop() {
         node_ok(pool, node)?;
+        if !seen.insert(node) {
+            return Err(Error::Corrupt(format!(
+                "RT node {node:#x} is reached twice"
+            )));
+        }
         node_f(node, depth)?;
         let mut prev = 0;
         for i in 0..NODE_FANOUT {

@@ -545,6 +545,8 @@ fn corrupt_rt_directory_is_refused_untouched() {
         "sits in an RT node",
         "starts a run",
         "inconsistent",
+        "reached twice",
+        "sits at entry",
     ];
     refused(
         p,
@@ -585,6 +587,7 @@ fn corrupt_rt_directory_is_refused_untouched() {
             "claim the same",
             "starts a run",
             "sits in an RT node",
+            "sits at entry",
         ],
     );
     assert_ne!(e0, 0);
@@ -632,6 +635,7 @@ fn corrupt_segment_headers_are_refused_untouched() {
             "no segment owns",
             "starts a run",
             "inconsistent",
+            "sits at entry",
         ],
     );
     refused(

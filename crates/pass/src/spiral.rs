@@ -19,7 +19,7 @@
 /// segment of logical bucket `l`. The last child of a bucket (odd `l`)
 /// reuses its parent's segment; the other child is appended at `l − ⌊l/2⌋`.
 pub fn physical_alg1(l: u64) -> u64 {
-    let high = (1 + l) / 2;
+    let high = l.div_ceil(2); // ⌊(1 + l) / 2⌋
     let low = l / 2;
     if low < high {
         physical_alg1(low)

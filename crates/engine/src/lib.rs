@@ -13,6 +13,7 @@ pub mod crashtest;
 pub mod gate;
 pub mod slotarray;
 pub mod sync;
+pub mod testkit;
 
 /// What an engine promises about a mutating call that has returned
 /// (ARCHITECTURE.md, "Durability contract").

@@ -165,21 +165,10 @@ impl Hmeh {
             };
             let s_new = r.offset();
             let (n, _) = self.fill_half(seg, id, s_new, hi, false, 0);
-            for i in 0..NODE_FANOUT {
-                self.pool
-                    .store_u64(node + i * 8, if i < NODE_FANOUT / 2 { seg } else { s_new });
-            }
-            self.pool.flush(node, LINE as usize);
-            // persist: C1: the new node and S_new durable before the parent
-            // entry names the node.
-            self.pool.fence();
-            self.pool
-                .atomic_u64(parent)
-                .store(node | 1, Ordering::Release);
-            // persist: C2: the 8-byte switch that links the node (its
-            // reservation's commit point). Before C3 the repair points all
-            // eight entries back at S_old (LD = node depth - 3 covers it).
-            self.pool.persist(parent, 8);
+            // C1 and C2 (the node's commit point). Before C3 the repair
+            // points all eight entries back at S_old (LD = node depth - 3
+            // covers it).
+            self.link_node(node, seg, s_new, parent);
             self.words(seg)[W_IDENT].store(lo.encode(), Ordering::Release);
             // persist: C3: S_old's deeper identity, the split's commit point.
             self.pool.persist_line(seg);
@@ -195,6 +184,27 @@ impl Hmeh {
         self.t.segments.fetch_add(1, Ordering::Relaxed);
         self.unlock(seg);
         Ok(())
+    }
+
+    /// Fills a new RT node (entries 0..4 = `lower`, 4..8 = `upper`) and
+    /// links it by the 8-byte switch of `parent`.
+    fn link_node(&self, node: u64, lower: u64, upper: u64, parent: u64) {
+        for i in 0..NODE_FANOUT {
+            self.pool.store_u64(
+                node + i * 8,
+                if i < NODE_FANOUT / 2 { lower } else { upper },
+            );
+        }
+        self.pool.flush(node, LINE as usize);
+        // persist: C1: the node and everything the caller wrote and flushed
+        // (new segments, a backup) durable before the parent names the node.
+        self.pool.fence();
+        self.pool
+            .atomic_u64(parent)
+            .store(node | 1, Ordering::Release);
+        // persist: C2: the switch, the node's (and its reservation's) commit
+        // point.
+        self.pool.persist(parent, 8);
     }
 
     /// The paper's delayed-flush split at a new RT node (relaxed only):
@@ -240,20 +250,10 @@ impl Hmeh {
         self.pool.flush(seg, bytes as usize);
         self.fill_half(seg, id, sa, lo, true, seg);
         self.fill_half(seg, id, sb, hi, true, 0);
-        for i in 0..NODE_FANOUT {
-            self.pool
-                .store_u64(node + i * 8, if i < NODE_FANOUT / 2 { sa } else { sb });
-        }
-        self.pool.flush(node, LINE as usize);
-        // persist: C1: backup, node, both headers and the zeroed buckets
-        // durable before the parent entry names the node.
-        self.pool.fence();
-        self.pool
-            .atomic_u64(parent)
-            .store(node | 1, Ordering::Release);
-        // persist: C2: the 8-byte switch, commit point of all three blocks;
-        // from here S_old is the backup (named by S_a's header).
-        self.pool.persist(parent, 8);
+        // C1 (backup, node, both headers, the zeroed buckets) and C2, the
+        // commit point of all three blocks; from here S_old is the backup
+        // (named by S_a's header).
+        self.link_node(node, sa, sb, parent);
         self.pool.commit(rn);
         self.pool.commit(ra);
         self.pool.commit(rb);

@@ -118,14 +118,7 @@ pub fn crash_reopen(pool: &Pool, c: &EngineConfig) -> (Arc<Pool>, level::Level) 
 
 /// A figure from `stats().detail`, parsed.
 pub fn detail(e: &dyn Engine, name: &str) -> f64 {
-    e.stats()
-        .detail
-        .iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("stats().detail has no {name:?}"))
-        .1
-        .parse()
-        .unwrap_or_else(|_| panic!("detail {name:?} is not a number"))
+    engine::testkit::detail(e, name)
 }
 
 pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
@@ -144,49 +137,7 @@ pub fn verify_full(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: 
 
 /// `verify_full` without the level counts (a resize may be in progress).
 pub fn verify_keys(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
-    let mut seen: HashMap<u64, u64> = HashMap::with_capacity(model.len());
-    let mut dup = None;
-    e.for_each(&mut |k, v| {
-        if seen.insert(k, v).is_some() && dup.is_none() {
-            dup = Some(k);
-        }
-    });
-    assert_eq!(dup, None, "{ctx}: for_each visited a key twice");
-    if seen != *model {
-        let missing: Vec<_> = model
-            .keys()
-            .filter(|k| !seen.contains_key(k))
-            .take(5)
-            .collect();
-        let extra: Vec<_> = seen
-            .keys()
-            .filter(|k| !model.contains_key(k))
-            .take(5)
-            .collect();
-        let wrong: Vec<_> = model
-            .iter()
-            .filter(|(k, v)| seen.get(k).is_some_and(|s| s != *v))
-            .take(5)
-            .collect();
-        panic!(
-            "{ctx}: for_each differs from the model ({} vs {} keys): missing {missing:x?}, extra {extra:x?}, wrong {wrong:x?}",
-            seen.len(),
-            model.len()
-        );
-    }
-    assert_eq!(e.len(), model.len() as u64, "{ctx}: len()");
-    for (&k, &v) in model {
-        assert_eq!(e.get(k), Some(v), "{ctx}: get({k:#x})");
-    }
-    let r = e
-        .check()
-        .unwrap_or_else(|err| panic!("{ctx}: check() failed: {err}"));
-    assert_eq!(r.keys, model.len() as u64, "{ctx}: check().keys");
-    assert_eq!(
-        r.reachable_bytes,
-        pool.stats().bytes_in_use,
-        "{ctx}: reachable bytes differ from the allocator's bytes in use (leak)"
-    );
+    engine::testkit::verify_model(e, pool, model, &[], ctx);
 }
 
 // ----- white-box replica of the engine's hashing ---------------------------------

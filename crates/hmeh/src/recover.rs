@@ -35,7 +35,7 @@ fn validate_chains(
     s: u64,
     id: Ident,
     live: &std::collections::HashSet<u64>,
-    backups: &mut std::collections::HashSet<u64>,
+    chained: &mut std::collections::HashSet<u64>,
 ) -> Result<()> {
     let mut ovf = pool.load_u64(s + H_OVERFLOW);
     let mut seen = 0u64;
@@ -49,6 +49,11 @@ fn validate_chains(
                 "segment {s:#x} chains {ovf:#x}, which is not an overflow block"
             )));
         }
+        if !chained.insert(ovf) {
+            return Err(corrupt(format!(
+                "overflow block {ovf:#x} of segment {s:#x} is chained twice"
+            )));
+        }
         ovf = pool.load_u64(ovf + H_OVERFLOW);
     }
     let mut b = pool.load_u64(s + H_BACKUP);
@@ -56,7 +61,7 @@ fn validate_chains(
     let mut hops = 0;
     while b != 0 {
         hops += 1;
-        if hops > 32 || live.contains(&b) || !backups.insert(b) {
+        if hops > 32 || live.contains(&b) || !chained.insert(b) {
             return Err(corrupt(format!(
                 "segment {s:#x} names {b:#x} as a backup, but that is a live segment or a loop of backups, or another segment's"
             )));
@@ -175,19 +180,24 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     hm.t.nodes.store(nodes.saturating_sub(1), Ordering::Relaxed);
     let zero = pool.load_u64(root + R_ZERO_PRESENT);
     if clean {
-        hm.len.set(pool.load_u64(root + R_COUNT) as i64);
-        // The retired flag has DRAM meaning only; a live segment is not
-        // retired, whatever the file says (a set flag would make writers
-        // of its keys wait forever).
-        for &(s, _) in &segs {
-            if pool.load_u64(s + H_RETIRED) != 0 {
-                pool.store_u64(s + H_RETIRED, 0);
-            }
-        }
         // A clean close dropped every backup; one left means a crash.
         if segs.iter().any(|&(s, _)| pool.load_u64(s + H_BACKUP) != 0) {
             return Err(corrupt("a cleanly closed pool still holds backups".into()));
         }
+    }
+    // Every check passed. The lock word and the retired flag have DRAM
+    // meaning only: a live segment is free and not retired, whatever the
+    // file says (a lock word tagged with this epoch by a corrupt file, or a
+    // set flag, would make its readers or writers wait forever).
+    for &(s, _) in &segs {
+        for off in [H_LOCK, H_RETIRED] {
+            if pool.load_u64(s + off) != 0 {
+                pool.store_u64(s + off, 0);
+            }
+        }
+    }
+    if clean {
+        hm.len.set(pool.load_u64(root + R_COUNT) as i64);
         return Ok(hm);
     }
     // 3. After a crash: recount, reset DRAM-meaning header words, remove

@@ -1394,3 +1394,181 @@ fn delayed_split_copies_need_the_special_case_write() {
     }
     panic!("the prefix-0 segment never split at a new node");
 }
+
+// ----- regressions -----------------------------------------------------------------
+
+/// Identity hash (hash = key), 4 KiB segments (59 buckets, 4 stash
+/// buckets: 252 slots) and an initial capacity of 600 keys: four segments
+/// of local depth 2 in the root node.
+fn identity_4k(d: Durability) -> (Arc<Pool>, Hmeh) {
+    let pool = Arc::new(
+        Pool::create(
+            Path::new(""),
+            &PoolOptions {
+                mode: Mode::Simulated,
+                size: 4 * MIB,
+                max_size: 16 * MIB,
+                layout: LAYOUT.into(),
+                ..PoolOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let cfg = EngineConfig {
+        durability: d,
+        initial_capacity: 600,
+        threads: 1,
+    };
+    let opts = Options {
+        segment_bytes: Some(4096),
+        max_depth: DEFAULT_MAX_DEPTH,
+        hash: HashKind::Identity,
+    };
+    let hm = Hmeh::create_with(pool.clone(), &cfg, &opts).unwrap();
+    assert_eq!((hm.geo.buckets, hm.geo.stash, hm.geo.slots()), (59, 4, 252));
+    (pool, hm)
+}
+
+/// A merge whose items do not fit: buddies 00 and 01 (local depth 2) hold
+/// 20 keys each, all of home bucket 0. After one remove (39 items, within
+/// the 252/4 = 63 a merge tries) the merged segment offers that home its
+/// window and stash only, 32 slots: the merge fails. It must give back
+/// its new segment M unlocked: before the fix M was cancelled with its
+/// lock held, and the next `init_segment` of that block (the next merge
+/// attempt, or a split) spun forever. Here the block M used is the next
+/// one a 4 KiB reservation gets: its lock word moved (the attempt
+/// happened, and wrote M's identity) and is free; a split then takes that
+/// block; once the buddies hold 32 items they merge.
+#[test]
+fn failed_merge_unlocks_and_gives_back_its_new_segment() {
+    let (pool, hm) = identity_4k(Durability::Strict);
+    let key = |top: u64, i: u64| ((top << 30 | i) << 32) | 7;
+    let a: Vec<u64> = (1..=20).map(|i| key(0, i)).collect();
+    let b: Vec<u64> = (1..=20).map(|i| key(1, i)).collect();
+    let mut model = HashMap::new();
+    for &k in a.iter().chain(&b) {
+        assert_eq!(hm.geo.home(k), 0);
+        assert!(hm.insert(k, k ^ 0xff).unwrap());
+        model.insert(k, k ^ 0xff);
+    }
+    let segs = hm.segments().unwrap();
+    assert_eq!(segs.len(), 4);
+    let seg_of = |prefix: u32| segs.iter().find(|(_, id)| id.prefix == prefix).unwrap().0;
+    let (sa, sb) = (seg_of(0), seg_of(0x4000_0000));
+    assert_eq!(pool.load_u64(sa + H_COUNT), 20);
+    assert_eq!(pool.load_u64(sb + H_COUNT), 20);
+    assert_eq!(tally(&hm.t.splits), 0);
+    // The block the merge will reserve.
+    let probe = pool.reserve(4096, Link::Nothing).unwrap();
+    let m = probe.offset();
+    let before = pool.load_u64(m);
+    pool.cancel(probe);
+    let in_use = pool.stats().bytes_in_use;
+
+    assert!(hm.remove(a[0]).unwrap());
+    model.remove(&a[0]);
+    assert_eq!(tally(&hm.t.merges), 0, "39 items of one home cannot merge");
+    assert_eq!(
+        hm.segments().unwrap(),
+        segs,
+        "a failed merge changes nothing"
+    );
+    assert_eq!(pool.stats().bytes_in_use, in_use, "M was given back");
+    for s in [sa, sb] {
+        assert!(
+            hm.lock.is_free(pool.load_u64(s + H_LOCK)),
+            "buddy {s:#x} left locked"
+        );
+    }
+    let r = pool.reserve(4096, Link::Nothing).unwrap();
+    assert_eq!(
+        r.offset(),
+        m,
+        "the next 4 KiB block is the failed merge's M"
+    );
+    let w = pool.load_u64(m + H_LOCK);
+    assert_ne!(w, before, "no merge was attempted (M's lock never taken)");
+    assert_eq!(
+        pool.load_u64(m + H_IDENT),
+        Ident { ld: 1, prefix: 0 }.encode(),
+        "M holds the merged identity"
+    );
+    assert!(hm.lock.is_free(w), "the failed merge left M locked");
+    let lw = &pool.words(m, 1)[0];
+    assert!(hm.lock.try_lock(lw), "M's lock cannot be taken again");
+    hm.lock.unlock(lw);
+    pool.cancel(r);
+
+    // A split reuses the block (its init_segment takes M's lock).
+    let kc = 2u64 << 62 | 5;
+    let (seg, id) = hm.lock_owner(kc);
+    hm.split(seg, id).unwrap();
+    assert_eq!(tally(&hm.t.splits), 1);
+    assert!(
+        hm.segments().unwrap().iter().any(|(s, _)| *s == m),
+        "the split's new segment is the block M had"
+    );
+    // More failed attempts (38..33 items), then the merge at 32.
+    for (j, k) in a[1..8].iter().enumerate() {
+        assert!(hm.remove(*k).unwrap());
+        model.remove(k);
+        let want = if j == 6 { 1 } else { 0 };
+        assert_eq!(tally(&hm.t.merges), want, "after {} removes", j + 2);
+    }
+    assert_eq!(contents(&hm).unwrap(), model);
+    let rep = hm.check().unwrap();
+    assert_eq!(rep.keys, model.len() as u64);
+    assert_eq!(rep.reachable_bytes, pool.stats().bytes_in_use, "leak");
+}
+
+/// A cleanly closed pool whose live segments carry a nonzero retired word
+/// (DRAM meaning; a live segment is never retired): the clean open clears
+/// it, so `lock_owner` (which waits for a segment that is not retired)
+/// returns and writers of those keys get through. Before the fix the
+/// flag stayed and every writer spun forever.
+#[test]
+fn clean_open_clears_retired_words() {
+    let d = Durability::Strict;
+    let (pool, hm) = fresh(d, HashKind::Mixed, 40);
+    let mut rng = Rng(40);
+    let mut model = HashMap::new();
+    while model.len() < 300 {
+        let (k, v) = (rng.next(), rng.next());
+        assert!(hm.insert(k, v).unwrap());
+        model.insert(k, v);
+    }
+    let segs = hm.segments().unwrap();
+    hm.close().unwrap();
+    let mut img = pool.crash_image(CrashChoice::Persisted).unwrap();
+    for (i, (s, _)) in segs.iter().enumerate() {
+        put(
+            &mut img,
+            s + H_RETIRED,
+            if i % 2 == 0 { 1 } else { u64::MAX },
+        );
+    }
+    let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
+    assert!(p2.was_clean());
+    let h2 = Hmeh::open(p2.clone(), &ecfg(d)).unwrap();
+    for (s, _) in h2.segments().unwrap() {
+        assert_eq!(
+            p2.load_u64(s + H_RETIRED),
+            0,
+            "segment {s:#x} still retired"
+        );
+    }
+    // Every key's owner can be locked (a retired flag would loop forever).
+    for k in model.keys() {
+        let (seg, id) = h2.lock_owner(h2.hasher.hash(*k));
+        assert!(id.owns(h2.hasher.hash(*k)));
+        h2.unlock(seg);
+    }
+    for (i, (k, v)) in model.iter().enumerate() {
+        if i % 2 == 0 {
+            assert!(h2.update(*k, !*v).unwrap());
+        } else {
+            assert!(h2.remove(*k).unwrap());
+        }
+    }
+    h2.check().unwrap();
+}

@@ -12,68 +12,17 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::sync::Arc;
 
 use engine::{Durability, Engine, EngineConfig, EngineKind, Error};
 use hmeh::{Hmeh, Options};
 use pmem::{CrashChoice, Mode, Pool, PoolOptions};
+mod common;
+use common::off::*;
+use common::{patch, word, Rng, TempPath, MIB, STATE_SLOTS};
 
-const MIB: u64 = 1 << 20;
 const CHUNK: u64 = 256 << 10;
-/// The pool header's two state slots (docs/format.md): the only bytes a
-/// writable open of a pool the engine refuses may change.
-const STATE_SLOTS: std::ops::Range<usize> = 64..192;
-
-// Root block words (crates/hmeh/src/layout.rs).
-const R_HASH: u64 = 16;
-const R_GEOMETRY: u64 = 24;
-const R_RT_ROOT: u64 = 32;
-const R_ZERO_PRESENT: u64 = 40;
-// Segment header words.
-const H_IDENT: u64 = 8;
-const H_BACKUP: u64 = 32;
-const H_OVERFLOW: u64 = 40;
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A unique path under the temp dir, removed on drop.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(tag: &str) -> TempPath {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!(
-            "hmeh-bad-input-{}-{tag}-{n}.pool",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&p);
-        TempPath(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 fn cfg(d: Durability) -> EngineConfig {
     EngineConfig {
         durability: d,
@@ -179,18 +128,6 @@ fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Hmeh), String> 
         Ok((pool, hm))
     }))
     .unwrap_or_else(|_| Err("PANIC".into()))
-}
-
-fn patch(bytes: &[u8], words: &[(u64, u64)]) -> Vec<u8> {
-    let mut v = bytes.to_vec();
-    for &(off, w) in words {
-        v[off as usize..off as usize + 8].copy_from_slice(&w.to_le_bytes());
-    }
-    v
-}
-
-fn word(bytes: &[u8], off: u64) -> u64 {
-    u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
 }
 
 /// Writes `bad` to the file and opens it read-only and writable: each must

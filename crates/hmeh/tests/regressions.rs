@@ -19,8 +19,7 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -28,62 +27,14 @@ use engine::sync::LineLock;
 use engine::{Durability, Engine, EngineConfig};
 use hmeh::{HashKind, Hmeh, Options};
 use pmem::{CrashChoice, Link, Mode, Pool, PoolOptions};
-
-const MIB: u64 = 1 << 20;
-/// The pool header's two state slots (docs/format.md): the only bytes a
-/// writable open of a pool the engine refuses may change.
-const STATE_SLOTS: std::ops::Range<usize> = 64..192;
-
-// Root block words (crates/hmeh/src/layout.rs).
-const R_RT_ROOT: u64 = 32;
-// Segment header words.
-const H_IDENT: u64 = 8;
-const H_BACKUP: u64 = 32;
-const H_OVERFLOW: u64 = 40;
-const H_RETIRED: u64 = 48;
 /// The segment identity magic ("HS", bits 48..64).
+mod common;
+use common::off::*;
+use common::{patch, word, Rng, TempPath, MIB, STATE_SLOTS};
+
 const SEG_MAGIC: u64 = 0x4853;
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
 // ----- helpers (copied from bad_input.rs, trimmed) ---------------------------------
-
-/// A unique path under the temp dir, removed on drop.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(tag: &str) -> TempPath {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!(
-            "hmeh-regressions-{}-{tag}-{n}.pool",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&p);
-        TempPath(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 fn cfg(d: Durability, initial_capacity: u64) -> EngineConfig {
     EngineConfig {
@@ -121,18 +72,6 @@ fn detail(hm: &Hmeh, name: &str) -> u64 {
         .1
         .parse()
         .unwrap_or_else(|_| panic!("detail {name:?} is not an integer"))
-}
-
-fn patch(bytes: &[u8], words: &[(u64, u64)]) -> Vec<u8> {
-    let mut v = bytes.to_vec();
-    for &(off, w) in words {
-        v[off as usize..off as usize + 8].copy_from_slice(&w.to_le_bytes());
-    }
-    v
-}
-
-fn word(bytes: &[u8], off: u64) -> u64 {
-    u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
 }
 
 /// Runs `f` on its own thread and waits at most `secs` seconds for it: a

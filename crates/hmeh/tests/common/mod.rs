@@ -337,3 +337,36 @@ pub fn val(key: u64, ver: u64) -> u64 {
 pub fn version_of(key: u64, v: u64) -> u64 {
     (v ^ key.rotate_left(17)).wrapping_mul(VER_INV)
 }
+
+// ----- pool images -----------------------------------------------------------------
+
+/// The pool header's two state slots (docs/format.md): the only bytes a
+/// writable open of a pool the engine refuses may change.
+pub const STATE_SLOTS: std::ops::Range<usize> = 64..192;
+
+/// Byte offsets of the words the image tests patch
+/// (`crates/hmeh/src/layout.rs`): root block (`R_`), segment header (`H_`).
+pub mod off {
+    pub const R_HASH: u64 = 16;
+    pub const R_GEOMETRY: u64 = 24;
+    pub const R_RT_ROOT: u64 = 32;
+    pub const R_ZERO_PRESENT: u64 = 40;
+    pub const H_IDENT: u64 = 8;
+    pub const H_BACKUP: u64 = 32;
+    pub const H_OVERFLOW: u64 = 40;
+    pub const H_RETIRED: u64 = 48;
+}
+
+/// `bytes` with each (offset, word) written little-endian.
+pub fn patch(bytes: &[u8], words: &[(u64, u64)]) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    for &(off, w) in words {
+        v[off as usize..off as usize + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    v
+}
+
+/// The little-endian word at `off`.
+pub fn word(bytes: &[u8], off: u64) -> u64 {
+    u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
+}

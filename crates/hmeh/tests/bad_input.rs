@@ -20,7 +20,7 @@ use hmeh::{Hmeh, Options};
 use pmem::{CrashChoice, Mode, Pool, PoolOptions};
 mod common;
 use common::off::*;
-use common::{patch, word, Rng, TempPath, MIB, STATE_SLOTS};
+use common::{clear_clean_flag, patch, word, Rng, TempPath, MIB, STATE_SLOTS};
 
 const CHUNK: u64 = 256 << 10;
 fn cfg(d: Durability) -> EngineConfig {
@@ -607,41 +607,6 @@ fn corrupt_segment_headers_are_refused_untouched() {
         Ok(_) => panic!("a writable open accepted a backup in a free chunk"),
     }
     let _ = model;
-}
-
-/// Clears the clean flag of the pool header's current state slot (and
-/// fixes its CRC), as a crash would have left it.
-fn clear_clean_flag(bytes: &mut [u8]) {
-    let slot = [64usize, 128]
-        .into_iter()
-        .max_by_key(|&b| {
-            let crc_ok = crc32(&bytes[b..b + 60])
-                == u32::from_le_bytes(bytes[b + 60..b + 64].try_into().unwrap());
-            (
-                crc_ok,
-                u64::from_le_bytes(bytes[b..b + 8].try_into().unwrap()),
-            )
-        })
-        .unwrap();
-    bytes[slot + 24..slot + 32].fill(0);
-    let c = crc32(&bytes[slot..slot + 60]);
-    bytes[slot + 60..slot + 64].copy_from_slice(&c.to_le_bytes());
-}
-
-/// CRC-32 (IEEE), bitwise: the header's checksum (docs/format.md).
-fn crc32(data: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &b in data {
-        c ^= b as u32;
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0xedb8_8320
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
 }
 
 /// A garbage overflow pointer (segment header word 40) must not crash

@@ -370,3 +370,38 @@ pub fn patch(bytes: &[u8], words: &[(u64, u64)]) -> Vec<u8> {
 pub fn word(bytes: &[u8], off: u64) -> u64 {
     u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
 }
+
+/// Clears the clean flag of the pool header's current state slot (and
+/// fixes its CRC), as a crash would have left it.
+pub fn clear_clean_flag(bytes: &mut [u8]) {
+    let slot = [64usize, 128]
+        .into_iter()
+        .max_by_key(|&b| {
+            let crc_ok = crc32(&bytes[b..b + 60])
+                == u32::from_le_bytes(bytes[b + 60..b + 64].try_into().unwrap());
+            (
+                crc_ok,
+                u64::from_le_bytes(bytes[b..b + 8].try_into().unwrap()),
+            )
+        })
+        .unwrap();
+    bytes[slot + 24..slot + 32].fill(0);
+    let c = crc32(&bytes[slot..slot + 60]);
+    bytes[slot + 60..slot + 64].copy_from_slice(&c.to_le_bytes());
+}
+
+/// CRC-32 (IEEE), bitwise: the header's checksum (docs/format.md).
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= b as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}

@@ -7,3 +7,4 @@
 //! registry. See `docs/engines/pass.md`.
 
 pub mod spiral;
+pub mod table;

@@ -5,8 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::sync::Arc;
 
 use engine::{Durability, Engine, EngineConfig};
@@ -15,34 +14,7 @@ use pmem::{Mode, Pool, PoolOptions};
 
 pub const MIB: u64 = 1 << 20;
 
-/// splitmix64: small, seeded, good enough for workloads.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x853c_49e6_748f_ea9b)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// A uniform float in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// An index in 0..n, log-uniform (Zipf-like with exponent ~1): index 0
-    /// is drawn about as often as all of 1..e together.
-    pub fn skewed(&mut self, n: u64) -> u64 {
-        let x = (n as f64).powf(self.unit()) - 1.0;
-        (x as u64).min(n - 1)
-    }
-}
+pub use engine::testkit::Rng;
 
 /// murmur3's finalizer: a bijection, for spreading test keys.
 pub fn fmix(mut h: u64) -> u64 {
@@ -53,31 +25,15 @@ pub fn fmix(mut h: u64) -> u64 {
     h ^ (h >> 33)
 }
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A unique path under the temp dir, removed (if it exists) on drop.
-pub struct TempPath(PathBuf);
+/// A unique temp pool path, removed on drop.
+pub struct TempPath(engine::testkit::TempPath);
 
 impl TempPath {
     pub fn new(tag: &str) -> TempPath {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!(
-            "hmeh-test-{}-{}-{}.pool",
-            std::process::id(),
-            tag,
-            n
-        ));
-        let _ = std::fs::remove_file(&p);
-        TempPath(p)
+        TempPath(engine::testkit::TempPath::new("hmeh-test", tag))
     }
     pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        self.0.path()
     }
 }
 

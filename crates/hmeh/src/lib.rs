@@ -692,11 +692,11 @@ impl Hmeh {
         );
     }
 
-    fn count_add(&self, seg: u64, slot: Slot, d: i64) {
+    /// Adjusts a locked segment's item count (DRAM meaning).
+    fn count_add(&self, seg: u64, d: i64) {
         let hw = self.words(seg);
         let c = hw[W_COUNT].load(Ordering::Relaxed);
         hw[W_COUNT].store(c.wrapping_add(d as u64), Ordering::Relaxed);
-        let _ = slot;
     }
 
     fn zero_op<T>(&self, f: impl FnOnce(&Pool, u64) -> T) -> T {

@@ -142,13 +142,7 @@ impl Hmeh {
         } else {
             // A new RT node (Fig. 7): entries 0..4 keep S_old, 4..8 name S_new.
             let parent = pos.entry(pos.start);
-            let rn = self.pool.reserve(
-                LINE,
-                Link::Tagged {
-                    owner: parent,
-                    tag: 1,
-                },
-            )?;
+            let rn = self.reserve_node(parent)?;
             let node = rn.offset();
             let r = match self.pool.reserve(
                 bytes,
@@ -186,6 +180,18 @@ impl Hmeh {
         Ok(())
     }
 
+    /// Reserves a new RT node, linked (tagged) by the parent entry it will
+    /// replace.
+    fn reserve_node(&self, parent: u64) -> pmem::Result<Reservation> {
+        self.pool.reserve(
+            LINE,
+            Link::Tagged {
+                owner: parent,
+                tag: 1,
+            },
+        )
+    }
+
     /// Fills a new RT node (entries 0..4 = `lower`, 4..8 = `upper`) and
     /// links it by the 8-byte switch of `parent`.
     fn link_node(&self, node: u64, lower: u64, upper: u64, parent: u64) {
@@ -217,13 +223,7 @@ impl Hmeh {
         let (lo, hi) = id.children();
         let bytes = self.geo.bytes();
         let parent = pos.entry(pos.start);
-        let rn = self.pool.reserve(
-            LINE,
-            Link::Tagged {
-                owner: parent,
-                tag: 1,
-            },
-        )?;
+        let rn = self.reserve_node(parent)?;
         let node = rn.offset();
         // Both new segments live iff the parent entry names the node.
         let link = Link::Word {
@@ -660,7 +660,7 @@ impl Engine for Hmeh {
                     // persist per insert, the point of cross-KV.
                     self.pool.persist_line(f.line);
                 }
-                self.count_add(seg, f, 1);
+                self.count_add(seg, 1);
                 self.unlock(seg);
                 self.len.add(1);
                 return Ok(true);
@@ -752,8 +752,6 @@ impl Engine for Hmeh {
                 if self.strict() {
                     self.pool.persist_line(slot.line);
                 }
-                self.count_add(seg, f, 1);
-                self.count_add(seg, slot, -1);
                 self.t.cross_updates.fetch_add(1, Ordering::Relaxed);
                 self.unlock(seg);
                 return Ok(true);
@@ -791,7 +789,7 @@ impl Engine for Hmeh {
         if self.strict() {
             self.pool.persist_line(slot.line);
         }
-        self.count_add(seg, slot, -1);
+        self.count_add(seg, -1);
         self.len.add(-1);
         self.maybe_merge(seg, id);
         Ok(true)

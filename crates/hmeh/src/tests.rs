@@ -36,18 +36,7 @@ const SEG_BYTES: u64 = 1024;
 
 // ----- helpers ---------------------------------------------------------------------
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
+use engine::testkit::Rng;
 
 fn ecfg(d: Durability) -> EngineConfig {
     EngineConfig {

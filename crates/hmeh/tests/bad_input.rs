@@ -20,7 +20,7 @@ use hmeh::{Hmeh, Options};
 use pmem::{CrashChoice, Mode, Pool, PoolOptions};
 mod common;
 use common::off::*;
-use common::{clear_clean_flag, patch, word, Rng, TempPath, MIB, STATE_SLOTS};
+use common::{clear_clean_flag, open_file, patch, word, Rng, TempPath, MIB, STATE_SLOTS};
 
 const CHUNK: u64 = 256 << 10;
 fn cfg(d: Durability) -> EngineConfig {
@@ -114,20 +114,6 @@ fn built(tag: &str, n: u64, seg_bytes: u64) -> (TempPath, Vec<u8>, HashMap<u64, 
     drop(pool);
     let bytes = std::fs::read(tmp.path()).unwrap();
     (tmp, bytes, model, sh)
-}
-
-/// Pool open then engine open of the file, in a panic guard.
-fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Hmeh), String> {
-    catch_unwind(AssertUnwindSafe(|| {
-        let pool = Arc::new(
-            Pool::open(path, &pool_opts(Mode::Mapped, 0, 0, read_only))
-                .map_err(|e| format!("pool: {e}"))?,
-        );
-        let hm = Hmeh::open(pool.clone(), &cfg(Durability::Strict))
-            .map_err(|e| format!("engine: {e}"))?;
-        Ok((pool, hm))
-    }))
-    .unwrap_or_else(|_| Err("PANIC".into()))
 }
 
 /// Writes `bad` to the file and opens it read-only and writable: each must

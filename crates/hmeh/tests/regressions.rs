@@ -30,7 +30,7 @@ use pmem::{CrashChoice, Link, Mode, Pool, PoolOptions};
 /// The segment identity magic ("HS", bits 48..64).
 mod common;
 use common::off::*;
-use common::{clear_clean_flag, crc32, patch, word, Rng, TempPath, MIB, STATE_SLOTS};
+use common::{clear_clean_flag, crc32, open_file, patch, word, Rng, TempPath, MIB, STATE_SLOTS};
 
 const SEG_MAGIC: u64 = 0x4853;
 
@@ -222,20 +222,6 @@ fn built(
     drop(pool);
     let bytes = std::fs::read(tmp.path()).unwrap();
     (tmp, bytes, model, t)
-}
-
-/// Pool open then engine open of the file, in a panic guard.
-fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Hmeh), String> {
-    catch_unwind(AssertUnwindSafe(|| {
-        let pool = Arc::new(
-            Pool::open(path, &pool_opts(Mode::Mapped, 0, 0, read_only))
-                .map_err(|e| format!("pool: {e}"))?,
-        );
-        let hm = Hmeh::open(pool.clone(), &cfg(Durability::Strict, 16))
-            .map_err(|e| format!("engine: {e}"))?;
-        Ok((pool, hm))
-    }))
-    .unwrap_or_else(|_| Err("PANIC".into()))
 }
 
 /// Writes `bad` to the file and opens it read-only and writable, each

@@ -361,3 +361,20 @@ pub fn crc32(data: &[u8]) -> u32 {
     }
     !c
 }
+
+/// Pool open then engine open (strict) of a pool file, in a panic guard:
+/// `Err("PANIC")` if either panicked.
+pub fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Hmeh), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let opts = PoolOptions {
+            mode: Mode::Mapped,
+            read_only,
+            ..PoolOptions::default()
+        };
+        let pool = Arc::new(Pool::open(path, &opts).map_err(|e| format!("pool: {e}"))?);
+        let hm = Hmeh::open(pool.clone(), &cfg(Durability::Strict, 16, 1))
+            .map_err(|e| format!("engine: {e}"))?;
+        Ok((pool, hm))
+    }))
+    .unwrap_or_else(|_| Err("PANIC".into()))
+}

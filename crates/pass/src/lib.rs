@@ -1,10 +1,521 @@
-//! PASS (Peng, Xie, Siegel: *Persistent Spiral Storage*): work in
-//! progress. This crate holds the spiral-storage address math the engine
-//! will stand on — the logical → physical mapping (the paper's Algorithm
-//! 1), the power table (its Algorithm 2, corrected) and the fused mapping
-//! table — each checked against its exact definition. The engine itself
-//! (segments, expansion, recovery) is not written yet and is not in the
-//! registry. See `docs/engines/pass.md`.
+//! PASS (Peng, Xie, Siegel: *Persistent Spiral Storage*) on the pmhash
+//! pool: spiral storage with growth factor 2 over a directory of segment
+//! arrays, Dash-style 256-byte buckets, and the paper's fused mapping table
+//! kept in PM one octave at a time. Design, persist orders and every
+//! decision: `docs/engines/pass.md`; on-disk format: [`layout`].
+//!
+//! - [`spiral`]: the address math (Algorithm 1, the corrected Algorithm 2).
+//! - [`table`]: one octave of the fused mapping table.
+//! - `ops`: search, insert, update, delete (optimistic readers, bucket locks).
+//! - `split`: expansion of the leftmost segment, committed by one 8-byte
+//!   store of `first`.
+//! - `recover`: open, crash recovery (stale copies, duplicates, hints),
+//!   `check`.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use engine::sync::{Counter, LineLock};
+use engine::{EngineConfig, EngineKind, EngineSpec, Error, Result};
+use pmem::{Link, Pool};
+
+mod api;
+pub mod layout;
+mod ops;
+mod recover;
 pub mod spiral;
+mod split;
 pub mod table;
+
+use layout::*;
+
+/// Layout id written in the pool header (both key modes).
+pub const LAYOUT: &str = "pass";
+/// The longest key the bytes mode stores.
+pub const MAX_KEY_BYTES: usize = 4096;
+/// Default split load: expand `first` while the table holds more than this
+/// fraction of its normal and stash slots.
+pub const DEFAULT_SPLIT_LOAD: f64 = 0.86;
+
+/// The registry entry: inline 8-byte keys.
+pub fn spec() -> EngineSpec {
+    EngineSpec {
+        reference: false,
+        name: "pass",
+        about: "PASS: persistent spiral storage, fused mapping table, Dash buckets (8-byte keys inline)",
+        kind: EngineKind::Persistent {
+            layout: LAYOUT,
+            create: |pool, cfg| Ok(Box::new(Pass::create(pool, cfg)?)),
+            open: |pool, cfg| Ok(Box::new(Pass::open(pool, cfg)?)),
+        },
+    }
+}
+
+/// The registry entry for the paper's variable-length-key run: keys live
+/// out of line behind a pointer + fingerprint slot; the u64 key `k` of the
+/// [`engine::Engine`] API is stored as the 16 bytes [`wide_key`]`(k)`.
+pub fn spec_var() -> EngineSpec {
+    EngineSpec {
+        reference: false,
+        name: "pass-var",
+        about: "PASS with 16-byte keys stored out of line (pointer + fingerprint slots)",
+        kind: EngineKind::Persistent {
+            layout: LAYOUT,
+            create: |pool, cfg| {
+                let opts = Options {
+                    bytes_keys: true,
+                    ..Options::default()
+                };
+                Ok(Box::new(Pass::create_with(pool, cfg, &opts)?))
+            },
+            open: |pool, cfg| Ok(Box::new(Pass::open(pool, cfg)?)),
+        },
+    }
+}
+
+/// The 16-byte key a u64 key stands for in bytes mode: its little-endian
+/// bytes, then those of its complement.
+pub fn wide_key(k: u64) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&k.to_le_bytes());
+    b[8..].copy_from_slice(&(!k).to_le_bytes());
+    b
+}
+
+/// Create-time choices beyond [`EngineConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Normal buckets per segment (4..=1024). `None`: 56 (a 15 KiB
+    /// segment), or 4 for an initial capacity under 2048 keys.
+    pub normal_buckets: Option<u64>,
+    /// Stash buckets per segment (1..=4). `None`: 4, or 2 with 4 normal.
+    pub stash_buckets: Option<u64>,
+    /// Scalar bits `k` (8..=24). `None`: from the pool's size limit (the
+    /// three octave tables take at most 1/32 of it, k ≤ 21).
+    pub scalar_bits: Option<u32>,
+    /// Split `first` while len exceeds this fraction of the normal and
+    /// stash slots (0.3..=1.5; above 1 the overflow chains take the rest).
+    pub split_load: f64,
+    /// Keys are byte strings stored out of line (pointer + fingerprint).
+    pub bytes_keys: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            normal_buckets: None,
+            stash_buckets: None,
+            scalar_bits: None,
+            split_load: DEFAULT_SPLIT_LOAD,
+            bytes_keys: false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Tallies {
+    pub splits: AtomicU64,
+    pub split_failures: AtomicU64,
+    pub moved: AtomicU64,
+    pub displacements: AtomicU64,
+    pub stash_inserts: AtomicU64,
+    pub chain_inserts: AtomicU64,
+    pub chain_buckets: AtomicU64,
+    pub chain_freed: AtomicU64,
+    pub octaves_built: AtomicU64,
+    pub stale_removed: AtomicU64,
+    pub duplicates_removed: AtomicU64,
+    pub recovery_us: AtomicU64,
+    pub max_lf_bits: AtomicU64,
+}
+
+/// A key as the operations see it.
+#[derive(Clone, Copy)]
+pub(crate) enum Key<'a> {
+    Word(u64),
+    Bytes(&'a [u8]),
+}
+
+/// The PASS engine.
+pub struct Pass {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) root: u64,
+    pub(crate) geo: Geo,
+    pub(crate) seed: u64,
+    pub(crate) lock: LineLock,
+    /// `first << 32 | cI`: the spiral state readers compute with. Written
+    /// only after `first` is durable.
+    pub(crate) state: AtomicU64,
+    /// Octave table blocks (DRAM copy of the root's three slots).
+    pub(crate) tables: [AtomicU64; 3],
+    /// Segment arrays (DRAM copy of the root's directory).
+    pub(crate) dir: Vec<AtomicU64>,
+    pub(crate) len: Counter,
+    /// Split when len exceeds this.
+    pub(crate) threshold: AtomicU64,
+    pub(crate) split_load: f64,
+    pub(crate) split_mx: Mutex<()>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) name: &'static str,
+    pub(crate) t: Tallies,
+}
+
+pub(crate) fn corrupt(m: impl Into<String>) -> Error {
+    Error::Corrupt(m.into())
+}
+
+#[inline]
+pub(crate) fn fmix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+impl Pass {
+    /// Formats a fresh pool with default [`Options`].
+    pub fn create(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Pass> {
+        Self::create_with(pool, cfg, &Options::default())
+    }
+
+    /// Formats a fresh pool: `first` = enough segments for
+    /// `initial_capacity` keys at the split load, the octave tables of that
+    /// window, and the directory arrays that hold the segments.
+    ///
+    /// A crash during `create` leaves a pool without a root (it was never
+    /// created); a refused create gives back every block it took.
+    pub fn create_with(pool: Arc<Pool>, cfg: &EngineConfig, opts: &Options) -> Result<Pass> {
+        if pool.root() != 0 {
+            return Err(Error::InvalidArgument("pool already holds a table".into()));
+        }
+        if pool.is_read_only() {
+            return Err(Error::InvalidArgument("pool is read-only".into()));
+        }
+        if !(0.3..=1.5).contains(&opts.split_load) {
+            return Err(Error::InvalidArgument(format!(
+                "split load {} outside 0.3..=1.5",
+                opts.split_load
+            )));
+        }
+        let small = cfg.initial_capacity < 2048;
+        let n = opts.normal_buckets.unwrap_or(if small { 4 } else { 56 });
+        let m = opts.stash_buckets.unwrap_or(if n <= 4 { 2 } else { 4 });
+        let room = pool.max_size().max(pool.size());
+        let k = match opts.scalar_bits {
+            Some(k) => k,
+            None => {
+                // Three octaves of 4-byte entries in at most 1/32 of the pool.
+                let mut k = 8;
+                while k < 21 && 3 * 4 * (2u64 << k) <= room / 32 {
+                    k += 1;
+                }
+                k
+            }
+        };
+        let geo = Geo {
+            n,
+            m,
+            k,
+            bytes_keys: opts.bytes_keys,
+        };
+        if !geo.valid() {
+            return Err(Error::InvalidArgument(format!(
+                "geometry {n} normal + {m} stash buckets, k = {k} (want 4..=1024, 1..=4, 8..=24)"
+            )));
+        }
+        let want = cfg.initial_capacity as f64 / (geo.seg_slots() as f64 * opts.split_load);
+        let first = (want.ceil() as u64).clamp(1, geo.max_first());
+        let need = first * geo.seg_bytes() + 3 * geo.octave_bytes() + ROOT_BYTES;
+        if need > room {
+            return Err(Error::OutOfSpace(format!(
+                "a table for {} keys needs {need} bytes, the pool can hold {room}",
+                cfg.initial_capacity
+            )));
+        }
+        let uuid = pool.identity().uuid;
+        let seed = u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"))
+            ^ u64::from_le_bytes(uuid[8..].try_into().expect("8 bytes")).rotate_left(29);
+        let root_r = pool.reserve(ROOT_BYTES, Link::RootPointer)?;
+        let root = root_r.offset();
+        pool.zero(root, ROOT_BYTES as usize);
+        pool.store_u64(root, ROOT_MAGIC);
+        pool.store_u64(root + R_GEO, geo.encode());
+        pool.store_u64(root + R_SEED, seed);
+        pool.store_u64(root + R_SPLIT_LOAD, opts.split_load.to_bits());
+        pool.store_u64(root + R_FIRST, first);
+        // Until the pool root names the root block, nothing here exists:
+        // every block is linked from the root block and committed, and a
+        // refusal frees them all again.
+        let mut taken: Vec<u64> = Vec::new();
+        let built = (|| -> Result<()> {
+            let ci = spiral::window_start(first, k);
+            let (lo, hi) = ((ci >> k) as u32, ((ci + (1 << k) - 1) >> k) as u32);
+            for o in lo..=hi {
+                let blk = Self::write_octave(&pool, &geo, root, o, 0)?;
+                taken.push(blk);
+            }
+            let mut p = 0;
+            while p < first {
+                let (e, _) = dir_pos(p);
+                let blk = Self::new_array(&pool, &geo, root, e)?;
+                taken.push(blk);
+                for i in 0..entry_segments(e).min(first - p) {
+                    let seg = blk + i * geo.seg_bytes();
+                    pool.store_u64(seg + H_LOGICAL, recover::logical_of(p + i, first << 32));
+                    pool.flush(seg, LINE as usize);
+                }
+                p = entry_first(e) + entry_segments(e);
+            }
+            pool.fence();
+            Ok(())
+        })();
+        if let Err(e) = built {
+            for &off in taken.iter().rev() {
+                let _ = pool.free(off);
+            }
+            pool.cancel(root_r);
+            return Err(e);
+        }
+        // persist: the root block (geometry, first, table slots, directory)
+        // after every block it names, before the pool root names it.
+        pool.persist(root, ROOT_BYTES as usize);
+        if let Err(e) = pool.set_root(root) {
+            for &off in taken.iter().rev() {
+                let _ = pool.free(off);
+            }
+            pool.cancel(root_r);
+            return Err(e.into());
+        }
+        pool.commit(root_r);
+        let name = if opts.bytes_keys { "pass-var" } else { "pass" };
+        let ps = Pass::handle(pool, root, geo, seed, opts.split_load, name);
+        ps.load_dram()?;
+        let lf = ps.len.get();
+        debug_assert_eq!(lf, 0);
+        Ok(ps)
+    }
+
+    /// Opens a table; runs crash recovery unless the pool was closed
+    /// cleanly. A refused open writes nothing.
+    pub fn open(pool: Arc<Pool>, _cfg: &EngineConfig) -> Result<Pass> {
+        recover::open(pool)
+    }
+
+    pub(crate) fn handle(
+        pool: Arc<Pool>,
+        root: u64,
+        geo: Geo,
+        seed: u64,
+        split_load: f64,
+        name: &'static str,
+    ) -> Pass {
+        let lock = LineLock::new(pool.header_state().opens);
+        Pass {
+            pool,
+            root,
+            geo,
+            seed,
+            lock,
+            state: AtomicU64::new(0),
+            tables: Default::default(),
+            dir: (0..DIR_ENTRIES).map(|_| AtomicU64::new(0)).collect(),
+            len: Counter::default(),
+            threshold: AtomicU64::new(0),
+            split_load,
+            split_mx: Mutex::new(()),
+            closed: AtomicBool::new(false),
+            name,
+            t: Tallies::default(),
+        }
+    }
+
+    /// Loads the DRAM copies (state, tables, directory) from the root.
+    pub(crate) fn load_dram(&self) -> Result<()> {
+        let first = self.pool.load_u64(self.root + R_FIRST);
+        for (s, t) in self.tables.iter().enumerate() {
+            t.store(
+                self.pool.load_u64(self.root + R_TABLES + 8 * s as u64),
+                Ordering::Relaxed,
+            );
+        }
+        for (e, d) in self.dir.iter().enumerate() {
+            d.store(
+                self.pool.load_u64(self.root + R_DIR + 8 * e as u64),
+                Ordering::Relaxed,
+            );
+        }
+        let ci = spiral::window_start(first, self.geo.k);
+        self.state.store(first << 32 | ci, Ordering::Release);
+        self.set_threshold(first);
+        Ok(())
+    }
+
+    pub(crate) fn set_threshold(&self, first: u64) {
+        let slots = first * self.geo.seg_slots();
+        self.threshold
+            .store((slots as f64 * self.split_load) as u64, Ordering::Relaxed);
+    }
+
+    /// Builds octave `o`'s table into a new block and links it into slot
+    /// `o % 3` of the root, freeing the block it replaces (a dead octave).
+    /// Returns the new block.
+    pub(crate) fn write_octave(pool: &Pool, geo: &Geo, root: u64, o: u32, old: u64) -> Result<u64> {
+        let owner = root + R_TABLES + 8 * (o % 3) as u64;
+        let r = pool.reserve(geo.octave_bytes(), Link::Pointer { owner })?;
+        let blk = r.offset();
+        let oct = table::Octave::build(o, geo.k);
+        let mut bytes = Vec::with_capacity(geo.octave_bytes() as usize);
+        for w in [OCT_MAGIC, o as u64, geo.k as u64, 1u64 << geo.k] {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        bytes.resize(OCT_HEADER as usize, 0);
+        for &p in &oct.mapping {
+            bytes.extend_from_slice(&p.to_le_bytes());
+        }
+        pool.write_nt(blk, &bytes);
+        // persist: the table (non-temporal stores) before the slot names it.
+        pool.fence();
+        let ticket = if old != 0 {
+            match pool.begin_free(old, Link::Pointer { owner }) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    pool.cancel(r);
+                    return Err(e.into());
+                }
+            }
+        } else {
+            None
+        };
+        // persist: one 8-byte store links the new octave and unlinks the
+        // dead one it replaces (both lanes decide on this word).
+        pool.store_u64(owner, blk);
+        pool.persist(owner, 8);
+        pool.commit(r);
+        if let Some(t) = ticket {
+            pool.finish_free(t);
+        }
+        Ok(blk)
+    }
+
+    /// Allocates the segment array of directory entry `e`, zeroed, and
+    /// links it into the root's directory.
+    pub(crate) fn new_array(pool: &Pool, geo: &Geo, root: u64, e: usize) -> Result<u64> {
+        let owner = root + R_DIR + 8 * e as u64;
+        let size = entry_segments(e) * geo.seg_bytes();
+        let r = pool.reserve(size, Link::Pointer { owner })?;
+        let blk = r.offset();
+        // Zero through non-temporal stores in pieces (arrays reach MiBs).
+        let zero = vec![0u8; 64 << 10];
+        let mut off = 0;
+        while off < size {
+            let n = (size - off).min(zero.len() as u64);
+            pool.write_nt(blk + off, &zero[..n as usize]);
+            off += n;
+        }
+        // persist: the zeroed array before the directory entry names it.
+        pool.fence();
+        pool.store_u64(owner, blk);
+        pool.persist(owner, 8);
+        pool.commit(r);
+        Ok(blk)
+    }
+
+    // ----- address computation ----------------------------------------------------
+
+    #[inline]
+    pub(crate) fn hash(&self, k: Key) -> u64 {
+        match k {
+            Key::Word(w) => fmix(w ^ self.seed),
+            Key::Bytes(b) => {
+                let mut h = self.seed ^ (b.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                for c in b.chunks(8) {
+                    let mut w = [0u8; 8];
+                    w[..c.len()].copy_from_slice(c);
+                    h = fmix(h ^ u64::from_le_bytes(w)).rotate_left(23);
+                }
+                fmix(h)
+            }
+        }
+    }
+
+    /// Fingerprint and home bucket: hash bits independent of the spiral
+    /// bits (the top `k`), so a record that stays in its segment through a
+    /// split keeps its place.
+    #[inline]
+    pub(crate) fn fp_bix(&self, h: u64) -> (u8, u64) {
+        (h as u8, (((h >> 8) & 0xffff_ffff) * self.geo.n) >> 32)
+    }
+
+    /// The physical segment of hash `h` in the window of state `st`, or
+    /// `None` when the state is stale (a concurrent split moved on).
+    #[inline]
+    pub(crate) fn phys_of(&self, h: u64, st: u64) -> Option<u64> {
+        let k = self.geo.k;
+        let first = st >> 32;
+        let i = spiral::index(h >> (64 - k), st & 0xffff_ffff, k);
+        let tb = self.tables[((i >> k) % 3) as usize].load(Ordering::Acquire);
+        if tb == 0 {
+            return None;
+        }
+        let j = i & self.geo.mask();
+        let w = self.pool.load_u64(tb + OCT_HEADER + (j / 2) * 8);
+        let p = (w >> ((j & 1) * 32)) & 0xffff_ffff;
+        (p < first).then_some(p)
+    }
+
+    /// Offset of physical segment `p`, if its array exists.
+    #[inline]
+    pub(crate) fn seg_off(&self, p: u64) -> Option<u64> {
+        let (e, i) = dir_pos(p);
+        let base = self.dir.get(e)?.load(Ordering::Acquire);
+        (base != 0).then(|| base + i * self.geo.seg_bytes())
+    }
+
+    #[inline]
+    pub(crate) fn locate(&self, h: u64, st: u64) -> Option<u64> {
+        self.seg_off(self.phys_of(h, st)?)
+    }
+
+    #[inline]
+    pub(crate) fn first(&self) -> u64 {
+        self.state.load(Ordering::Acquire) >> 32
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::InvalidArgument("the table was closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Whether keys are byte strings (the table was created with
+    /// `bytes_keys`).
+    pub fn bytes_keys(&self) -> bool {
+        self.geo.bytes_keys
+    }
+
+    /// The table's shape.
+    pub fn geometry(&self) -> Geo {
+        self.geo
+    }
+
+    /// Current leftmost logical segment (= number of physical segments).
+    pub fn first_segment(&self) -> u64 {
+        self.first()
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn api_detail(ps: &Pass, name: &str) -> String {
+    use engine::Engine;
+    ps.stats()
+        .detail
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

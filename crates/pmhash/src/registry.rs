@@ -5,7 +5,7 @@ use engine::EngineSpec;
 
 /// All engines, persistent first.
 pub fn all() -> Vec<EngineSpec> {
-    let mut v = vec![level::spec(), hmeh::spec()];
+    let mut v = vec![level::spec(), hmeh::spec(), pass::spec(), pass::spec_var()];
     v.extend(engine::reference_engines());
     v.extend(bench::baselines());
     v

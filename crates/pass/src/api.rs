@@ -1,0 +1,196 @@
+//! The public API: the [`Engine`] trait (u64 keys; in bytes mode the key
+//! `k` stands for [`wide_key`]`(k)`) and byte-string keys.
+
+use std::sync::atomic::Ordering;
+
+use engine::{CheckReport, Engine, Result, Stats};
+
+use crate::layout::*;
+use crate::{recover, wide_key, Key, Pass};
+
+impl Pass {
+    /// Inserts a byte-string key (bytes mode). `Ok(false)`: already present.
+    pub fn insert_bytes(&self, key: &[u8], value: u64) -> Result<bool> {
+        self.check_bytes_key(key)?;
+        self.insert_key(Key::Bytes(key), value)
+    }
+
+    /// The value of a byte-string key (bytes mode).
+    pub fn get_bytes(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.check_bytes_key(key)?;
+        Ok(self.get_key(Key::Bytes(key)))
+    }
+
+    /// Replaces the value of a byte-string key. `Ok(false)`: absent.
+    pub fn update_bytes(&self, key: &[u8], value: u64) -> Result<bool> {
+        self.check_bytes_key(key)?;
+        self.update_key(Key::Bytes(key), value)
+    }
+
+    /// Removes a byte-string key (and frees its key block). `Ok(false)`:
+    /// absent.
+    pub fn remove_bytes(&self, key: &[u8]) -> Result<bool> {
+        self.check_bytes_key(key)?;
+        self.remove_key(Key::Bytes(key))
+    }
+
+    /// Every stored pair of a bytes-mode table (not linearizable with
+    /// writers).
+    pub fn for_each_bytes(&self, f: &mut dyn FnMut(&[u8], u64)) {
+        if !self.geo.bytes_keys {
+            return;
+        }
+        for p in 0..self.first() {
+            let Some(seg) = self.seg_off(p) else { return };
+            for (_, kw, v) in self.records(seg) {
+                if let Ok(b) = self.key_bytes(kw) {
+                    f(&b, v);
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn with_key<T>(&self, key: u64, f: impl FnOnce(Key) -> T) -> T {
+        if self.geo.bytes_keys {
+            let w = wide_key(key);
+            f(Key::Bytes(&w))
+        } else {
+            f(Key::Word(key))
+        }
+    }
+}
+
+impl Engine for Pass {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn insert(&self, key: u64, value: u64) -> Result<bool> {
+        self.with_key(key, |k| self.insert_key(k, value))
+    }
+
+    fn get(&self, key: u64) -> Option<u64> {
+        self.with_key(key, |k| self.get_key(k))
+    }
+
+    fn update(&self, key: u64, value: u64) -> Result<bool> {
+        self.with_key(key, |k| self.update_key(k, value))
+    }
+
+    fn remove(&self, key: u64) -> Result<bool> {
+        self.with_key(key, |k| self.remove_key(k))
+    }
+
+    fn len(&self) -> u64 {
+        self.len.get().max(0) as u64
+    }
+
+    fn stats(&self) -> Stats {
+        let len = self.len();
+        let first = self.first();
+        let chains = self.t.chain_buckets.load(Ordering::Relaxed);
+        let capacity = first * self.geo.seg_slots() + chains * SLOTS as u64;
+        let lf = len as f64 / capacity.max(1) as f64;
+        let max_lf = f64::from_bits(self.t.max_lf_bits.load(Ordering::Relaxed)).max(lf);
+        self.t
+            .max_lf_bits
+            .store(max_lf.to_bits(), Ordering::Relaxed);
+        let arrays: u64 = self
+            .dir
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.load(Ordering::Relaxed) != 0)
+            .map(|(e, _)| entry_segments(e) * self.geo.seg_bytes())
+            .sum();
+        let tables = self
+            .tables
+            .iter()
+            .filter(|t| t.load(Ordering::Relaxed) != 0)
+            .count() as u64
+            * self.geo.octave_bytes();
+        let c = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
+        Stats {
+            len,
+            capacity,
+            load_factor: lf,
+            pm_bytes: ROOT_BYTES + arrays + tables + chains * BUCKET,
+            dram_bytes: std::mem::size_of::<Self>() as u64 + 8 * DIR_ENTRIES as u64,
+            detail: vec![
+                ("segments".into(), first.to_string()),
+                ("segment bytes".into(), self.geo.seg_bytes().to_string()),
+                (
+                    "buckets".into(),
+                    format!("{} normal + {} stash", self.geo.n, self.geo.m),
+                ),
+                ("scalar bits".into(), self.geo.k.to_string()),
+                (
+                    "octave table bytes".into(),
+                    self.geo.octave_bytes().to_string(),
+                ),
+                (
+                    "key mode".into(),
+                    if self.geo.bytes_keys {
+                        "bytes"
+                    } else {
+                        "inline"
+                    }
+                    .into(),
+                ),
+                ("split load".into(), format!("{:.2}", self.split_load)),
+                ("splits".into(), c(&self.t.splits)),
+                ("records moved by splits".into(), c(&self.t.moved)),
+                ("split failures".into(), c(&self.t.split_failures)),
+                ("displacements".into(), c(&self.t.displacements)),
+                ("stash inserts".into(), c(&self.t.stash_inserts)),
+                ("chain inserts".into(), c(&self.t.chain_inserts)),
+                ("chain buckets".into(), chains.to_string()),
+                ("chain buckets freed".into(), c(&self.t.chain_freed)),
+                ("octaves built".into(), c(&self.t.octaves_built)),
+                ("stale copies removed".into(), c(&self.t.stale_removed)),
+                ("duplicates removed".into(), c(&self.t.duplicates_removed)),
+                ("recovery us".into(), c(&self.t.recovery_us)),
+                ("max load factor".into(), format!("{max_lf:.4}")),
+            ],
+        }
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(u64, u64)) {
+        if self.geo.bytes_keys {
+            self.for_each_bytes(&mut |b, v| {
+                if b.len() == 16 {
+                    let k = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+                    if b == wide_key(k) {
+                        f(k, v);
+                    }
+                }
+            });
+            return;
+        }
+        for p in 0..self.first() {
+            let Some(seg) = self.seg_off(p) else { return };
+            for (_, kw, v) in self.records(seg) {
+                f(kw, v);
+            }
+        }
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        recover::check(self)
+    }
+
+    fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // Writes are durable when they return (both durabilities), so a
+        // clean close only records the count.
+        let _g = self.split_mx.lock().unwrap_or_else(|e| e.into_inner());
+        self.pool.store_u64(self.root + R_LEN, self.len());
+        // persist: the item count before the clean flag that makes it
+        // trusted.
+        self.pool.persist(self.root + R_LEN, 8);
+        self.pool.close()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,317 @@
+//! The on-disk format of a PASS table. Every offset is relative to the
+//! block that holds it; every word is little-endian and 8-byte aligned.
+//!
+//! ```text
+//! Root block (2 KiB, linked from the pool root)
+//!   0    magic "PASS\0v01"
+//!   8    geometry: n normal buckets (bits 0..16), m stash buckets (16..24),
+//!        scalar bits k (24..32), key mode (32..40: 0 inline u64, 1 bytes)
+//!   16   hash seed
+//!   24   split load (f64 bits): split `first` when len > this × slots
+//!   64   first: the leftmost active logical segment. THE COMMIT WORD of
+//!        every expansion (one 8-byte store); alone with the count below
+//!        in its line
+//!   72   item count: written at clean close, trusted only after one
+//!   128  octave table slots [3]: octave `o` lives in slot `o % 3`
+//!   192  directory [STRIDE × GROUPS]: entry `e` of group `g = e / STRIDE`
+//!        is an array of 2^g contiguous segments (Dash-LH hybrid expansion)
+//!
+//! Octave table block (64 + 4·2^k bytes)
+//!   0    magic "PASSoct1"   8 octave number o   16 k   24 entries (2^k)
+//!   64   u32 mapping[j]: physical segment of the logical bucket that index
+//!        o·2^k + j stands for (the paper's fused power + look-up table)
+//!
+//! Segment (64 + (n + m)·256 bytes, inside an array)
+//!   0    lock: a LineLock serialising chain appends
+//!   8    chain: offset of the first overflow (chain) bucket, 0 if none
+//!   16   logical id: the logical bucket this physical segment serves
+//!   64   n normal buckets, then m stash buckets, 256 bytes each
+//!
+//! Bucket (256 bytes: Dash-EH's layout with an 8-byte lock)
+//!   0    lock: LineLock (epoch-tagged seqlock)
+//!   8    meta: alloc bits 0..14, member bits 14..28 (the record's home is
+//!        the previous bucket: balanced insert), then for normal buckets the
+//!        overflow hints: valid 28..31, member 31..34, stash index 34..40
+//!        (2 bits each), count 40..48 (stash records of this home with no
+//!        fingerprint hint; 255 = scan always), chain flag 48 (a record of
+//!        this home lives in the chain), overflow fingerprint 2 in 56..64.
+//!        Chain buckets: alloc bits 0..14, next chain bucket / 64 in 16..64
+//!   16   fingerprints of slots 0..13 (1 byte each), overflow fingerprints
+//!        0 and 1 (bytes 30, 31)
+//!   32   14 slots of {key word, value}: key word = the key (inline mode)
+//!        or the offset of its key block (bytes mode)
+//!
+//! Key block (bytes mode; 8 + len rounded up to 8)
+//!   0    length in bytes   8  the key, zero-padded to a whole word
+//! ```
+
+pub const LINE: u64 = 64;
+pub const BUCKET: u64 = 256;
+pub const SLOTS: usize = 14;
+pub const SLOT0: u64 = 32;
+pub const SLOT_BYTES: u64 = 16;
+
+pub const ROOT_BYTES: u64 = 2048;
+pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PASS\0v01");
+pub const R_GEO: u64 = 8;
+pub const R_SEED: u64 = 16;
+pub const R_SPLIT_LOAD: u64 = 24;
+pub const R_FIRST: u64 = 64;
+pub const R_LEN: u64 = 72;
+pub const R_TABLES: u64 = 128;
+pub const R_DIR: u64 = 192;
+/// Directory entries per group (Dash-LH's `fixedExpandNum`).
+pub const STRIDE: u64 = 8;
+/// Groups: 8·(2^28 − 1) segments, far beyond any pool.
+pub const GROUPS: u64 = 28;
+pub const DIR_ENTRIES: usize = (STRIDE * GROUPS) as usize;
+
+pub const OCT_MAGIC: u64 = u64::from_le_bytes(*b"PASSoct1");
+pub const OCT_HEADER: u64 = 64;
+
+pub const H_LOCK: u64 = 0;
+pub const H_CHAIN: u64 = 8;
+pub const H_LOGICAL: u64 = 16;
+pub const SEG_HEADER: u64 = 64;
+
+pub const B_META: u64 = 8;
+pub const B_FP: u64 = 16;
+
+pub const ALLOC_MASK: u64 = (1 << SLOTS) - 1;
+pub const MEMBER_SHIFT: u32 = 14;
+pub const OFP_VALID_SHIFT: u32 = 28;
+pub const OFP_MEMBER_SHIFT: u32 = 31;
+pub const OFP_IDX_SHIFT: u32 = 34;
+pub const OCOUNT_SHIFT: u32 = 40;
+pub const OCOUNT_MAX: u64 = 255;
+pub const CHAIN_FLAG: u64 = 1 << 48;
+pub const OFP2_SHIFT: u32 = 56;
+/// Overflow fingerprint hints per normal bucket (Dash has 4; our lock word
+/// is 8 bytes, so one fingerprint byte moved into the meta word and one
+/// was dropped).
+pub const OFPS: usize = 3;
+pub const CHAIN_NEXT_SHIFT: u32 = 16;
+
+pub const KEY_MODE_INLINE: u64 = 0;
+pub const KEY_MODE_BYTES: u64 = 1;
+
+/// The shape of a table, fixed at create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geo {
+    /// Normal buckets per segment.
+    pub n: u64,
+    /// Stash buckets per segment (1..=4: a hint names one in 2 bits).
+    pub m: u64,
+    /// Scalar bits: the hash is quantised to 2^k steps per octave.
+    pub k: u32,
+    pub bytes_keys: bool,
+}
+
+impl Geo {
+    pub fn encode(&self) -> u64 {
+        self.n | self.m << 16 | (self.k as u64) << 24 | (self.bytes_keys as u64) << 32
+    }
+
+    pub fn decode(w: u64) -> Option<Geo> {
+        let g = Geo {
+            n: w & 0xffff,
+            m: (w >> 16) & 0xff,
+            k: ((w >> 24) & 0xff) as u32,
+            bytes_keys: match w >> 32 {
+                KEY_MODE_INLINE => false,
+                KEY_MODE_BYTES => true,
+                _ => return None,
+            },
+        };
+        g.valid().then_some(g)
+    }
+
+    pub fn valid(&self) -> bool {
+        (4..=1024).contains(&self.n) && (1..=4).contains(&self.m) && (8..=24).contains(&self.k)
+    }
+
+    /// Bytes of one segment.
+    pub fn seg_bytes(&self) -> u64 {
+        SEG_HEADER + (self.n + self.m) * BUCKET
+    }
+
+    /// Slots of one segment (normal and stash).
+    pub fn seg_slots(&self) -> u64 {
+        (self.n + self.m) * SLOTS as u64
+    }
+
+    pub fn mask(&self) -> u64 {
+        (1u64 << self.k) - 1
+    }
+
+    /// Bytes of one octave table block.
+    pub fn octave_bytes(&self) -> u64 {
+        OCT_HEADER + 4 * (1u64 << self.k)
+    }
+
+    /// The most segments the table resolves: every active logical bucket
+    /// must own at least one index of the window (`2^k ≥ 2.9 · first`).
+    pub fn max_first(&self) -> u64 {
+        (1u64 << self.k) / 3
+    }
+
+    #[inline]
+    pub fn bucket(&self, seg: u64, b: u64) -> u64 {
+        seg + SEG_HEADER + b * BUCKET
+    }
+}
+
+/// Directory position of physical segment `p`: (entry, index in its array).
+#[inline]
+pub fn dir_pos(p: u64) -> (usize, u64) {
+    let g = 63 - (p / STRIDE + 1).leading_zeros() as u64;
+    let r = p - STRIDE * ((1 << g) - 1);
+    ((STRIDE * g + (r >> g)) as usize, r & ((1 << g) - 1))
+}
+
+/// Segments in the array of directory entry `e`.
+#[inline]
+pub fn entry_segments(e: usize) -> u64 {
+    1 << (e as u64 / STRIDE)
+}
+
+/// First physical segment of directory entry `e`.
+pub fn entry_first(e: usize) -> u64 {
+    let g = e as u64 / STRIDE;
+    STRIDE * ((1 << g) - 1) + (e as u64 % STRIDE) * (1 << g)
+}
+
+#[inline]
+pub fn slot_off(bucket: u64, s: usize) -> u64 {
+    bucket + SLOT0 + s as u64 * SLOT_BYTES
+}
+
+#[inline]
+pub fn slot_line(bucket: u64, s: usize) -> u64 {
+    slot_off(bucket, s) & !(LINE - 1)
+}
+
+#[inline]
+pub fn alloc(meta: u64) -> u64 {
+    meta & ALLOC_MASK
+}
+
+#[inline]
+pub fn member(meta: u64) -> u64 {
+    (meta >> MEMBER_SHIFT) & ALLOC_MASK
+}
+
+#[inline]
+pub fn chain_next(meta: u64) -> u64 {
+    (meta >> CHAIN_NEXT_SHIFT) << 6
+}
+
+/// Overflow hint `j` of a normal bucket: (valid, member, stash index, fp).
+#[inline]
+pub fn ofp(meta: u64, fps_hi: u64, j: usize) -> (bool, bool, u64, u8) {
+    let valid = meta >> (OFP_VALID_SHIFT + j as u32) & 1 == 1;
+    let mem = meta >> (OFP_MEMBER_SHIFT + j as u32) & 1 == 1;
+    let idx = (meta >> (OFP_IDX_SHIFT + 2 * j as u32)) & 3;
+    let fp = match j {
+        0 => (fps_hi >> 48) as u8,
+        1 => (fps_hi >> 56) as u8,
+        _ => (meta >> OFP2_SHIFT) as u8,
+    };
+    (valid, mem, idx, fp)
+}
+
+#[inline]
+pub fn ocount(meta: u64) -> u64 {
+    (meta >> OCOUNT_SHIFT) & 0xff
+}
+
+/// Bits of `x`'s 16 fingerprint bytes (two words) equal to `fp`, one bit
+/// per byte (slots 0..14 only).
+#[inline]
+pub fn fp_matches(lo: u64, hi: u64, fp: u8) -> u64 {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let b = LO * fp as u64;
+    let zero = |x: u64| {
+        let y = x ^ b;
+        // Exact zero-byte test (no false positives across bytes).
+        !(((y & !HI).wrapping_add(!HI) | y) | !HI)
+    };
+    let pack = |z: u64| {
+        // One bit per byte: gather the high bits.
+        ((z >> 7) & LO).wrapping_mul(0x0102_0408_1020_4080) >> 56
+    };
+    (pack(zero(lo)) | pack(zero(hi)) << 8) & ALLOC_MASK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_positions_are_dense_and_match_entry_first() {
+        let mut expect = (0usize, 0u64);
+        for p in 0..20_000u64 {
+            let (e, o) = dir_pos(p);
+            if p > 0 {
+                if expect.1 + 1 == entry_segments(expect.0) {
+                    expect = (expect.0 + 1, 0);
+                } else {
+                    expect.1 += 1;
+                }
+            }
+            assert_eq!((e, o), expect, "p {p}");
+            assert_eq!(entry_first(e) + o, p);
+        }
+        // The paper's example shape: stride entries of one segment, then of two.
+        assert_eq!(dir_pos(7), (7, 0));
+        assert_eq!(dir_pos(8), (8, 0));
+        assert_eq!(dir_pos(9), (8, 1));
+        assert_eq!(dir_pos(24), (16, 0));
+    }
+
+    #[test]
+    fn fingerprint_matching_is_exact() {
+        let mut rng = 0x1234_5678_9abc_def0u64;
+        for _ in 0..20_000 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let lo = rng;
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let hi = rng;
+            let fp = (rng >> 17) as u8;
+            let bytes: Vec<u8> = lo
+                .to_le_bytes()
+                .into_iter()
+                .chain(hi.to_le_bytes())
+                .collect();
+            let want = (0..SLOTS)
+                .filter(|&s| bytes[s] == fp)
+                .fold(0u64, |a, s| a | 1 << s);
+            assert_eq!(fp_matches(lo, hi, fp), want);
+        }
+        let mut b = [7u8; 16];
+        b[3] = 0;
+        b[13] = 0;
+        let lo = u64::from_le_bytes(b[..8].try_into().unwrap());
+        let hi = u64::from_le_bytes(b[8..].try_into().unwrap());
+        assert_eq!(fp_matches(lo, hi, 0), 1 << 3 | 1 << 13);
+        assert_eq!(fp_matches(lo, hi, 7), ALLOC_MASK & !(1 << 3 | 1 << 13));
+    }
+
+    #[test]
+    fn geometry_round_trips() {
+        let g = Geo {
+            n: 56,
+            m: 4,
+            k: 20,
+            bytes_keys: true,
+        };
+        assert_eq!(Geo::decode(g.encode()), Some(g));
+        assert_eq!(Geo::decode(g.encode() | 7 << 32), None);
+        assert_eq!(g.seg_bytes(), 64 + 60 * 256);
+    }
+}

@@ -1,0 +1,874 @@
+//! Search, insert, update and delete.
+//!
+//! Readers never write PM: they read the spiral state, the mapping table
+//! and the key's two buckets (home `t`, probe `t + 1`) optimistically, and
+//! retry when either bucket's version or the spiral state moved. Writers
+//! lock `t` and `t + 1` (lower index first), then stash and chain buckets
+//! one at a time. Every u64 key is usable: validity is the allocation bit,
+//! never a reserved key value.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use engine::{Error, Result};
+use pmem::Link;
+
+use crate::layout::*;
+use crate::{Key, Pass};
+
+/// The meta bits of slot `s` (allocation, and member for normal buckets;
+/// a chain bucket keeps its next pointer in those bits).
+#[inline]
+pub(crate) fn slot_bits(kind: Kind, s: usize) -> u64 {
+    match kind {
+        Kind::Chain => 1 << s,
+        _ => 1 << s | 1 << (MEMBER_SHIFT as usize + s),
+    }
+}
+
+/// Where a record lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Normal,
+    Stash(u64),
+    Chain,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Loc {
+    pub bucket: u64,
+    pub s: usize,
+    pub kind: Kind,
+}
+
+/// What a placement writes into the key word.
+#[derive(Clone, Copy)]
+pub(crate) enum Rec<'a> {
+    /// A new record: its key (bytes mode allocates the key block).
+    New(Key<'a>),
+    /// A record moving inside the table: its existing key word.
+    Moved(u64),
+}
+
+/// Where a placement put the record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Placed {
+    Normal,
+    Displaced,
+    Stash,
+    Chain,
+    /// `allow_chain` was false and the segment had no room.
+    NoRoom,
+}
+
+/// Lock words held by one writer, released (version bumped) on drop.
+pub(crate) struct Held<'a> {
+    ps: &'a Pass,
+    words: Vec<&'a AtomicU64>,
+}
+
+impl<'a> Held<'a> {
+    pub fn new(ps: &'a Pass) -> Held<'a> {
+        Held {
+            ps,
+            words: Vec::with_capacity(2),
+        }
+    }
+    pub fn lock(&mut self, off: u64) {
+        let w = self.ps.pool.atomic_u64(off);
+        self.ps.lock.lock(w);
+        self.words.push(w);
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        for w in self.words.drain(..).rev() {
+            self.ps.lock.unlock(w);
+        }
+    }
+}
+
+impl Pass {
+    // ----- key words ------------------------------------------------------------
+
+    /// Whether the key word `kw` of a slot holds key `k`. In bytes mode
+    /// the word is a key block offset, checked before it is followed (a
+    /// torn optimistic read may see any value).
+    #[inline]
+    pub(crate) fn key_is(&self, kw: u64, k: Key) -> bool {
+        match k {
+            Key::Word(x) => kw == x,
+            Key::Bytes(b) => {
+                let nw = b.len().div_ceil(8);
+                if kw == 0
+                    || !kw.is_multiple_of(8)
+                    || self.pool.check_range(kw, 8 + 8 * nw as u64).is_err()
+                {
+                    return false;
+                }
+                let w = self.pool.words(kw, 1 + nw);
+                if w[0].load(Ordering::Relaxed) != b.len() as u64 {
+                    return false;
+                }
+                b.chunks(8).enumerate().all(|(i, c)| {
+                    let mut x = [0u8; 8];
+                    x[..c.len()].copy_from_slice(c);
+                    w[1 + i].load(Ordering::Relaxed) == u64::from_le_bytes(x)
+                })
+            }
+        }
+    }
+
+    /// The key bytes behind a key block, checked (bytes mode).
+    pub(crate) fn key_bytes(&self, kw: u64) -> Result<Vec<u8>> {
+        if kw == 0 || !kw.is_multiple_of(8) {
+            return Err(crate::corrupt(format!(
+                "key pointer {kw:#x} is not a block"
+            )));
+        }
+        self.pool.check_range(kw, 8)?;
+        let len = self.pool.load_u64(kw);
+        if len == 0 || len > crate::MAX_KEY_BYTES as u64 {
+            return Err(crate::corrupt(format!(
+                "key block {kw:#x} claims {len} bytes"
+            )));
+        }
+        self.pool.check_range(kw + 8, len)?;
+        let mut b = vec![0u8; len as usize];
+        let w = self.pool.words(kw + 8, len.div_ceil(8) as usize);
+        for (i, c) in b.chunks_mut(8).enumerate() {
+            let x = w[i].load(Ordering::Relaxed).to_le_bytes();
+            c.copy_from_slice(&x[..c.len()]);
+        }
+        Ok(b)
+    }
+
+    /// The hash of the record whose key word is `kw`.
+    pub(crate) fn hash_kw(&self, kw: u64) -> Result<u64> {
+        if self.geo.bytes_keys {
+            Ok(self.hash(Key::Bytes(&self.key_bytes(kw)?)))
+        } else {
+            Ok(self.hash(Key::Word(kw)))
+        }
+    }
+
+    // ----- readers --------------------------------------------------------------
+
+    pub(crate) fn get_key(&self, k: Key) -> Option<u64> {
+        let h = self.hash(k);
+        let (fp, bix) = self.fp_bix(h);
+        loop {
+            let st = self.state.load(Ordering::Acquire);
+            if let Some(seg) = self.locate(h, st) {
+                if let Some(r) = self.read_find(seg, bix, fp, k) {
+                    if self.state.load(Ordering::Acquire) == st {
+                        return r;
+                    }
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Searches one bucket's candidate slots (a mask of slots) for `k`.
+    #[inline]
+    fn scan(&self, w: &[AtomicU64], cand: u64, fp: u8, k: Key) -> Option<(usize, u64)> {
+        let mut m = fp_matches(
+            w[2].load(Ordering::Relaxed),
+            w[3].load(Ordering::Relaxed),
+            fp,
+        ) & cand;
+        while m != 0 {
+            let s = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if self.key_is(w[4 + 2 * s].load(Ordering::Relaxed), k) {
+                return Some((s, w[5 + 2 * s].load(Ordering::Relaxed)));
+            }
+        }
+        None
+    }
+
+    /// One optimistic attempt: `None` to retry, else the answer.
+    fn read_find(&self, seg: u64, bix: u64, fp: u8, k: Key) -> Option<Option<u64>> {
+        let t = self.geo.bucket(seg, bix);
+        let p = self.geo.bucket(seg, (bix + 1) % self.geo.n);
+        let wt = self.pool.words(t, 32);
+        let vt = wt[0].load(Ordering::Acquire);
+        if !self.lock.is_free(vt) {
+            return None;
+        }
+        let mt = wt[1].load(Ordering::Acquire);
+        let wp = self.pool.words(p, 32);
+        let vp = wp[0].load(Ordering::Acquire);
+        if !self.lock.is_free(vp) {
+            return None;
+        }
+        let res = match self.scan(wt, alloc(mt) & !member(mt), fp, k) {
+            Some((_, v)) => Some(v),
+            None => {
+                let mp = wp[1].load(Ordering::Acquire);
+                match self.scan(wp, alloc(mp) & member(mp), fp, k) {
+                    Some((_, v)) => Some(v),
+                    None => {
+                        let hints = (
+                            mt,
+                            wt[3].load(Ordering::Relaxed),
+                            mp,
+                            wp[3].load(Ordering::Relaxed),
+                        );
+                        match self.overflow_find(seg, hints, fp, k) {
+                            Ok(Some(l)) => Some(self.pool.load_u64(slot_off(l.bucket, l.s) + 8)),
+                            Ok(None) => None,
+                            Err(()) => return None,
+                        }
+                    }
+                }
+            }
+        };
+        fence(Ordering::Acquire);
+        if wt[0].load(Ordering::Relaxed) != vt || wp[0].load(Ordering::Relaxed) != vp {
+            return None;
+        }
+        Some(res)
+    }
+
+    /// Stash buckets the hints of home `t` (meta `mt`, fingerprint word
+    /// `ht`) and probe `p` point to for fingerprint `fp`, as a bit set;
+    /// all of them when the home's count says some records have no hint.
+    #[inline]
+    fn stash_candidates(&self, mt: u64, ht: u64, mp: u64, hp: u64, fp: u8) -> u64 {
+        if ocount(mt) > 0 {
+            return (1 << self.geo.m) - 1;
+        }
+        let mut set = 0;
+        for j in 0..OFPS {
+            let (v, mem, idx, f) = ofp(mt, ht, j);
+            if v && !mem && f == fp {
+                set |= 1 << idx;
+            }
+            let (v, mem, idx, f) = ofp(mp, hp, j);
+            if v && mem && f == fp {
+                set |= 1 << idx;
+            }
+        }
+        set
+    }
+
+    /// Looks for `k` in the stash and the chain of `seg`, as the home
+    /// bucket's hints direct. `Err(())`: a chain link was torn (retry).
+    /// Safe without the stash and chain locks: only a writer holding the
+    /// home bucket's lock adds or removes this key, and callers validate
+    /// that lock's version (or hold it).
+    fn overflow_find(
+        &self,
+        seg: u64,
+        hints: (u64, u64, u64, u64),
+        fp: u8,
+        k: Key,
+    ) -> std::result::Result<Option<Loc>, ()> {
+        let (mt, ht, mp, hp) = hints;
+        let mut set = self.stash_candidates(mt, ht, mp, hp, fp);
+        while set != 0 {
+            let j = set.trailing_zeros() as u64;
+            set &= set - 1;
+            let b = self.geo.bucket(seg, self.geo.n + j);
+            let w = self.pool.words(b, 32);
+            let mb = w[1].load(Ordering::Acquire);
+            if let Some((s, _)) = self.scan(w, alloc(mb), fp, k) {
+                return Ok(Some(Loc {
+                    bucket: b,
+                    s,
+                    kind: Kind::Stash(j),
+                }));
+            }
+        }
+        if mt & CHAIN_FLAG != 0 {
+            let mut cb = self.pool.load_u64(seg + H_CHAIN);
+            let mut steps = 0u32;
+            while cb != 0 {
+                steps += 1;
+                if !cb.is_multiple_of(LINE)
+                    || self.pool.check_range(cb, BUCKET).is_err()
+                    || steps > 1 << 20
+                {
+                    return Err(());
+                }
+                let w = self.pool.words(cb, 32);
+                let mb = w[1].load(Ordering::Acquire);
+                if let Some((s, _)) = self.scan(w, alloc(mb), fp, k) {
+                    return Ok(Some(Loc {
+                        bucket: cb,
+                        s,
+                        kind: Kind::Chain,
+                    }));
+                }
+                cb = chain_next(mb);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The record of `k` in a segment whose home and probe buckets the
+    /// caller holds.
+    pub(crate) fn find_locked(&self, seg: u64, bix: u64, fp: u8, k: Key) -> Option<Loc> {
+        let t = self.geo.bucket(seg, bix);
+        let p = self.geo.bucket(seg, (bix + 1) % self.geo.n);
+        let wt = self.pool.words(t, 32);
+        let mt = wt[1].load(Ordering::Acquire);
+        if let Some((s, _)) = self.scan(wt, alloc(mt) & !member(mt), fp, k) {
+            return Some(Loc {
+                bucket: t,
+                s,
+                kind: Kind::Normal,
+            });
+        }
+        let wp = self.pool.words(p, 32);
+        let mp = wp[1].load(Ordering::Acquire);
+        if let Some((s, _)) = self.scan(wp, alloc(mp) & member(mp), fp, k) {
+            return Some(Loc {
+                bucket: p,
+                s,
+                kind: Kind::Normal,
+            });
+        }
+        let hints = (
+            mt,
+            wt[3].load(Ordering::Relaxed),
+            mp,
+            wp[3].load(Ordering::Relaxed),
+        );
+        // Under the home lock a chain cannot be torn.
+        self.overflow_find(seg, hints, fp, k).ok().flatten()
+    }
+
+    // ----- writers --------------------------------------------------------------
+
+    /// Locks the home and probe buckets of `bix` (lower index first).
+    fn lock_pair(&self, seg: u64, bix: u64) -> Held<'_> {
+        let q = (bix + 1) % self.geo.n;
+        let (a, b) = if bix < q { (bix, q) } else { (q, bix) };
+        let mut h = Held::new(self);
+        h.lock(self.geo.bucket(seg, a));
+        h.lock(self.geo.bucket(seg, b));
+        h
+    }
+
+    /// Runs `f` with the key's segment located and its two buckets held,
+    /// under a spiral state no split has moved.
+    fn with_locked<T>(&self, h: u64, bix: u64, mut f: impl FnMut(u64) -> T) -> T {
+        loop {
+            let st = self.state.load(Ordering::Acquire);
+            if let Some(seg) = self.locate(h, st) {
+                let held = self.lock_pair(seg, bix);
+                if self.state.load(Ordering::Acquire) == st {
+                    let r = f(seg);
+                    drop(held);
+                    return r;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    pub(crate) fn insert_key(&self, k: Key, v: u64) -> Result<bool> {
+        self.check_open()?;
+        let h = self.hash(k);
+        let (fp, bix) = self.fp_bix(h);
+        let r = self.with_locked(h, bix, |seg| {
+            if self.find_locked(seg, bix, fp, k).is_some() {
+                return Ok(None);
+            }
+            self.place(seg, bix, fp, Rec::New(k), v, true, false, true)
+                .map(Some)
+        })?;
+        let Some(placed) = r else { return Ok(false) };
+        let tick = self.len.bump();
+        if tick.is_multiple_of(16) || placed != Placed::Normal {
+            self.maybe_split();
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn update_key(&self, k: Key, v: u64) -> Result<bool> {
+        self.check_open()?;
+        let h = self.hash(k);
+        let (fp, bix) = self.fp_bix(h);
+        Ok(self.with_locked(h, bix, |seg| {
+            let Some(l) = self.find_locked(seg, bix, fp, k) else {
+                return false;
+            };
+            let off = slot_off(l.bucket, l.s) + 8;
+            // persist: the value word is one failure-atomic store; its line
+            // is written back before the update returns.
+            self.pool.store_u64(off, v);
+            self.pool.persist_line(off & !(LINE - 1));
+            true
+        }))
+    }
+
+    pub(crate) fn remove_key(&self, k: Key) -> Result<bool> {
+        self.check_open()?;
+        let h = self.hash(k);
+        let (fp, bix) = self.fp_bix(h);
+        let r = self.with_locked(h, bix, |seg| -> Result<bool> {
+            let Some(l) = self.find_locked(seg, bix, fp, k) else {
+                return Ok(false);
+            };
+            let mut held = Held::new(self);
+            if l.kind != Kind::Normal {
+                held.lock(l.bucket);
+            }
+            self.clear_slot(l.bucket, l.s, l.kind, true, true)?;
+            drop(held);
+            if let Kind::Stash(j) = l.kind {
+                self.drop_hint(seg, bix, j, fp, true);
+            }
+            Ok(true)
+        })?;
+        if r {
+            self.len.add(-1);
+        }
+        Ok(r)
+    }
+
+    /// Clears slot `s` of `bucket` (the caller holds what guards it). In
+    /// bytes mode with `free_key`, the key block is freed by the same
+    /// store.
+    pub(crate) fn clear_slot(
+        &self,
+        bucket: u64,
+        s: usize,
+        kind: Kind,
+        persist: bool,
+        free_key: bool,
+    ) -> Result<()> {
+        let meta_off = bucket + B_META;
+        let mw = self.pool.atomic_u64(meta_off);
+        let old = mw.load(Ordering::Acquire);
+        let new = old & !slot_bits(kind, s);
+        let ticket = if self.geo.bytes_keys && free_key {
+            let kw = self.pool.load_u64(slot_off(bucket, s));
+            Some(self.pool.begin_free(
+                kw,
+                Link::Word {
+                    owner: meta_off,
+                    value: old,
+                },
+            )?)
+        } else {
+            None
+        };
+        // persist: clearing the allocation bit is the delete's commit (one
+        // 8-byte store); in bytes mode the key block's free lane is durable
+        // before it and decides on the same word.
+        mw.store(new, Ordering::Release);
+        if persist {
+            self.pool.persist_line(bucket);
+        }
+        if let Some(t) = ticket {
+            self.pool.finish_free(t);
+        }
+        Ok(())
+    }
+
+    /// Writes a record into free slot `s` of `bucket` and sets `bits`
+    /// (its allocation bit, and the member bit for a probe-bucket record).
+    #[allow(clippy::too_many_arguments)]
+    fn write_slot(
+        &self,
+        bucket: u64,
+        s: usize,
+        rec: Rec,
+        v: u64,
+        fp: u8,
+        bits: u64,
+        persist: bool,
+    ) -> Result<()> {
+        let meta_off = bucket + B_META;
+        let mw = self.pool.atomic_u64(meta_off);
+        let new = mw.load(Ordering::Acquire) | bits;
+        let so = slot_off(bucket, s);
+        let (kw, res) = match rec {
+            Rec::Moved(kw) | Rec::New(Key::Word(kw)) => (kw, None),
+            Rec::New(Key::Bytes(b)) => {
+                let size = 8 + 8 * b.len().div_ceil(8) as u64;
+                // The key block is allocated iff the bucket's meta word
+                // holds `new` (the allocation bit set): one store decides
+                // both the record and its block.
+                let r = self.pool.reserve(
+                    size,
+                    Link::Word {
+                        owner: meta_off,
+                        value: new,
+                    },
+                )?;
+                let blk = r.offset();
+                let mut data = Vec::with_capacity(size as usize);
+                data.extend_from_slice(&(b.len() as u64).to_le_bytes());
+                data.extend_from_slice(b);
+                data.resize(size as usize, 0);
+                self.pool.write(blk, &data);
+                self.pool.flush(blk, size as usize);
+                (blk, Some(r))
+            }
+        };
+        let sw = self.pool.words(so, 2);
+        sw[0].store(kw, Ordering::Relaxed);
+        sw[1].store(v, Ordering::Relaxed);
+        self.pool
+            .atomic_u8(bucket + B_FP + s as u64)
+            .store(fp, Ordering::Relaxed);
+        if persist {
+            // persist: the key block and the slot (key, value, fingerprint)
+            // before the allocation bit that makes them a record, because a
+            // set bit over a half-written slot would invent a key. Slots 0
+            // and 1 share line 0 with the bit: one persist covers all.
+            let line = slot_line(bucket, s);
+            if line != bucket {
+                self.pool.flush(line, LINE as usize);
+            }
+            if line != bucket || res.is_some() {
+                self.pool.fence();
+            }
+            mw.store(new, Ordering::Release);
+            self.pool.persist_line(bucket);
+        } else {
+            mw.store(new, Ordering::Release);
+        }
+        if let Some(r) = res {
+            self.pool.commit(r);
+        }
+        Ok(())
+    }
+
+    /// Places a record of home `bix` in `seg`: balanced insert into the
+    /// less loaded of home and probe, displacement, the stash, then (with
+    /// `allow_chain`) the overflow chain. The caller holds home and probe,
+    /// or the whole segment (`all_locked`), or the segment is not live yet.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn place(
+        &self,
+        seg: u64,
+        bix: u64,
+        fp: u8,
+        rec: Rec,
+        v: u64,
+        persist: bool,
+        all_locked: bool,
+        allow_chain: bool,
+    ) -> Result<Placed> {
+        let n = self.geo.n;
+        let t = self.geo.bucket(seg, bix);
+        let p = self.geo.bucket(seg, (bix + 1) % n);
+        let mut displaced = false;
+        loop {
+            let mt = self.pool.load_u64(t + B_META);
+            let mp = self.pool.load_u64(p + B_META);
+            let (ct, cp) = (alloc(mt).count_ones(), alloc(mp).count_ones());
+            let full = SLOTS as u32;
+            if ct < full && (ct <= cp || cp == full) {
+                let s = (!alloc(mt) & ALLOC_MASK).trailing_zeros() as usize;
+                self.write_slot(t, s, rec, v, fp, 1 << s, persist)?;
+                return Ok(if displaced {
+                    Placed::Displaced
+                } else {
+                    Placed::Normal
+                });
+            }
+            if cp < full {
+                let s = (!alloc(mp) & ALLOC_MASK).trailing_zeros() as usize;
+                self.write_slot(
+                    p,
+                    s,
+                    rec,
+                    v,
+                    fp,
+                    1 << s | 1 << (MEMBER_SHIFT as usize + s),
+                    persist,
+                )?;
+                return Ok(if displaced {
+                    Placed::Displaced
+                } else {
+                    Placed::Normal
+                });
+            }
+            if displaced || !self.displace(seg, bix, persist, all_locked)? {
+                break;
+            }
+            displaced = true;
+        }
+        // The stash, starting at the home's own stash bucket.
+        let m = self.geo.m;
+        for d in 0..m {
+            let j = (bix + d) % m;
+            let b = self.geo.bucket(seg, n + j);
+            let mut held = Held::new(self);
+            if !all_locked {
+                held.lock(b);
+            }
+            let mb = self.pool.load_u64(b + B_META);
+            if alloc(mb) != ALLOC_MASK {
+                let s = (!alloc(mb) & ALLOC_MASK).trailing_zeros() as usize;
+                self.write_slot(b, s, rec, v, fp, 1 << s, persist)?;
+                drop(held);
+                self.add_hint(seg, bix, j, fp, persist);
+                self.t.stash_inserts.fetch_add(1, Ordering::Relaxed);
+                return Ok(Placed::Stash);
+            }
+        }
+        if !allow_chain {
+            return Ok(Placed::NoRoom);
+        }
+        self.chain_place(seg, bix, fp, rec, v, persist, all_locked)?;
+        Ok(Placed::Chain)
+    }
+
+    /// Dash's displacement: frees a slot in home or probe by moving a
+    /// record that may live elsewhere — a probe-bucket record whose home
+    /// is the probe moves on to its own probe, or a home-bucket record
+    /// whose home is the previous bucket moves back there. `false` when
+    /// neither can move.
+    fn displace(&self, seg: u64, bix: u64, persist: bool, all_locked: bool) -> Result<bool> {
+        let n = self.geo.n;
+        let pi = (bix + 1) % n;
+        // (from bucket, to bucket, take records whose member bit is, mark member at target)
+        let moves = [
+            (pi, (pi + 1) % n, false, true),
+            (bix, (bix + n - 1) % n, true, false),
+        ];
+        for (from, to, want_member, to_member) in moves {
+            let fb = self.geo.bucket(seg, from);
+            let tb = self.geo.bucket(seg, to);
+            let tw = self.pool.atomic_u64(tb);
+            if !all_locked && !self.lock.try_lock(tw) {
+                continue;
+            }
+            let mut done = false;
+            let mtb = self.pool.load_u64(tb + B_META);
+            let mf = self.pool.load_u64(fb + B_META);
+            let cands = alloc(mf) & if want_member { member(mf) } else { !member(mf) };
+            if alloc(mtb) != ALLOC_MASK && cands != 0 {
+                let s = cands.trailing_zeros() as usize;
+                let so = slot_off(fb, s);
+                let kw = self.pool.load_u64(so);
+                let val = self.pool.load_u64(so + 8);
+                let fpb = self
+                    .pool
+                    .atomic_u8(fb + B_FP + s as u64)
+                    .load(Ordering::Relaxed);
+                let d = (!alloc(mtb) & ALLOC_MASK).trailing_zeros() as usize;
+                let bits = 1 << d
+                    | if to_member {
+                        1 << (MEMBER_SHIFT as usize + d)
+                    } else {
+                        0
+                    };
+                // persist: the copy is a record before the original is
+                // cleared, so a crash leaves the key once or twice (recovery
+                // drops the duplicate), never zero times.
+                let r = self.write_slot(tb, d, Rec::Moved(kw), val, fpb, bits, persist);
+                if r.is_ok() {
+                    let _ = self.clear_slot(fb, s, Kind::Normal, persist, false);
+                    self.t.displacements.fetch_add(1, Ordering::Relaxed);
+                    done = true;
+                }
+                if !all_locked {
+                    self.lock.unlock(tw);
+                }
+                r?;
+            } else if !all_locked {
+                self.lock.unlock(tw);
+            }
+            if done {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Notes in the home's (or probe's) hints that a record of home `bix`
+    /// with fingerprint `fp` went to stash bucket `j`. Hints are rebuilt by
+    /// crash recovery, so their persist order does not matter for safety;
+    /// they are persisted so that a clean close needs no walk.
+    pub(crate) fn add_hint(&self, seg: u64, bix: u64, j: u64, fp: u8, persist: bool) {
+        let t = self.geo.bucket(seg, bix);
+        let p = self.geo.bucket(seg, (bix + 1) % self.geo.n);
+        for (b, mem) in [(t, false), (p, true)] {
+            let mw = self.pool.atomic_u64(b + B_META);
+            let m = mw.load(Ordering::Acquire);
+            let hi = self.pool.load_u64(b + 24);
+            if let Some(jj) = (0..OFPS).find(|&jj| !ofp(m, hi, jj).0) {
+                let mut nm = m | 1 << (OFP_VALID_SHIFT as usize + jj);
+                nm &= !(1 << (OFP_MEMBER_SHIFT as usize + jj));
+                if mem {
+                    nm |= 1 << (OFP_MEMBER_SHIFT as usize + jj);
+                }
+                nm &= !(3 << (OFP_IDX_SHIFT as usize + 2 * jj));
+                nm |= j << (OFP_IDX_SHIFT as usize + 2 * jj);
+                match jj {
+                    0 => self.pool.atomic_u8(b + 30).store(fp, Ordering::Relaxed),
+                    1 => self.pool.atomic_u8(b + 31).store(fp, Ordering::Relaxed),
+                    _ => nm = (nm & !(0xff << OFP2_SHIFT)) | (fp as u64) << OFP2_SHIFT,
+                }
+                mw.store(nm, Ordering::Release);
+                if persist {
+                    self.pool.persist_line(b);
+                }
+                return;
+            }
+        }
+        let mw = self.pool.atomic_u64(t + B_META);
+        let m = mw.load(Ordering::Acquire);
+        let c = ocount(m);
+        if c < OCOUNT_MAX {
+            mw.store(
+                (m & !(0xff << OCOUNT_SHIFT)) | (c + 1) << OCOUNT_SHIFT,
+                Ordering::Release,
+            );
+            if persist {
+                self.pool.persist_line(t);
+            }
+        }
+    }
+
+    /// Undoes [`add_hint`](Self::add_hint) for a removed stash record.
+    fn drop_hint(&self, seg: u64, bix: u64, j: u64, fp: u8, persist: bool) {
+        let t = self.geo.bucket(seg, bix);
+        let p = self.geo.bucket(seg, (bix + 1) % self.geo.n);
+        for (b, mem) in [(t, false), (p, true)] {
+            let mw = self.pool.atomic_u64(b + B_META);
+            let m = mw.load(Ordering::Acquire);
+            let hi = self.pool.load_u64(b + 24);
+            if let Some(jj) = (0..OFPS).find(|&jj| ofp(m, hi, jj) == (true, mem, j, fp)) {
+                mw.store(
+                    m & !(1 << (OFP_VALID_SHIFT as usize + jj)),
+                    Ordering::Release,
+                );
+                if persist {
+                    self.pool.persist_line(b);
+                }
+                return;
+            }
+        }
+        let mw = self.pool.atomic_u64(t + B_META);
+        let m = mw.load(Ordering::Acquire);
+        let c = ocount(m);
+        if c > 0 && c < OCOUNT_MAX {
+            mw.store(
+                (m & !(0xff << OCOUNT_SHIFT)) | (c - 1) << OCOUNT_SHIFT,
+                Ordering::Release,
+            );
+            if persist {
+                self.pool.persist_line(t);
+            }
+        }
+    }
+
+    /// Puts a record into the segment's overflow chain, appending a chain
+    /// bucket when every one is full.
+    #[allow(clippy::too_many_arguments)]
+    fn chain_place(
+        &self,
+        seg: u64,
+        bix: u64,
+        fp: u8,
+        rec: Rec,
+        v: u64,
+        persist: bool,
+        all_locked: bool,
+    ) -> Result<()> {
+        loop {
+            let head = self.pool.load_u64(seg + H_CHAIN);
+            let mut cb = head;
+            while cb != 0 {
+                let mut held = Held::new(self);
+                if !all_locked {
+                    held.lock(cb);
+                }
+                let mb = self.pool.load_u64(cb + B_META);
+                if alloc(mb) != ALLOC_MASK {
+                    let s = (!alloc(mb) & ALLOC_MASK).trailing_zeros() as usize;
+                    self.write_slot(cb, s, rec, v, fp, 1 << s, persist)?;
+                    drop(held);
+                    let t = self.geo.bucket(seg, bix);
+                    let mw = self.pool.atomic_u64(t + B_META);
+                    let m = mw.load(Ordering::Acquire);
+                    if m & CHAIN_FLAG == 0 {
+                        mw.store(m | CHAIN_FLAG, Ordering::Release);
+                        if persist {
+                            self.pool.persist_line(t);
+                        }
+                    }
+                    self.t.chain_inserts.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                cb = chain_next(mb);
+            }
+            // Every chain bucket is full: append an empty one at the head.
+            let mut held = Held::new(self);
+            if !all_locked {
+                held.lock(seg + H_LOCK);
+            }
+            if self.pool.load_u64(seg + H_CHAIN) != head {
+                continue;
+            }
+            let r = self.pool.reserve(
+                BUCKET,
+                Link::Pointer {
+                    owner: seg + H_CHAIN,
+                },
+            )?;
+            let blk = r.offset();
+            let mut z = [0u8; BUCKET as usize];
+            z[8..16].copy_from_slice(&((head >> 6) << CHAIN_NEXT_SHIFT).to_le_bytes());
+            self.pool.write_nt(blk, &z);
+            // persist: the empty bucket (its link to the old head) before
+            // the head names it; records go in afterwards, one by one, so
+            // a key block never hangs off a bucket that is not linked.
+            self.pool.fence();
+            self.pool.store_u64(seg + H_CHAIN, blk);
+            self.pool.persist(seg + H_CHAIN, 8);
+            self.pool.commit(r);
+            self.t.chain_buckets.fetch_add(1, Ordering::Relaxed);
+            drop(held);
+        }
+    }
+
+    /// Splits while the table is over its split load (one splitter at a
+    /// time; others go on).
+    pub(crate) fn maybe_split(&self) {
+        if (self.len.get().max(0) as u64) <= self.threshold.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(_g) = self.split_mx.try_lock() else {
+            return;
+        };
+        while (self.len.get().max(0) as u64) > self.threshold.load(Ordering::Relaxed) {
+            match self.split_one() {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(_) => {
+                    self.t.split_failures.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Checks a byte key's length.
+    pub(crate) fn check_bytes_key(&self, key: &[u8]) -> Result<()> {
+        if !self.geo.bytes_keys {
+            return Err(Error::InvalidArgument(
+                "this table stores 8-byte keys inline; byte keys need a table created with bytes_keys".into(),
+            ));
+        }
+        if key.is_empty() || key.len() > crate::MAX_KEY_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "key of {} bytes (1..={} allowed)",
+                key.len(),
+                crate::MAX_KEY_BYTES
+            )));
+        }
+        Ok(())
+    }
+}

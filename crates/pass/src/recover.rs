@@ -1,0 +1,415 @@
+//! Open, crash recovery and `check`.
+//!
+//! Open validates everything it will follow — root, geometry, octave
+//! tables of the current window, directory arrays, every live segment's
+//! chain and (bytes mode) key pointers — before it writes a byte, so a
+//! refused open leaves the file as it was.
+//!
+//! A clean open trusts the item count. After a crash, recovery walks the
+//! live segments (in parallel) and, for each:
+//! - drops records whose index maps to another segment: stale copies of an
+//!   expansion interrupted after its commit (left alone, the next split of
+//!   this segment would resurrect them into the wrong children);
+//! - drops the second copy of a key (an interrupted displacement or chain
+//!   compaction copies before it clears);
+//! - fixes member bits from the key's home and rebuilds every overflow
+//!   hint, so a hint lost or half-written by the crash cannot hide a key;
+//! - recounts.
+//!
+//! Unused segments (`≥ first`, in arrays an interrupted split allocated)
+//! have their chains freed. Locks need no reset: a LineLock word of an
+//! older epoch counts as free.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use engine::{CheckReport, Result};
+use pmem::Pool;
+
+use crate::layout::*;
+use crate::ops::{slot_bits, Kind};
+use crate::{corrupt, spiral, Pass};
+
+pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
+    let root = pool.root();
+    if root == 0 {
+        return Err(corrupt("pool holds no PASS table (no root)"));
+    }
+    if !root.is_multiple_of(LINE) {
+        return Err(corrupt(format!("root {root:#x} is not line-aligned")));
+    }
+    pool.check_range(root, ROOT_BYTES)?;
+    if pool.load_u64(root) != ROOT_MAGIC {
+        return Err(corrupt("root block is not a PASS table (bad magic)"));
+    }
+    let geo = Geo::decode(pool.load_u64(root + R_GEO))
+        .ok_or_else(|| corrupt("root geometry word is invalid"))?;
+    let seed = pool.load_u64(root + R_SEED);
+    let split_load = f64::from_bits(pool.load_u64(root + R_SPLIT_LOAD));
+    if !(0.3..=1.5).contains(&split_load) {
+        return Err(corrupt(format!("split load {split_load} is invalid")));
+    }
+    let first = pool.load_u64(root + R_FIRST);
+    if first == 0 || first > geo.max_first() {
+        return Err(corrupt(format!(
+            "first = {first} outside 1..={}",
+            geo.max_first()
+        )));
+    }
+    let name = if geo.bytes_keys { "pass-var" } else { "pass" };
+    let ps = Pass::handle(pool, root, geo, seed, split_load, name);
+    validate(&ps, first)?;
+    ps.load_dram()?;
+    let chains: u64 = (0..first)
+        .map(|p| ps.chain_of(ps.seg_off(p).expect("validated")).len() as u64)
+        .sum();
+    ps.t.chain_buckets.store(chains, Ordering::Relaxed);
+    if ps.pool.was_clean() {
+        let len = ps.pool.load_u64(root + R_LEN);
+        ps.len.set(len as i64);
+    } else if !ps.pool.is_read_only() {
+        let t0 = Instant::now();
+        repair(&ps, first)?;
+        ps.t.recovery_us
+            .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+        let chains: u64 = (0..first)
+            .map(|p| ps.chain_of(ps.seg_off(p).expect("validated")).len() as u64)
+            .sum();
+        ps.t.chain_buckets.store(chains, Ordering::Relaxed);
+    } else {
+        // A read-only view of a crashed pool: count without repairing.
+        let mut n = 0;
+        for p in 0..first {
+            n += ps.records(ps.seg_off(p).expect("validated")).len() as u64;
+        }
+        ps.len.set(n as i64);
+    }
+    Ok(ps)
+}
+
+/// Read-only checks of everything open and recovery follow.
+fn validate(ps: &Pass, first: u64) -> Result<()> {
+    let pool = &ps.pool;
+    let geo = ps.geo;
+    let k = geo.k;
+    let ci = spiral::window_start(first, k);
+    for o in (ci >> k)..=((ci + (1 << k) - 1) >> k) {
+        let blk = pool.load_u64(ps.root + R_TABLES + 8 * (o % 3));
+        if blk == 0
+            || !blk.is_multiple_of(LINE)
+            || pool.check_range(blk, geo.octave_bytes()).is_err()
+        {
+            return Err(corrupt(format!(
+                "octave {o}'s table is missing or out of the pool"
+            )));
+        }
+        if pool.load_u64(blk) != OCT_MAGIC
+            || pool.load_u64(blk + 8) != o
+            || pool.load_u64(blk + 16) != k as u64
+        {
+            return Err(corrupt(format!("octave {o}'s table has a bad header")));
+        }
+    }
+    for e in 0..DIR_ENTRIES {
+        let blk = pool.load_u64(ps.root + R_DIR + 8 * e as u64);
+        let size = entry_segments(e) * geo.seg_bytes();
+        if blk == 0 {
+            if entry_first(e) < first {
+                return Err(corrupt(format!(
+                    "directory entry {e} (a live segment's array) is empty"
+                )));
+            }
+            continue;
+        }
+        if !blk.is_multiple_of(LINE) || pool.check_range(blk, size).is_err() {
+            return Err(corrupt(format!(
+                "directory entry {e} points outside the pool"
+            )));
+        }
+    }
+    let max_chain = pool.size() / BUCKET;
+    for e in 0..DIR_ENTRIES {
+        let blk = pool.load_u64(ps.root + R_DIR + 8 * e as u64);
+        if blk == 0 {
+            continue;
+        }
+        for i in 0..entry_segments(e) {
+            let seg = blk + i * geo.seg_bytes();
+            let p = entry_first(e) + i;
+            let mut cb = pool.load_u64(seg + H_CHAIN);
+            let mut steps = 0;
+            let mut seen = HashSet::new();
+            while cb != 0 {
+                steps += 1;
+                if !cb.is_multiple_of(LINE)
+                    || pool.check_range(cb, BUCKET).is_err()
+                    || steps > max_chain
+                    || !seen.insert(cb)
+                {
+                    return Err(corrupt(format!(
+                        "segment {p}'s overflow chain is broken at {cb:#x}"
+                    )));
+                }
+                if p < first && geo.bytes_keys {
+                    check_keys(ps, cb)?;
+                }
+                cb = chain_next(pool.load_u64(cb + B_META));
+            }
+            if p < first && geo.bytes_keys {
+                for b in 0..geo.n + geo.m {
+                    check_keys(ps, geo.bucket(seg, b))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_keys(ps: &Pass, bo: u64) -> Result<()> {
+    let mut a = alloc(ps.pool.load_u64(bo + B_META));
+    while a != 0 {
+        let s = a.trailing_zeros() as usize;
+        a &= a - 1;
+        ps.key_bytes(ps.pool.load_u64(slot_off(bo, s)))?;
+    }
+    Ok(())
+}
+
+/// Crash repair (after `validate`).
+fn repair(ps: &Pass, first: u64) -> Result<()> {
+    // Unused segments keep no chains.
+    for e in 0..DIR_ENTRIES {
+        let base = ps.dir[e].load(Ordering::Relaxed);
+        if base == 0 {
+            continue;
+        }
+        for i in 0..entry_segments(e) {
+            if entry_first(e) + i >= first {
+                ps.free_chain(base + i * ps.geo.seg_bytes())?;
+            }
+        }
+    }
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(first as usize)
+        .max(1);
+    let total = AtomicU64::new(0);
+    let next = AtomicU64::new(0);
+    let res: Vec<Result<()>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                sc.spawn(|| -> Result<()> {
+                    loop {
+                        let p = next.fetch_add(1, Ordering::Relaxed);
+                        if p >= first {
+                            return Ok(());
+                        }
+                        let n = repair_segment(ps, p)?;
+                        total.fetch_add(n, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(corrupt("recovery thread panicked")))
+            })
+            .collect()
+    });
+    for r in res {
+        r?;
+    }
+    // persist: every repaired segment was flushed by its worker; one fence
+    // makes them durable before the table is used.
+    ps.pool.fence();
+    ps.len.set(total.load(Ordering::Relaxed) as i64);
+    Ok(())
+}
+
+/// The key of a record, for duplicate detection.
+#[derive(Hash, PartialEq, Eq)]
+enum KeyId {
+    Word(u64),
+    Bytes(Vec<u8>),
+}
+
+fn key_id(ps: &Pass, kw: u64) -> Result<KeyId> {
+    Ok(if ps.geo.bytes_keys {
+        KeyId::Bytes(ps.key_bytes(kw)?)
+    } else {
+        KeyId::Word(kw)
+    })
+}
+
+/// Repairs live segment `p`; returns its record count.
+fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
+    let geo = ps.geo;
+    let seg = ps.seg_off(p).expect("validated");
+    let st = ps.state.load(Ordering::Relaxed);
+    let mut seen = HashSet::new();
+    let mut kept = 0;
+    for (loc, kw, _) in ps.records(seg) {
+        let h = ps.hash_kw(kw)?;
+        let (_, bix) = ps.fp_bix(h);
+        let mw = ps.pool.atomic_u64(loc.bucket + B_META);
+        let bits = slot_bits(loc.kind, loc.s);
+        let b = (loc.bucket - seg - SEG_HEADER) / BUCKET;
+        let here = ps.phys_of(h, st) == Some(p);
+        let placed = match loc.kind {
+            Kind::Normal => b == bix || b == (bix + 1) % geo.n,
+            _ => true,
+        };
+        if !here || !placed {
+            ps.t.stale_removed.fetch_add(1, Ordering::Relaxed);
+            mw.store(mw.load(Ordering::Relaxed) & !bits, Ordering::Relaxed);
+            continue;
+        }
+        if !seen.insert(key_id(ps, kw)?) {
+            ps.t.duplicates_removed.fetch_add(1, Ordering::Relaxed);
+            mw.store(mw.load(Ordering::Relaxed) & !bits, Ordering::Relaxed);
+            continue;
+        }
+        if loc.kind == Kind::Normal {
+            let mb = 1u64 << (MEMBER_SHIFT as usize + loc.s);
+            let m = mw.load(Ordering::Relaxed);
+            let want = if b == bix { 0 } else { mb };
+            if m & mb != want {
+                mw.store((m & !mb) | want, Ordering::Relaxed);
+            }
+        }
+        kept += 1;
+    }
+    ps.rebuild_hints(seg)?;
+    let logical = logical_of(p, st);
+    ps.pool.store_u64(seg + H_LOGICAL, logical);
+    ps.flush_meta(seg);
+    Ok(kept)
+}
+
+/// The active logical bucket that physical segment `p` serves.
+pub(crate) fn logical_of(p: u64, st: u64) -> u64 {
+    let first = st >> 32;
+    // Logical L in first..2·first maps to physical p: L = (2p or the
+    // appended bucket) shifted left with trailing ones while ≥ first.
+    // Walk up from the bucket appended at p: 2p (or 1 for p = 0).
+    let mut l = if p == 0 { 1 } else { 2 * p };
+    while l < first {
+        l = 2 * l + 1;
+    }
+    debug_assert_eq!(spiral::physical(l), p);
+    l
+}
+
+/// Read-only walk of the whole table (the caller keeps writers out).
+pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
+    let pool = &ps.pool;
+    let geo = ps.geo;
+    let st = ps.state.load(Ordering::Acquire);
+    let first = st >> 32;
+    if pool.load_u64(ps.root + R_FIRST) != first {
+        return Err(corrupt("DRAM state and PM first differ"));
+    }
+    validate(ps, first)?;
+    let mut reachable = pool.block_size(ps.root)?;
+    for s in 0..3 {
+        let blk = pool.load_u64(ps.root + R_TABLES + 8 * s);
+        if blk != 0 {
+            reachable += pool.block_size(blk)?;
+        }
+    }
+    for e in 0..DIR_ENTRIES {
+        let blk = pool.load_u64(ps.root + R_DIR + 8 * e as u64);
+        if blk != 0 {
+            reachable += pool.block_size(blk)?;
+            for i in 0..entry_segments(e) {
+                let p = entry_first(e) + i;
+                let seg = blk + i * geo.seg_bytes();
+                if p >= first && pool.load_u64(seg + H_CHAIN) != 0 {
+                    return Err(corrupt(format!("unused segment {p} keeps a chain")));
+                }
+            }
+        }
+    }
+    let mut keys = HashSet::new();
+    let mut blocks = HashSet::new();
+    for p in 0..first {
+        let seg = ps.seg_off(p).expect("validated");
+        if pool.load_u64(seg + H_LOGICAL) != logical_of(p, st) {
+            return Err(corrupt(format!("segment {p} has a stale logical id")));
+        }
+        for cb in ps.chain_of(seg) {
+            reachable += pool.block_size(cb)?;
+        }
+        for (loc, kw, _) in ps.records(seg) {
+            let h = ps.hash_kw(kw)?;
+            let (fp, bix) = ps.fp_bix(h);
+            if ps.phys_of(h, st) != Some(p) {
+                return Err(corrupt(format!(
+                    "segment {p} holds a key of another segment"
+                )));
+            }
+            if !keys.insert(key_id(ps, kw)?) {
+                return Err(corrupt(format!("segment {p} holds a key twice")));
+            }
+            if geo.bytes_keys {
+                if !blocks.insert(kw) {
+                    return Err(corrupt("two records share a key block"));
+                }
+                reachable += pool.block_size(kw)?;
+            }
+            let t = geo.bucket(seg, bix);
+            let pb = geo.bucket(seg, (bix + 1) % geo.n);
+            let fpb = pool
+                .atomic_u8(loc.bucket + B_FP + loc.s as u64)
+                .load(Ordering::Relaxed);
+            if fpb != fp {
+                return Err(corrupt(format!(
+                    "segment {p}: a slot's fingerprint is wrong"
+                )));
+            }
+            match loc.kind {
+                Kind::Normal => {
+                    let m = pool.load_u64(loc.bucket + B_META);
+                    let mem = member(m) >> loc.s & 1 == 1;
+                    if !((loc.bucket == t && !mem) || (loc.bucket == pb && mem)) {
+                        return Err(corrupt(format!(
+                            "segment {p}: a record is out of its buckets"
+                        )));
+                    }
+                }
+                Kind::Stash(j) => {
+                    let (mt, mp) = (pool.load_u64(t + B_META), pool.load_u64(pb + B_META));
+                    let (ht, hp) = (pool.load_u64(t + 24), pool.load_u64(pb + 24));
+                    let hinted = ocount(mt) > 0
+                        || (0..OFPS).any(|jj| ofp(mt, ht, jj) == (true, false, j, fp))
+                        || (0..OFPS).any(|jj| ofp(mp, hp, jj) == (true, true, j, fp));
+                    if !hinted {
+                        return Err(corrupt(format!("segment {p}: a stash record has no hint")));
+                    }
+                }
+                Kind::Chain => {
+                    if pool.load_u64(t + B_META) & CHAIN_FLAG == 0 {
+                        return Err(corrupt(format!(
+                            "segment {p}: a chain record's home has no chain flag"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    let n = keys.len() as u64;
+    if n != ps.len.get().max(0) as u64 {
+        return Err(corrupt(format!(
+            "walk found {n} keys, the count says {}",
+            ps.len.get()
+        )));
+    }
+    Ok(CheckReport {
+        keys: n,
+        reachable_bytes: reachable,
+    })
+}

@@ -1,0 +1,340 @@
+//! Expansion: the spiral split of the leftmost logical segment `f`.
+//!
+//! Logical `f`'s keys go to `2f` (a new physical segment, number `f`,
+//! appended) and `2f + 1` (which keeps `f`'s physical segment). Persist
+//! order:
+//!
+//! 1. the octave tables the new window needs (each linked by one 8-byte
+//!    slot store) and, if segment `f` starts a new directory entry, its
+//!    array (linked by one 8-byte entry store);
+//! 2. the new segment: zeroed, filled with the movers (records whose index
+//!    in the new window maps to segment `f`), flushed — invisible, since
+//!    segments `≥ first` are unused;
+//! 3. **commit**: one 8-byte store of `first = f + 1`, persisted; only then
+//!    do readers see the new state;
+//! 4. the old segment: movers' allocation bits cleared, hints rebuilt,
+//!    persisted. Until then it holds stale copies that no search reaches;
+//!    a crash here leaves them to recovery, which drops every record whose
+//!    index maps elsewhere (otherwise the next split of that segment would
+//!    resurrect them).
+//! 5. compaction: chain records that now fit in the old segment's buckets
+//!    move there (copy, then clear), and empty chain buckets are freed.
+//!
+//! The old segment's every bucket (and its chain) is locked from step 2 to
+//! the end, so writers wait and optimistic readers retry.
+
+use std::sync::atomic::Ordering;
+
+use engine::Result;
+use pmem::Link;
+
+use crate::layout::*;
+use crate::ops::{slot_bits, Held, Kind, Loc, Placed, Rec};
+use crate::{spiral, Pass};
+
+impl Pass {
+    /// Every valid record of `seg`: location, key word, value.
+    pub(crate) fn records(&self, seg: u64) -> Vec<(Loc, u64, u64)> {
+        let mut out = Vec::new();
+        let g = self.geo;
+        for b in 0..g.n + g.m {
+            let bo = g.bucket(seg, b);
+            let kind = if b < g.n {
+                Kind::Normal
+            } else {
+                Kind::Stash(b - g.n)
+            };
+            self.bucket_records(bo, kind, &mut out);
+        }
+        let mut cb = self.pool.load_u64(seg + H_CHAIN);
+        while cb != 0 {
+            self.bucket_records(cb, Kind::Chain, &mut out);
+            cb = chain_next(self.pool.load_u64(cb + B_META));
+        }
+        out
+    }
+
+    fn bucket_records(&self, bo: u64, kind: Kind, out: &mut Vec<(Loc, u64, u64)>) {
+        let mut a = alloc(self.pool.load_u64(bo + B_META));
+        while a != 0 {
+            let s = a.trailing_zeros() as usize;
+            a &= a - 1;
+            let so = slot_off(bo, s);
+            out.push((
+                Loc {
+                    bucket: bo,
+                    s,
+                    kind,
+                },
+                self.pool.load_u64(so),
+                self.pool.load_u64(so + 8),
+            ));
+        }
+    }
+
+    /// Chain buckets of `seg`, head first.
+    pub(crate) fn chain_of(&self, seg: u64) -> Vec<u64> {
+        let mut v = Vec::new();
+        let mut cb = self.pool.load_u64(seg + H_CHAIN);
+        while cb != 0 {
+            v.push(cb);
+            cb = chain_next(self.pool.load_u64(cb + B_META));
+        }
+        v
+    }
+
+    /// Frees `seg`'s whole chain, head first: each step is one persisted
+    /// 8-byte store of the head (the free lane decides on it).
+    pub(crate) fn free_chain(&self, seg: u64) -> Result<()> {
+        loop {
+            let head = self.pool.load_u64(seg + H_CHAIN);
+            if head == 0 {
+                return Ok(());
+            }
+            let next = chain_next(self.pool.load_u64(head + B_META));
+            let t = self.pool.begin_free(
+                head,
+                Link::Pointer {
+                    owner: seg + H_CHAIN,
+                },
+            )?;
+            // persist: the head moves past the bucket before it is freed.
+            self.pool.store_u64(seg + H_CHAIN, next);
+            self.pool.persist(seg + H_CHAIN, 8);
+            self.pool.finish_free(t);
+            self.t.chain_freed.fetch_add(1, Ordering::Relaxed);
+            self.t.chain_buckets.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Recomputes the overflow hints (fingerprints, counts, chain flags) of
+    /// `seg`'s normal buckets from its stash and chain. The caller holds
+    /// the whole segment (or it is not live).
+    pub(crate) fn rebuild_hints(&self, seg: u64) -> Result<()> {
+        let g = self.geo;
+        let hint_bits = ((1u64 << 20) - 1) << OFP_VALID_SHIFT | CHAIN_FLAG | 0xff << OFP2_SHIFT;
+        for b in 0..g.n {
+            let mw = self.pool.atomic_u64(g.bucket(seg, b) + B_META);
+            mw.store(mw.load(Ordering::Relaxed) & !hint_bits, Ordering::Relaxed);
+        }
+        for j in 0..g.m {
+            let bo = g.bucket(seg, g.n + j);
+            let mut a = alloc(self.pool.load_u64(bo + B_META));
+            while a != 0 {
+                let s = a.trailing_zeros() as usize;
+                a &= a - 1;
+                let h = self.hash_kw(self.pool.load_u64(slot_off(bo, s)))?;
+                let (fp, bix) = self.fp_bix(h);
+                self.add_hint(seg, bix, j, fp, false);
+            }
+        }
+        for cb in self.chain_of(seg) {
+            let mut a = alloc(self.pool.load_u64(cb + B_META));
+            while a != 0 {
+                let s = a.trailing_zeros() as usize;
+                a &= a - 1;
+                let h = self.hash_kw(self.pool.load_u64(slot_off(cb, s)))?;
+                let (_, bix) = self.fp_bix(h);
+                let mw = self.pool.atomic_u64(g.bucket(seg, bix) + B_META);
+                mw.store(mw.load(Ordering::Relaxed) | CHAIN_FLAG, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes sure octave `o`'s table is in its slot.
+    pub(crate) fn ensure_octave(&self, o: u32) -> Result<()> {
+        let slot = (o % 3) as usize;
+        let cur = self.tables[slot].load(Ordering::Acquire);
+        if cur != 0 && self.pool.load_u64(cur + 8) == o as u64 {
+            return Ok(());
+        }
+        let blk = Self::write_octave(&self.pool, &self.geo, self.root, o, cur)?;
+        self.tables[slot].store(blk, Ordering::Release);
+        self.t.octaves_built.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Splits logical segment `first`. `Ok(false)`: the table is at the
+    /// largest size its mapping table resolves. The caller holds `split_mx`.
+    pub(crate) fn split_one(&self) -> Result<bool> {
+        let g = self.geo;
+        let f = self.first();
+        if f + 1 > g.max_first() {
+            return Ok(false);
+        }
+        let k = g.k;
+        let f2 = f + 1;
+        let ci2 = spiral::window_start(f2, k);
+        let st2 = f2 << 32 | ci2;
+        // Step 1: tables and the array for segment f.
+        self.ensure_octave((ci2 >> k) as u32)?;
+        self.ensure_octave(((ci2 + (1 << k) - 1) >> k) as u32)?;
+        let (e, _) = dir_pos(f);
+        if self.dir[e].load(Ordering::Acquire) == 0 {
+            let blk = Self::new_array(&self.pool, &g, self.root, e)?;
+            self.dir[e].store(blk, Ordering::Release);
+        }
+        let new = self.seg_off(f).expect("array just ensured");
+        let p_old = spiral::physical(f);
+        let old = self.seg_off(p_old).expect("live segment has an array");
+        // Step 2: the new segment. Unused segments never keep a chain
+        // (recovery frees them), so zeroing it leaks nothing.
+        debug_assert_eq!(self.pool.load_u64(new + H_CHAIN), 0);
+        self.pool.zero(new, g.seg_bytes() as usize);
+        let mut held = Held::new(self);
+        for b in 0..g.n + g.m {
+            held.lock(g.bucket(old, b));
+        }
+        held.lock(old + H_LOCK);
+        // Chain buckets are held apart: compaction releases them before it
+        // frees any (writers stay out: they need a normal bucket first).
+        let mut chain_held = Held::new(self);
+        for cb in self.chain_of(old) {
+            chain_held.lock(cb);
+        }
+        let recs = self.records(old);
+        let mut movers = Vec::new();
+        for &(loc, kw, v) in &recs {
+            let h = self.hash_kw(kw)?;
+            match self.phys_of(h, st2) {
+                Some(p) if p == f => movers.push((loc, kw, v, h)),
+                Some(p) if p == p_old => {}
+                other => {
+                    return Err(crate::corrupt(format!(
+                        "record in segment {p_old} maps to {other:?} after the split of {f}"
+                    )))
+                }
+            }
+        }
+        for &(_, kw, v, h) in &movers {
+            let (fp, bix) = self.fp_bix(h);
+            if let Err(e) = self.place(new, bix, fp, Rec::Moved(kw), v, false, true, true) {
+                let _ = self.free_chain(new);
+                return Err(e);
+            }
+        }
+        self.pool.store_u64(new + H_LOGICAL, 2 * f);
+        // persist: every line of the new segment and its chain before the
+        // commit store makes it live.
+        self.pool.flush(new, g.seg_bytes() as usize);
+        for cb in self.chain_of(new) {
+            self.pool.flush(cb, BUCKET as usize);
+        }
+        self.pool.fence();
+        // Step 3: commit.
+        self.pool.store_u64(self.root + R_FIRST, f2);
+        self.pool.persist(self.root + R_FIRST, 8);
+        self.state.store(st2, Ordering::Release);
+        self.set_threshold(f2);
+        // Step 4: drop the movers' stale copies from the old segment.
+        for &(loc, ..) in &movers {
+            let mw = self.pool.atomic_u64(loc.bucket + B_META);
+            let bits = slot_bits(loc.kind, loc.s);
+            mw.store(mw.load(Ordering::Relaxed) & !bits, Ordering::Release);
+        }
+        self.rebuild_hints(old)?;
+        self.pool.store_u64(old + H_LOGICAL, 2 * f + 1);
+        // persist: the cleared bits and rebuilt hints (every bucket's line
+        // 0, the header, the chain) — order among them does not matter.
+        self.flush_meta(old);
+        self.pool.fence();
+        // Step 5: chain records move into the room the movers left.
+        self.compact_chain(old, chain_held)?;
+        drop(held);
+        self.t.splits.fetch_add(1, Ordering::Relaxed);
+        self.t
+            .moved
+            .fetch_add(movers.len() as u64, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Flushes the header and every bucket's meta line of `seg` and its
+    /// chain (no fence).
+    pub(crate) fn flush_meta(&self, seg: u64) {
+        self.pool.flush(seg, LINE as usize);
+        for b in 0..self.geo.n + self.geo.m {
+            self.pool.flush(self.geo.bucket(seg, b), LINE as usize);
+        }
+        for cb in self.chain_of(seg) {
+            self.pool.flush(cb, LINE as usize);
+        }
+    }
+
+    /// Moves chain records of `seg` (whole segment held) into free normal
+    /// and stash slots, then frees chain buckets left empty.
+    fn compact_chain(&self, seg: u64, chain_held: Held) -> Result<()> {
+        let chain = self.chain_of(seg);
+        if chain.is_empty() {
+            return Ok(());
+        }
+        for &cb in &chain {
+            let mut a = alloc(self.pool.load_u64(cb + B_META));
+            while a != 0 {
+                let s = a.trailing_zeros() as usize;
+                a &= a - 1;
+                let so = slot_off(cb, s);
+                let kw = self.pool.load_u64(so);
+                let v = self.pool.load_u64(so + 8);
+                let h = self.hash_kw(kw)?;
+                let (fp, bix) = self.fp_bix(h);
+                // persist: the copy (persisted by place) before the chain
+                // slot is cleared: a crash leaves a duplicate, which
+                // recovery drops, never a loss.
+                if self.place(seg, bix, fp, Rec::Moved(kw), v, true, true, false)? == Placed::NoRoom
+                {
+                    continue;
+                }
+                self.clear_slot(cb, s, Kind::Chain, true, false)?;
+            }
+        }
+        drop(chain_held);
+        // Unlink empty chain buckets; each unlink is one persisted store
+        // of the pointer that names the bucket.
+        let mut prev: Option<u64> = None;
+        for &cb in &chain {
+            let mb = self.pool.load_u64(cb + B_META);
+            if alloc(mb) != 0 {
+                prev = Some(cb);
+                continue;
+            }
+            let next_bits = mb & !ALLOC_MASK;
+            let (owner, link) = match prev {
+                None => (
+                    seg + H_CHAIN,
+                    Link::Pointer {
+                        owner: seg + H_CHAIN,
+                    },
+                ),
+                Some(pb) => {
+                    let pm = self.pool.load_u64(pb + B_META);
+                    (
+                        pb + B_META,
+                        Link::Word {
+                            owner: pb + B_META,
+                            value: pm,
+                        },
+                    )
+                }
+            };
+            let t = self.pool.begin_free(cb, link)?;
+            // persist: the predecessor skips the bucket before it is freed.
+            match prev {
+                None => self.pool.store_u64(owner, chain_next(mb)),
+                Some(_) => {
+                    let pm = self.pool.load_u64(owner);
+                    self.pool.store_u64(owner, (pm & ALLOC_MASK) | next_bits);
+                }
+            }
+            self.pool.persist(owner & !7, 8);
+            self.pool.finish_free(t);
+            self.t.chain_freed.fetch_add(1, Ordering::Relaxed);
+            self.t.chain_buckets.fetch_sub(1, Ordering::Relaxed);
+        }
+        // The chain flags follow what is left.
+        self.rebuild_hints(seg)?;
+        self.flush_meta(seg);
+        self.pool.fence();
+        Ok(())
+    }
+}

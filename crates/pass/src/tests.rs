@@ -1,0 +1,87 @@
+//! White-box tests: model runs that look inside (splits, hints, chains)
+//! and crash images taken at chosen points.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use engine::testkit::Rng;
+use engine::{Durability, Engine, EngineConfig};
+use pmem::{Mode, Pool, PoolOptions};
+
+use crate::Pass;
+
+fn pool(mode: Mode, size: u64) -> Arc<Pool> {
+    Arc::new(
+        Pool::create(
+            std::path::Path::new(""),
+            &PoolOptions {
+                mode,
+                size,
+                max_size: size * 4,
+                layout: crate::LAYOUT.into(),
+                uuid: Some(*b"pass-white-box-1"),
+                ..PoolOptions::default()
+            },
+        )
+        .unwrap(),
+    )
+}
+
+fn cfg(cap: u64) -> EngineConfig {
+    EngineConfig {
+        durability: Durability::Strict,
+        initial_capacity: cap,
+        threads: 1,
+    }
+}
+
+#[test]
+fn smoke_model_with_splits() {
+    let p = pool(Mode::Volatile, 8 << 20);
+    let ps = Pass::create(p, &cfg(16)).unwrap();
+    let mut model = HashMap::new();
+    let mut rng = Rng::new(7);
+    for i in 0..20_000u64 {
+        let k = rng.below(3000).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let v = rng.next();
+        let last = (k, rng.below(10));
+        match last.1 {
+            0..=5 => {
+                let fresh = !model.contains_key(&k);
+                assert_eq!(ps.insert(k, v).unwrap(), fresh, "insert op {i}");
+                if fresh {
+                    model.insert(k, v);
+                }
+            }
+            6 => {
+                let had = model.contains_key(&k);
+                assert_eq!(ps.update(k, v).unwrap(), had, "update op {i}");
+                if had {
+                    model.insert(k, v);
+                }
+            }
+            7 | 8 => assert_eq!(
+                ps.remove(k).unwrap(),
+                model.remove(&k).is_some(),
+                "remove op {i}"
+            ),
+            _ => {}
+        }
+        if true {
+            let sp = crate::api_detail(&ps, "splits");
+            for (&k, &v) in &model {
+                assert_eq!(
+                    ps.get(k),
+                    Some(v),
+                    "after op {i} {last:?} splits {sp} segs {:?} key {k:#x}",
+                    crate::api_detail(&ps, "segments")
+                );
+            }
+            if i % 500 == 0 {
+                ps.check()
+                    .unwrap_or_else(|e| panic!("check after op {i}: {e}"));
+            }
+        }
+    }
+    assert_eq!(crate::api_detail(&ps, "split failures"), "0");
+}

@@ -103,12 +103,12 @@ impl Engine for Pass {
             .filter(|(_, d)| d.load(Ordering::Relaxed) != 0)
             .map(|(e, _)| entry_segments(e) * self.geo.seg_bytes())
             .sum();
-        let tables = self
-            .tables
-            .iter()
-            .filter(|t| t.load(Ordering::Relaxed) != 0)
-            .count() as u64
-            * self.geo.octave_bytes();
+        let sn = self.snap();
+        let tables: u64 = (0..6)
+            .map(|s| self.pool.load_u64(self.root + R_TABLES + 8 * s))
+            .filter(|&b| b != 0)
+            .map(|b| octave_bytes(self.pool.load_u64(b + 16) as u32))
+            .sum();
         let c = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
         Stats {
             len,
@@ -123,11 +123,8 @@ impl Engine for Pass {
                     "buckets".into(),
                     format!("{} normal + {} stash", self.geo.n, self.geo.m),
                 ),
-                ("scalar bits".into(), self.geo.k.to_string()),
-                (
-                    "octave table bytes".into(),
-                    self.geo.octave_bytes().to_string(),
-                ),
+                ("table cells per octave".into(), format!("2^{}", sn.k)),
+                ("table bytes".into(), tables.to_string()),
                 (
                     "key mode".into(),
                     if self.geo.bytes_keys {

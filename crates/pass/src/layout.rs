@@ -5,21 +5,27 @@
 //! Root block (2 KiB, linked from the pool root)
 //!   0    magic "PASS\0v01"
 //!   8    geometry: n normal buckets (bits 0..16), m stash buckets (16..24),
-//!        scalar bits k (24..32), key mode (32..40: 0 inline u64, 1 bytes)
+//!        key mode (32..40: 0 inline u64, 1 bytes)
 //!   16   hash seed
 //!   24   split load (f64 bits): split `first` when len > this × slots
+//!   32   k: the mapping table has 2^k cells per octave (grows with the
+//!        table; a cache of a fixed function, see below)
 //!   64   first: the leftmost active logical segment. THE COMMIT WORD of
 //!        every expansion (one 8-byte store); alone with the count below
 //!        in its line
 //!   72   item count: written at clean close, trusted only after one
-//!   128  octave table slots [3]: octave `o` lives in slot `o % 3`
+//!   128  octave table slots [6]: octave `o` of a table with 2^k cells lives
+//!        in slot `3·(k mod 2) + o mod 3`
 //!   192  directory [STRIDE × GROUPS]: entry `e` of group `g = e / STRIDE`
 //!        is an array of 2^g contiguous segments (Dash-LH hybrid expansion)
 //!
-//! Octave table block (64 + 4·2^k bytes)
+//! Octave table block (64 + 8·2^k bytes)
 //!   0    magic "PASSoct1"   8 octave number o   16 k   24 entries (2^k)
-//!   64   u32 mapping[j]: physical segment of the logical bucket that index
-//!        o·2^k + j stands for (the paper's fused power + look-up table)
+//!   64   u64 cell[j], covering fine positions (o·2^k + j)·2^(40−k) ..:
+//!        the logical bucket at the cell's start (bits 0..32) and the
+//!        offset in the cell where the next bucket starts (32..64, 0 =
+//!        none) — the paper's fused power + look-up table made exact
+//!        (`table::exact_octave`); physical = `spiral::physical(logical)`
 //!
 //! Segment (64 + (n + m)·256 bytes, inside an array)
 //!   0    lock: a LineLock serialising chain appends
@@ -56,6 +62,7 @@ pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PASS\0v01");
 pub const R_GEO: u64 = 8;
 pub const R_SEED: u64 = 16;
 pub const R_SPLIT_LOAD: u64 = 24;
+pub const R_K: u64 = 32;
 pub const R_FIRST: u64 = 64;
 pub const R_LEN: u64 = 72;
 pub const R_TABLES: u64 = 128;
@@ -85,6 +92,9 @@ pub const OFP_IDX_SHIFT: u32 = 34;
 pub const OCOUNT_SHIFT: u32 = 40;
 pub const OCOUNT_MAX: u64 = 255;
 pub const CHAIN_FLAG: u64 = 1 << 48;
+/// Meta bits 28..49 seen from bit 28: overflow hint valid bits, the count
+/// and the chain flag — all zero when the home has nothing elsewhere.
+pub const OVERFLOW_HINT_BITS: u64 = 0b111 | 0xff << (OCOUNT_SHIFT - OFP_VALID_SHIFT) | 1 << 20;
 pub const OFP2_SHIFT: u32 = 56;
 /// Overflow fingerprint hints per normal bucket (Dash has 4; our lock word
 /// is 8 bytes, so one fingerprint byte moved into the meta word and one
@@ -102,32 +112,32 @@ pub struct Geo {
     pub n: u64,
     /// Stash buckets per segment (1..=4: a hint names one in 2 bits).
     pub m: u64,
-    /// Scalar bits: the hash is quantised to 2^k steps per octave.
-    pub k: u32,
     pub bytes_keys: bool,
 }
 
 impl Geo {
     pub fn encode(&self) -> u64 {
-        self.n | self.m << 16 | (self.k as u64) << 24 | (self.bytes_keys as u64) << 32
+        self.n | self.m << 16 | (self.bytes_keys as u64) << 32
     }
 
     pub fn decode(w: u64) -> Option<Geo> {
         let g = Geo {
             n: w & 0xffff,
             m: (w >> 16) & 0xff,
-            k: ((w >> 24) & 0xff) as u32,
-            bytes_keys: match w >> 32 {
-                KEY_MODE_INLINE => false,
-                KEY_MODE_BYTES => true,
-                _ => return None,
+            bytes_keys: match w >> 24 {
+                k if k & 0xff != 0 => return None,
+                k => match k >> 8 {
+                    KEY_MODE_INLINE => false,
+                    KEY_MODE_BYTES => true,
+                    _ => return None,
+                },
             },
         };
         g.valid().then_some(g)
     }
 
     pub fn valid(&self) -> bool {
-        (4..=1024).contains(&self.n) && (1..=4).contains(&self.m) && (8..=24).contains(&self.k)
+        (4..=1024).contains(&self.n) && (1..=4).contains(&self.m)
     }
 
     /// Bytes of one segment.
@@ -140,25 +150,24 @@ impl Geo {
         (self.n + self.m) * SLOTS as u64
     }
 
-    pub fn mask(&self) -> u64 {
-        (1u64 << self.k) - 1
-    }
-
-    /// Bytes of one octave table block.
-    pub fn octave_bytes(&self) -> u64 {
-        OCT_HEADER + 4 * (1u64 << self.k)
-    }
-
-    /// The most segments the table resolves: every active logical bucket
-    /// must own at least one index of the window (`2^k ≥ 2.9 · first`).
-    pub fn max_first(&self) -> u64 {
-        (1u64 << self.k) / 3
-    }
-
     #[inline]
     pub fn bucket(&self, seg: u64, b: u64) -> u64 {
         seg + SEG_HEADER + b * BUCKET
     }
+}
+
+/// Most cells per octave (2^24): 128 MiB per octave table.
+pub const MAX_K: u32 = 24;
+
+/// Bytes of one octave table block at `2^k` cells.
+pub fn octave_bytes(k: u32) -> u64 {
+    OCT_HEADER + 8 * (1u64 << k)
+}
+
+/// The most segments a table of `2^k` cells per octave resolves: every
+/// bucket of the window must be at least one cell wide (`2^k ≥ 2.9·first`).
+pub fn max_first(k: u32) -> u64 {
+    (1u64 << k) / 3
 }
 
 /// Directory position of physical segment `p`: (entry, index in its array).
@@ -307,7 +316,6 @@ mod tests {
         let g = Geo {
             n: 56,
             m: 4,
-            k: 20,
             bytes_keys: true,
         };
         assert_eq!(Geo::decode(g.encode()), Some(g));

@@ -35,7 +35,7 @@ pub const LAYOUT: &str = "pass";
 pub const MAX_KEY_BYTES: usize = 4096;
 /// Default split load: expand `first` while the table holds more than this
 /// fraction of its normal and stash slots.
-pub const DEFAULT_SPLIT_LOAD: f64 = 0.86;
+pub const DEFAULT_SPLIT_LOAD: f64 = 0.66;
 
 /// The registry entry: inline 8-byte keys.
 pub fn spec() -> EngineSpec {
@@ -90,8 +90,9 @@ pub struct Options {
     pub normal_buckets: Option<u64>,
     /// Stash buckets per segment (1..=4). `None`: 4, or 2 with 4 normal.
     pub stash_buckets: Option<u64>,
-    /// Scalar bits `k` (8..=24). `None`: from the pool's size limit (the
-    /// three octave tables take at most 1/32 of it, k ≤ 21).
+    /// Cells per octave of the mapping table at create, as `k` (8..=24).
+    /// `None`: the smallest that resolves the initial segments. It grows
+    /// by itself; a larger start only skips those rebuilds.
     pub scalar_bits: Option<u32>,
     /// Split `first` while len exceeds this fraction of the normal and
     /// stash slots (0.3..=1.5; above 1 the overflow chains take the rest).
@@ -129,6 +130,33 @@ pub(crate) struct Tallies {
     pub max_lf_bits: AtomicU64,
 }
 
+/// What readers and writers compute with (see [`Pass::snap`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Snap {
+    pub v: u64,
+    pub first: u64,
+    pub cf: u64,
+    pub k: u32,
+    pub tables: [u64; 3],
+}
+
+/// Octaves a window of leftmost bucket `first` spans (fine positions
+/// `S(first) .. S(first) + 2^40`).
+pub(crate) fn window_octaves(first: u64) -> (u32, u32) {
+    let cf = table::fine_log2(first);
+    (
+        (cf >> table::FINE) as u32,
+        ((cf + (1 << table::FINE) - 1) >> table::FINE) as u32,
+    )
+}
+
+/// Offset in the root of the slot of octave `o` at `2^k` cells: tables of
+/// even and odd `k` keep separate slots, so growing `k` never frees a table
+/// a reader may be using.
+pub(crate) fn table_slot(o: u32, k: u32) -> u64 {
+    R_TABLES + 8 * (3 * (k as u64 % 2) + (o % 3) as u64)
+}
+
 /// A key as the operations see it.
 #[derive(Clone, Copy)]
 pub(crate) enum Key<'a> {
@@ -143,10 +171,14 @@ pub struct Pass {
     pub(crate) geo: Geo,
     pub(crate) seed: u64,
     pub(crate) lock: LineLock,
-    /// `first << 32 | cI`: the spiral state readers compute with. Written
-    /// only after `first` is durable.
-    pub(crate) state: AtomicU64,
-    /// Octave table blocks (DRAM copy of the root's three slots).
+    /// The spiral state readers compute with, under a version (odd while
+    /// a split publishes): `first`, the window start `S(first)` in fine
+    /// units, the table's `k` and its three octave blocks. Published only
+    /// after `first` is durable.
+    pub(crate) sv: AtomicU64,
+    pub(crate) s_first: AtomicU64,
+    pub(crate) s_cf: AtomicU64,
+    pub(crate) s_k: AtomicU64,
     pub(crate) tables: [AtomicU64; 3],
     /// Segment arrays (DRAM copy of the root's directory).
     pub(crate) dir: Vec<AtomicU64>,
@@ -202,31 +234,23 @@ impl Pass {
         let n = opts.normal_buckets.unwrap_or(if small { 4 } else { 56 });
         let m = opts.stash_buckets.unwrap_or(if n <= 4 { 2 } else { 4 });
         let room = pool.max_size().max(pool.size());
-        let k = match opts.scalar_bits {
-            Some(k) => k,
-            None => {
-                // Three octaves of 4-byte entries in at most 1/32 of the pool.
-                let mut k = 8;
-                while k < 21 && 3 * 4 * (2u64 << k) <= room / 32 {
-                    k += 1;
-                }
-                k
-            }
-        };
         let geo = Geo {
             n,
             m,
-            k,
             bytes_keys: opts.bytes_keys,
         };
         if !geo.valid() {
             return Err(Error::InvalidArgument(format!(
-                "geometry {n} normal + {m} stash buckets, k = {k} (want 4..=1024, 1..=4, 8..=24)"
+                "geometry {n} normal + {m} stash buckets (want 4..=1024 and 1..=4)"
             )));
         }
         let want = cfg.initial_capacity as f64 / (geo.seg_slots() as f64 * opts.split_load);
-        let first = (want.ceil() as u64).clamp(1, geo.max_first());
-        let need = first * geo.seg_bytes() + 3 * geo.octave_bytes() + ROOT_BYTES;
+        let first = (want.ceil() as u64).clamp(1, max_first(MAX_K));
+        let k = table::cells_for(first).max(opts.scalar_bits.unwrap_or(0));
+        if !(8..=MAX_K).contains(&k) {
+            return Err(Error::InvalidArgument(format!("k = {k} outside 8..={MAX_K}")));
+        }
+        let need = first * geo.seg_bytes() + 3 * octave_bytes(k) + ROOT_BYTES;
         if need > room {
             return Err(Error::OutOfSpace(format!(
                 "a table for {} keys needs {need} bytes, the pool can hold {room}",
@@ -244,15 +268,15 @@ impl Pass {
         pool.store_u64(root + R_SEED, seed);
         pool.store_u64(root + R_SPLIT_LOAD, opts.split_load.to_bits());
         pool.store_u64(root + R_FIRST, first);
+        pool.store_u64(root + R_K, k as u64);
         // Until the pool root names the root block, nothing here exists:
         // every block is linked from the root block and committed, and a
         // refusal frees them all again.
         let mut taken: Vec<u64> = Vec::new();
         let built = (|| -> Result<()> {
-            let ci = spiral::window_start(first, k);
-            let (lo, hi) = ((ci >> k) as u32, ((ci + (1 << k) - 1) >> k) as u32);
+            let (lo, hi) = window_octaves(first);
             for o in lo..=hi {
-                let blk = Self::write_octave(&pool, &geo, root, o, 0)?;
+                let blk = Self::write_octave(&pool, root, o, k, 0)?;
                 taken.push(blk);
             }
             let mut p = 0;
@@ -262,7 +286,7 @@ impl Pass {
                 taken.push(blk);
                 for i in 0..entry_segments(e).min(first - p) {
                     let seg = blk + i * geo.seg_bytes();
-                    pool.store_u64(seg + H_LOGICAL, recover::logical_of(p + i, first << 32));
+                    pool.store_u64(seg + H_LOGICAL, recover::logical_of(p + i, first));
                     pool.flush(seg, LINE as usize);
                 }
                 p = entry_first(e) + entry_segments(e);
@@ -317,7 +341,10 @@ impl Pass {
             geo,
             seed,
             lock,
-            state: AtomicU64::new(0),
+            sv: AtomicU64::new(0),
+            s_first: AtomicU64::new(0),
+            s_cf: AtomicU64::new(0),
+            s_k: AtomicU64::new(0),
             tables: Default::default(),
             dir: (0..DIR_ENTRIES).map(|_| AtomicU64::new(0)).collect(),
             len: Counter::default(),
@@ -333,22 +360,64 @@ impl Pass {
     /// Loads the DRAM copies (state, tables, directory) from the root.
     pub(crate) fn load_dram(&self) -> Result<()> {
         let first = self.pool.load_u64(self.root + R_FIRST);
-        for (s, t) in self.tables.iter().enumerate() {
-            t.store(
-                self.pool.load_u64(self.root + R_TABLES + 8 * s as u64),
-                Ordering::Relaxed,
-            );
-        }
+        let k = self.pool.load_u64(self.root + R_K) as u32;
+        let tables: [u64; 3] = std::array::from_fn(|s| {
+            self.pool
+                .load_u64(self.root + R_TABLES + 8 * (3 * (k as u64 % 2) + s as u64))
+        });
         for (e, d) in self.dir.iter().enumerate() {
             d.store(
                 self.pool.load_u64(self.root + R_DIR + 8 * e as u64),
                 Ordering::Relaxed,
             );
         }
-        let ci = spiral::window_start(first, self.geo.k);
-        self.state.store(first << 32 | ci, Ordering::Release);
+        self.publish(first, k, tables);
         self.set_threshold(first);
         Ok(())
+    }
+
+    /// Publishes a new spiral state to readers (the caller holds
+    /// `split_mx`, or no one else runs).
+    pub(crate) fn publish(&self, first: u64, k: u32, tables: [u64; 3]) {
+        let v = self.sv.load(Ordering::Relaxed);
+        self.sv.store(v | 1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        self.s_first.store(first, Ordering::Relaxed);
+        self.s_cf.store(table::fine_log2(first), Ordering::Relaxed);
+        self.s_k.store(k as u64, Ordering::Relaxed);
+        for (t, b) in self.tables.iter().zip(tables) {
+            t.store(b, Ordering::Relaxed);
+        }
+        self.sv.store((v | 1) + 1, Ordering::Release);
+    }
+
+    /// A snapshot of the spiral state; valid while `sv` still equals `v`.
+    #[inline]
+    pub(crate) fn snap(&self) -> Snap {
+        loop {
+            let v = self.sv.load(Ordering::Acquire);
+            if v & 1 == 0 {
+                let s = Snap {
+                    v,
+                    first: self.s_first.load(Ordering::Relaxed),
+                    cf: self.s_cf.load(Ordering::Relaxed),
+                    k: self.s_k.load(Ordering::Relaxed) as u32,
+                    tables: std::array::from_fn(|i| self.tables[i].load(Ordering::Relaxed)),
+                };
+                std::sync::atomic::fence(Ordering::Acquire);
+                if self.sv.load(Ordering::Relaxed) == v {
+                    return s;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Whether no split published since `s` was taken.
+    #[inline]
+    pub(crate) fn still(&self, s: &Snap) -> bool {
+        std::sync::atomic::fence(Ordering::Acquire);
+        self.sv.load(Ordering::Relaxed) == s.v
     }
 
     pub(crate) fn set_threshold(&self, first: u64) {
@@ -357,21 +426,23 @@ impl Pass {
             .store((slots as f64 * self.split_load) as u64, Ordering::Relaxed);
     }
 
-    /// Builds octave `o`'s table into a new block and links it into slot
-    /// `o % 3` of the root, freeing the block it replaces (a dead octave).
-    /// Returns the new block.
-    pub(crate) fn write_octave(pool: &Pool, geo: &Geo, root: u64, o: u32, old: u64) -> Result<u64> {
-        let owner = root + R_TABLES + 8 * (o % 3) as u64;
-        let r = pool.reserve(geo.octave_bytes(), Link::Pointer { owner })?;
+    /// Builds octave `o`'s table at `2^k` cells into a new block and links
+    /// it into its root slot (`table_slot`), freeing `old`, the block it
+    /// replaces: a dead octave of this `k`'s parity (`k − 2`, or an octave
+    /// no window of this size reaches). Returns the new block.
+    pub(crate) fn write_octave(pool: &Pool, root: u64, o: u32, k: u32, old: u64) -> Result<u64> {
+        let owner = root + table_slot(o, k);
+        let size = octave_bytes(k);
+        let r = pool.reserve(size, Link::Pointer { owner })?;
         let blk = r.offset();
-        let oct = table::Octave::build(o, geo.k);
-        let mut bytes = Vec::with_capacity(geo.octave_bytes() as usize);
-        for w in [OCT_MAGIC, o as u64, geo.k as u64, 1u64 << geo.k] {
+        let cells = table::exact_octave(o, k);
+        let mut bytes = Vec::with_capacity(size as usize);
+        for w in [OCT_MAGIC, o as u64, k as u64, 1u64 << k] {
             bytes.extend_from_slice(&w.to_le_bytes());
         }
         bytes.resize(OCT_HEADER as usize, 0);
-        for &p in &oct.mapping {
-            bytes.extend_from_slice(&p.to_le_bytes());
+        for &c in &cells {
+            bytes.extend_from_slice(&c.to_le_bytes());
         }
         pool.write_nt(blk, &bytes);
         // persist: the table (non-temporal stores) before the slot names it.
@@ -388,7 +459,7 @@ impl Pass {
             None
         };
         // persist: one 8-byte store links the new octave and unlinks the
-        // dead one it replaces (both lanes decide on this word).
+        // one it replaces (both lanes decide on this word).
         pool.store_u64(owner, blk);
         pool.persist(owner, 8);
         pool.commit(r);
@@ -439,29 +510,40 @@ impl Pass {
         }
     }
 
-    /// Fingerprint and home bucket: hash bits independent of the spiral
-    /// bits (the top `k`), so a record that stays in its segment through a
-    /// split keeps its place.
+    /// Fingerprint and home bucket: hash bits 0..24, independent of the
+    /// spiral bits (the top 40), so a record that stays in its segment
+    /// through a split keeps its place.
     #[inline]
     pub(crate) fn fp_bix(&self, h: u64) -> (u8, u64) {
-        (h as u8, (((h >> 8) & 0xffff_ffff) * self.geo.n) >> 32)
+        (h as u8, (((h >> 8) & 0xffff) * self.geo.n) >> 16)
     }
 
-    /// The physical segment of hash `h` in the window of state `st`, or
-    /// `None` when the state is stale (a concurrent split moved on).
+    /// The physical segment of hash `h` in the window of snapshot `s`, or
+    /// `None` when the snapshot is stale (a concurrent split moved on).
     #[inline]
-    pub(crate) fn phys_of(&self, h: u64, st: u64) -> Option<u64> {
-        let k = self.geo.k;
-        let first = st >> 32;
-        let i = spiral::index(h >> (64 - k), st & 0xffff_ffff, k);
-        let tb = self.tables[((i >> k) % 3) as usize].load(Ordering::Acquire);
-        if tb == 0 {
+    pub(crate) fn phys_of(&self, h: u64, s: &Snap) -> Option<u64> {
+        let l = self.logical_of_hash(h, s)?;
+        let p = spiral::physical(l);
+        (p < s.first).then_some(p)
+    }
+
+    /// The logical bucket of hash `h`: its fine position `P` is the unique
+    /// number ≡ its top 40 bits (mod 2^40) in the window `S(first) ..
+    /// S(first) + 2^40` (the paper's `G = ⌈c − h⌉ + h`, in integers), and
+    /// its cell's entry gives `max{L : S(L) ≤ P}`.
+    #[inline]
+    pub(crate) fn logical_of_hash(&self, h: u64, s: &Snap) -> Option<u64> {
+        const FMASK: u64 = (1 << table::FINE) - 1;
+        let x = h >> (64 - table::FINE);
+        let pos = s.cf + (x.wrapping_sub(s.cf) & FMASK);
+        let i = pos >> (table::FINE - s.k);
+        let tb = s.tables[((pos >> table::FINE) % 3) as usize];
+        let off = tb + OCT_HEADER + 8 * (i & ((1 << s.k) - 1));
+        if tb == 0 || off + 8 > self.pool.size() {
             return None;
         }
-        let j = i & self.geo.mask();
-        let w = self.pool.load_u64(tb + OCT_HEADER + (j / 2) * 8);
-        let p = (w >> ((j & 1) * 32)) & 0xffff_ffff;
-        (p < first).then_some(p)
+        let e = self.pool.load_u64(off);
+        Some(table::entry_logical(e, pos, s.k))
     }
 
     /// Offset of physical segment `p`, if its array exists.
@@ -473,13 +555,13 @@ impl Pass {
     }
 
     #[inline]
-    pub(crate) fn locate(&self, h: u64, st: u64) -> Option<u64> {
-        self.seg_off(self.phys_of(h, st)?)
+    pub(crate) fn locate(&self, h: u64, s: &Snap) -> Option<u64> {
+        self.seg_off(self.phys_of(h, s)?)
     }
 
     #[inline]
     pub(crate) fn first(&self) -> u64 {
-        self.state.load(Ordering::Acquire) >> 32
+        self.snap().first
     }
 
     pub(crate) fn check_open(&self) -> Result<()> {

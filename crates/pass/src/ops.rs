@@ -158,10 +158,10 @@ impl Pass {
         let h = self.hash(k);
         let (fp, bix) = self.fp_bix(h);
         loop {
-            let st = self.state.load(Ordering::Acquire);
-            if let Some(seg) = self.locate(h, st) {
+            let sn = self.snap();
+            if let Some(seg) = self.locate(h, &sn) {
                 if let Some(r) = self.read_find(seg, bix, fp, k) {
-                    if self.state.load(Ordering::Acquire) == st {
+                    if self.still(&sn) {
                         return r;
                     }
                 }
@@ -193,6 +193,7 @@ impl Pass {
         let t = self.geo.bucket(seg, bix);
         let p = self.geo.bucket(seg, (bix + 1) % self.geo.n);
         let wt = self.pool.words(t, 32);
+        self.pool.prefetch(p);
         let vt = wt[0].load(Ordering::Acquire);
         if !self.lock.is_free(vt) {
             return None;
@@ -209,6 +210,13 @@ impl Pass {
                 let mp = wp[1].load(Ordering::Acquire);
                 match self.scan(wp, alloc(mp) & member(mp), fp, k) {
                     Some((_, v)) => Some(v),
+                    // No hint, no count, no chain flag: the common miss
+                    // ends here, after two lines.
+                    None if (mt >> OFP_VALID_SHIFT) & OVERFLOW_HINT_BITS == 0
+                        && (mp >> OFP_VALID_SHIFT) & 7 == 0 =>
+                    {
+                        None
+                    }
                     None => {
                         let hints = (
                             mt,
@@ -357,10 +365,10 @@ impl Pass {
     /// under a spiral state no split has moved.
     fn with_locked<T>(&self, h: u64, bix: u64, mut f: impl FnMut(u64) -> T) -> T {
         loop {
-            let st = self.state.load(Ordering::Acquire);
-            if let Some(seg) = self.locate(h, st) {
+            let sn = self.snap();
+            if let Some(seg) = self.locate(h, &sn) {
                 let held = self.lock_pair(seg, bix);
-                if self.state.load(Ordering::Acquire) == st {
+                if self.still(&sn) {
                     let r = f(seg);
                     drop(held);
                     return r;

@@ -51,16 +51,21 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
     if !(0.3..=1.5).contains(&split_load) {
         return Err(corrupt(format!("split load {split_load} is invalid")));
     }
+    let k = pool.load_u64(root + R_K);
+    if !(8..=MAX_K as u64).contains(&k) {
+        return Err(corrupt(format!("table k = {k} outside 8..={MAX_K}")));
+    }
+    let k = k as u32;
     let first = pool.load_u64(root + R_FIRST);
-    if first == 0 || first > geo.max_first() {
+    if first == 0 || first > max_first(k) {
         return Err(corrupt(format!(
             "first = {first} outside 1..={}",
-            geo.max_first()
+            max_first(k)
         )));
     }
     let name = if geo.bytes_keys { "pass-var" } else { "pass" };
     let ps = Pass::handle(pool, root, geo, seed, split_load, name);
-    validate(&ps, first)?;
+    validate(&ps, first, k)?;
     ps.load_dram()?;
     let chains: u64 = (0..first)
         .map(|p| ps.chain_of(ps.seg_off(p).expect("validated")).len() as u64)
@@ -90,23 +95,19 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
 }
 
 /// Read-only checks of everything open and recovery follow.
-fn validate(ps: &Pass, first: u64) -> Result<()> {
+fn validate(ps: &Pass, first: u64, k: u32) -> Result<()> {
     let pool = &ps.pool;
     let geo = ps.geo;
-    let k = geo.k;
-    let ci = spiral::window_start(first, k);
-    for o in (ci >> k)..=((ci + (1 << k) - 1) >> k) {
-        let blk = pool.load_u64(ps.root + R_TABLES + 8 * (o % 3));
-        if blk == 0
-            || !blk.is_multiple_of(LINE)
-            || pool.check_range(blk, geo.octave_bytes()).is_err()
-        {
+    let (lo, hi) = crate::window_octaves(first);
+    for o in lo..=hi {
+        let blk = pool.load_u64(ps.root + crate::table_slot(o, k));
+        if blk == 0 || !blk.is_multiple_of(LINE) || pool.check_range(blk, octave_bytes(k)).is_err() {
             return Err(corrupt(format!(
                 "octave {o}'s table is missing or out of the pool"
             )));
         }
         if pool.load_u64(blk) != OCT_MAGIC
-            || pool.load_u64(blk + 8) != o
+            || pool.load_u64(blk + 8) != o as u64
             || pool.load_u64(blk + 16) != k as u64
         {
             return Err(corrupt(format!("octave {o}'s table has a bad header")));
@@ -249,7 +250,7 @@ fn key_id(ps: &Pass, kw: u64) -> Result<KeyId> {
 fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
     let geo = ps.geo;
     let seg = ps.seg_off(p).expect("validated");
-    let st = ps.state.load(Ordering::Relaxed);
+    let st = ps.snap();
     let mut seen = HashSet::new();
     let mut kept = 0;
     for (loc, kw, _) in ps.records(seg) {
@@ -258,7 +259,7 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
         let mw = ps.pool.atomic_u64(loc.bucket + B_META);
         let bits = slot_bits(loc.kind, loc.s);
         let b = (loc.bucket - seg - SEG_HEADER) / BUCKET;
-        let here = ps.phys_of(h, st) == Some(p);
+        let here = ps.phys_of(h, &st) == Some(p);
         let placed = match loc.kind {
             Kind::Normal => b == bix || b == (bix + 1) % geo.n,
             _ => true,
@@ -284,15 +285,14 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
         kept += 1;
     }
     ps.rebuild_hints(seg)?;
-    let logical = logical_of(p, st);
+    let logical = logical_of(p, st.first);
     ps.pool.store_u64(seg + H_LOGICAL, logical);
     ps.flush_meta(seg);
     Ok(kept)
 }
 
 /// The active logical bucket that physical segment `p` serves.
-pub(crate) fn logical_of(p: u64, st: u64) -> u64 {
-    let first = st >> 32;
+pub(crate) fn logical_of(p: u64, first: u64) -> u64 {
     // Logical L in first..2·first maps to physical p: L = (2p or the
     // appended bucket) shifted left with trailing ones while ≥ first.
     // Walk up from the bucket appended at p: 2p (or 1 for p = 0).
@@ -308,14 +308,14 @@ pub(crate) fn logical_of(p: u64, st: u64) -> u64 {
 pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
     let pool = &ps.pool;
     let geo = ps.geo;
-    let st = ps.state.load(Ordering::Acquire);
-    let first = st >> 32;
-    if pool.load_u64(ps.root + R_FIRST) != first {
-        return Err(corrupt("DRAM state and PM first differ"));
+    let st = ps.snap();
+    let first = st.first;
+    if pool.load_u64(ps.root + R_FIRST) != first || pool.load_u64(ps.root + R_K) != st.k as u64 {
+        return Err(corrupt("DRAM state and PM first/k differ"));
     }
-    validate(ps, first)?;
+    validate(ps, first, st.k)?;
     let mut reachable = pool.block_size(ps.root)?;
-    for s in 0..3 {
+    for s in 0..6 {
         let blk = pool.load_u64(ps.root + R_TABLES + 8 * s);
         if blk != 0 {
             reachable += pool.block_size(blk)?;
@@ -338,7 +338,7 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
     let mut blocks = HashSet::new();
     for p in 0..first {
         let seg = ps.seg_off(p).expect("validated");
-        if pool.load_u64(seg + H_LOGICAL) != logical_of(p, st) {
+        if pool.load_u64(seg + H_LOGICAL) != logical_of(p, first) {
             return Err(corrupt(format!("segment {p} has a stale logical id")));
         }
         for cb in ps.chain_of(seg) {
@@ -347,7 +347,7 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
         for (loc, kw, _) in ps.records(seg) {
             let h = ps.hash_kw(kw)?;
             let (fp, bix) = ps.fp_bix(h);
-            if ps.phys_of(h, st) != Some(p) {
+            if ps.phys_of(h, &st) != Some(p) {
                 return Err(corrupt(format!(
                     "segment {p} holds a key of another segment"
                 )));

@@ -30,7 +30,7 @@ use pmem::Link;
 
 use crate::layout::*;
 use crate::ops::{slot_bits, Held, Kind, Loc, Placed, Rec};
-use crate::{spiral, Pass};
+use crate::{spiral, Pass, Snap};
 
 impl Pass {
     /// Every valid record of `seg`: location, key word, value.
@@ -142,39 +142,58 @@ impl Pass {
         Ok(())
     }
 
-    /// Makes sure octave `o`'s table is in its slot.
-    pub(crate) fn ensure_octave(&self, o: u32) -> Result<()> {
-        let slot = (o % 3) as usize;
-        let cur = self.tables[slot].load(Ordering::Acquire);
-        if cur != 0 && self.pool.load_u64(cur + 8) == o as u64 {
-            return Ok(());
-        }
-        let blk = Self::write_octave(&self.pool, &self.geo, self.root, o, cur)?;
-        self.tables[slot].store(blk, Ordering::Release);
-        self.t.octaves_built.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
     /// Splits logical segment `first`. `Ok(false)`: the table is at the
     /// largest size its mapping table resolves. The caller holds `split_mx`.
     pub(crate) fn split_one(&self) -> Result<bool> {
         let g = self.geo;
-        let f = self.first();
-        if f + 1 > g.max_first() {
+        let sn = self.snap();
+        let f = sn.first;
+        if f + 1 > max_first(MAX_K) {
             return Ok(false);
         }
-        let k = g.k;
         let f2 = f + 1;
-        let ci2 = spiral::window_start(f2, k);
-        let st2 = f2 << 32 | ci2;
-        // Step 1: tables and the array for segment f.
-        self.ensure_octave((ci2 >> k) as u32)?;
-        self.ensure_octave(((ci2 + (1 << k) - 1) >> k) as u32)?;
+        // Step 1: the tables of the new window — at a larger k when the
+        // cells would get wider than the narrowest bucket — and the array
+        // for segment f. Replaced blocks are dead octaves or tables of the
+        // old k that no current snapshot can still be using... except a
+        // stale reader's, which validates its snapshot and retries.
+        let k2 = sn.k.max(crate::table::cells_for(f2));
+        // Octaves of both windows (at most three), so that every crash
+        // state — (k, f), (k2, f), (k2, f2) — finds its tables.
+        let (lo, _) = crate::window_octaves(f);
+        let (_, hi) = crate::window_octaves(f2);
+        for o in lo..=hi {
+            let slot = crate::table_slot(o, k2);
+            let cur = self.pool.load_u64(self.root + slot);
+            let ok = cur != 0
+                && self.pool.load_u64(cur + 8) == o as u64
+                && self.pool.load_u64(cur + 16) == k2 as u64;
+            if !ok {
+                Self::write_octave(&self.pool, self.root, o, k2, cur)?;
+                self.t.octaves_built.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let tables: [u64; 3] = std::array::from_fn(|s| {
+            self.pool
+                .load_u64(self.root + R_TABLES + 8 * (3 * (k2 as u64 % 2) + s as u64))
+        });
+        if k2 != sn.k {
+            // persist: the new k after its tables, before the split commits.
+            self.pool.store_u64(self.root + R_K, k2 as u64);
+            self.pool.persist(self.root + R_K, 8);
+        }
         let (e, _) = dir_pos(f);
         if self.dir[e].load(Ordering::Acquire) == 0 {
             let blk = Self::new_array(&self.pool, &g, self.root, e)?;
             self.dir[e].store(blk, Ordering::Release);
         }
+        let sn2 = Snap {
+            v: sn.v,
+            first: f2,
+            cf: crate::table::fine_log2(f2),
+            k: k2,
+            tables,
+        };
         let new = self.seg_off(f).expect("array just ensured");
         let p_old = spiral::physical(f);
         let old = self.seg_off(p_old).expect("live segment has an array");
@@ -197,7 +216,7 @@ impl Pass {
         let mut movers = Vec::new();
         for &(loc, kw, v) in &recs {
             let h = self.hash_kw(kw)?;
-            match self.phys_of(h, st2) {
+            match self.phys_of(h, &sn2) {
                 Some(p) if p == f => movers.push((loc, kw, v, h)),
                 Some(p) if p == p_old => {}
                 other => {
@@ -225,7 +244,7 @@ impl Pass {
         // Step 3: commit.
         self.pool.store_u64(self.root + R_FIRST, f2);
         self.pool.persist(self.root + R_FIRST, 8);
-        self.state.store(st2, Ordering::Release);
+        self.publish(f2, k2, tables);
         self.set_threshold(f2);
         // Step 4: drop the movers' stale copies from the old segment.
         for &(loc, ..) in &movers {

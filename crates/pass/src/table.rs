@@ -126,3 +126,139 @@ mod tests {
         assert_eq!(2 * Octave::bytes(scalar_bits_for(1 << 20)), 64 << 20);
     }
 }
+
+/// Fine resolution of a key's position: `G` is known to `2^-FINE`. The
+/// key → logical bucket function is `L(P) = max{L : S(L) ≤ P}` with
+/// `S(L) = ⌊2^FINE · log2 L⌋` (exact) and `P` the key's fine position.
+/// Because `S(2L) = S(L) + 2^FINE` exactly, a split of `L` sends each of
+/// its keys to `2L` or `2L + 1`, and buckets own exactly their share of
+/// the hash space (the paper's quantisation to `2^-k` gave neighbouring
+/// buckets shares that differ by up to one index, 30% and more).
+pub const FINE: u32 = 40;
+
+/// `S(l) = ⌊2^FINE · log2 l⌋`, exactly: by `f64` where it is far from an
+/// integer (its error is below 2^-7 here), else by the exact routine.
+pub fn fine_log2(l: u64) -> u64 {
+    let v = (l as f64).log2() * (1u64 << FINE) as f64;
+    let f = v.floor();
+    if v - f < 0.05 || f + 1.0 - v < 0.05 {
+        crate::spiral::scaled_log2_floor(l, FINE)
+    } else {
+        f as u64
+    }
+}
+
+/// One octave of the exact mapping table at `2^k` cells per octave: cell
+/// `i` covers fine positions `i·2^(FINE−k) ..` and holds the bucket at its
+/// start (low 32 bits) and, if the next bucket starts inside the cell, the
+/// offset of that start in the cell (high 32 bits; 0 = none). With
+/// `2^k ≥ 3 · first` no bucket of a window is narrower than a cell, so one
+/// boundary per cell suffices.
+pub fn exact_octave(a: u32, k: u32) -> Vec<u64> {
+    assert!(a < 32 && (8..=24).contains(&k));
+    let w = 1u64 << (FINE - k);
+    let mut out = Vec::with_capacity(1 << k);
+    let mut l = 1u64 << a;
+    let mut next = fine_log2(l + 1);
+    for j in 0..1u64 << k {
+        let p0 = ((a as u64) << FINE) + j * w;
+        while next <= p0 {
+            l += 1;
+            next = fine_log2(l + 1);
+        }
+        let boff = if next < p0 + w { next - p0 } else { 0 };
+        out.push(l | boff << 32);
+    }
+    out
+}
+
+/// The logical bucket of fine position `p` from its cell's entry.
+#[inline]
+pub fn entry_logical(e: u64, p: u64, k: u32) -> u64 {
+    let boff = e >> 32;
+    let off = p & ((1u64 << (FINE - k)) - 1);
+    (e & 0xffff_ffff) + (boff != 0 && off >= boff) as u64
+}
+
+/// The smallest `k` (8..=24) whose cells are no wider than any bucket of
+/// a window with leftmost bucket `first`.
+pub fn cells_for(first: u64) -> u32 {
+    let need = first.max(1).saturating_mul(3);
+    (64 - (need - 1).leading_zeros()).clamp(8, 24)
+}
+
+#[cfg(test)]
+mod exact_tests {
+    use super::*;
+
+    fn logical_exact(p: u64) -> u64 {
+        // max L with S(L) <= p, by bisection on the exact routine.
+        let (mut lo, mut hi) = (1u64, 1u64 << 33);
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if crate::spiral::scaled_log2_floor(mid, FINE) <= p {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    #[test]
+    fn fine_log2_is_exact_and_doubles_exactly() {
+        for l in (1..200_000u64).step_by(7).chain([1 << 20, (1 << 32) - 1]) {
+            assert_eq!(fine_log2(l), crate::spiral::scaled_log2_floor(l, FINE), "l {l}");
+            assert_eq!(fine_log2(2 * l), fine_log2(l) + (1 << FINE));
+        }
+    }
+
+    #[test]
+    fn exact_octaves_give_the_exact_bucket_everywhere() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for (a, k) in [(3u32, 8u32), (9, 12), (12, 14), (15, 17)] {
+            let t = exact_octave(a, k);
+            let w = 1u64 << (FINE - k);
+            for _ in 0..4000 {
+                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let x = rng >> 24;
+                let p = ((a as u64) << FINE) + x;
+                let e = t[(x / w) as usize];
+                // Only cells no wider than the buckets are ever used.
+                let l = logical_exact(p);
+                if (l as f64) * 1.45 > (1u64 << k) as f64 {
+                    continue;
+                }
+                assert_eq!(entry_logical(e, p, k), l, "a {a} k {k} p {p}");
+            }
+            // Bucket starts are exact: the first position of each bucket.
+            for l in (1u64 << a)..((1u64 << a) + 50).min((1u64 << k) / 2).min(1 << (a + 1)) {
+                let s = fine_log2(l);
+                let e = t[((s - ((a as u64) << FINE)) / w) as usize];
+                assert_eq!(entry_logical(e, s, k), l);
+                if s > (a as u64) << FINE {
+                    assert_eq!(entry_logical(t[((s - 1 - ((a as u64) << FINE)) / w) as usize], s - 1, k), l - 1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_split_sends_every_key_to_a_child() {
+        // Octave a at k cells and octave a+1 at k+1 cells (a table that grew).
+        let (a, k) = (10u32, 12u32);
+        let lo = exact_octave(a, k);
+        let hi = exact_octave(a + 1, k + 1);
+        let mut rng = 7u64;
+        for _ in 0..20_000 {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let x = rng >> 24;
+            let l = entry_logical(lo[(x >> (FINE - k)) as usize], ((a as u64) << FINE) + x, k);
+            if (l as f64) * 1.45 > (1u64 << k) as f64 {
+                continue;
+            }
+            let u = entry_logical(hi[(x >> (FINE - k - 1)) as usize], ((a as u64 + 1) << FINE) + x, k + 1);
+            assert!(u == 2 * l || u == 2 * l + 1, "{l} -> {u}");
+        }
+    }
+}

@@ -35,7 +35,7 @@ pub const LAYOUT: &str = "pass";
 pub const MAX_KEY_BYTES: usize = 4096;
 /// Default split load: expand `first` while the table holds more than this
 /// fraction of its normal and stash slots.
-pub const DEFAULT_SPLIT_LOAD: f64 = 0.66;
+pub const DEFAULT_SPLIT_LOAD: f64 = 0.7;
 
 /// The registry entry: inline 8-byte keys.
 pub fn spec() -> EngineSpec {
@@ -192,6 +192,13 @@ pub struct Pass {
     pub(crate) t: Tallies,
 }
 
+/// The hash seed of a pool: derived from its uuid (and checked at open).
+pub(crate) fn seed_of(pool: &Pool) -> u64 {
+    let uuid = pool.identity().uuid;
+    u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"))
+        ^ u64::from_le_bytes(uuid[8..].try_into().expect("8 bytes")).rotate_left(29)
+}
+
 pub(crate) fn corrupt(m: impl Into<String>) -> Error {
     Error::Corrupt(m.into())
 }
@@ -246,9 +253,18 @@ impl Pass {
         }
         let want = cfg.initial_capacity as f64 / (geo.seg_slots() as f64 * opts.split_load);
         let first = (want.ceil() as u64).clamp(1, max_first(MAX_K));
+        if let Some(k) = opts.scalar_bits {
+            if !(8..=MAX_K).contains(&k) {
+                return Err(Error::InvalidArgument(format!(
+                    "k = {k} outside 8..={MAX_K}"
+                )));
+            }
+        }
         let k = table::cells_for(first).max(opts.scalar_bits.unwrap_or(0));
         if !(8..=MAX_K).contains(&k) {
-            return Err(Error::InvalidArgument(format!("k = {k} outside 8..={MAX_K}")));
+            return Err(Error::InvalidArgument(format!(
+                "k = {k} outside 8..={MAX_K}"
+            )));
         }
         let need = first * geo.seg_bytes() + 3 * octave_bytes(k) + ROOT_BYTES;
         if need > room {
@@ -257,9 +273,7 @@ impl Pass {
                 cfg.initial_capacity
             )));
         }
-        let uuid = pool.identity().uuid;
-        let seed = u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"))
-            ^ u64::from_le_bytes(uuid[8..].try_into().expect("8 bytes")).rotate_left(29);
+        let seed = seed_of(&pool);
         let root_r = pool.reserve(ROOT_BYTES, Link::RootPointer)?;
         let root = root_r.offset();
         pool.zero(root, ROOT_BYTES as usize);

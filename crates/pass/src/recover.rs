@@ -47,6 +47,9 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
     let geo = Geo::decode(pool.load_u64(root + R_GEO))
         .ok_or_else(|| corrupt("root geometry word is invalid"))?;
     let seed = pool.load_u64(root + R_SEED);
+    if seed != crate::seed_of(&pool) {
+        return Err(corrupt("hash seed does not match the pool's identity"));
+    }
     let split_load = f64::from_bits(pool.load_u64(root + R_SPLIT_LOAD));
     if !(0.3..=1.5).contains(&split_load) {
         return Err(corrupt(format!("split load {split_load} is invalid")));
@@ -65,7 +68,7 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
     }
     let name = if geo.bytes_keys { "pass-var" } else { "pass" };
     let ps = Pass::handle(pool, root, geo, seed, split_load, name);
-    validate(&ps, first, k)?;
+    validate(&ps, first, k, true)?;
     ps.load_dram()?;
     let chains: u64 = (0..first)
         .map(|p| ps.chain_of(ps.seg_off(p).expect("validated")).len() as u64)
@@ -95,13 +98,38 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
 }
 
 /// Read-only checks of everything open and recovery follow.
-fn validate(ps: &Pass, first: u64, k: u32) -> Result<()> {
+/// `deep`: also every key block (bytes mode), which recovery and `check`
+/// follow; a clean open follows them only through checked reads, so it
+/// skips that walk.
+fn validate(ps: &Pass, first: u64, k: u32, deep: bool) -> Result<()> {
     let pool = &ps.pool;
     let geo = ps.geo;
+    let deep = deep && geo.bytes_keys;
+    for s in 0..6u64 {
+        let blk = pool.load_u64(ps.root + R_TABLES + 8 * s);
+        if blk == 0 {
+            continue;
+        }
+        let sk = if blk.is_multiple_of(LINE) && pool.check_range(blk, OCT_HEADER).is_ok() {
+            pool.load_u64(blk + 16)
+        } else {
+            0
+        };
+        if !(8..=MAX_K as u64).contains(&sk)
+            || pool.load_u64(blk) != OCT_MAGIC
+            || pool.check_range(blk, octave_bytes(sk as u32)).is_err()
+            || sk % 2 != s / 3
+        {
+            return Err(corrupt(format!(
+                "octave table slot {s} holds no valid table"
+            )));
+        }
+    }
     let (lo, hi) = crate::window_octaves(first);
     for o in lo..=hi {
         let blk = pool.load_u64(ps.root + crate::table_slot(o, k));
-        if blk == 0 || !blk.is_multiple_of(LINE) || pool.check_range(blk, octave_bytes(k)).is_err() {
+        if blk == 0 || !blk.is_multiple_of(LINE) || pool.check_range(blk, octave_bytes(k)).is_err()
+        {
             return Err(corrupt(format!(
                 "octave {o}'s table is missing or out of the pool"
             )));
@@ -112,7 +140,20 @@ fn validate(ps: &Pass, first: u64, k: u32) -> Result<()> {
         {
             return Err(corrupt(format!("octave {o}'s table has a bad header")));
         }
+        // The table is a cache of a fixed function: check it against the
+        // function, so a damaged cell cannot misroute keys (or make
+        // recovery drop records as stale copies).
+        let want = crate::table::exact_octave(o, k);
+        let got = pool.words(blk + OCT_HEADER, want.len());
+        if want
+            .iter()
+            .zip(got)
+            .any(|(&w, g)| g.load(Ordering::Relaxed) != w)
+        {
+            return Err(corrupt(format!("octave {o}'s table has damaged cells")));
+        }
     }
+    let mut arrays = HashSet::new();
     for e in 0..DIR_ENTRIES {
         let blk = pool.load_u64(ps.root + R_DIR + 8 * e as u64);
         let size = entry_segments(e) * geo.seg_bytes();
@@ -124,13 +165,20 @@ fn validate(ps: &Pass, first: u64, k: u32) -> Result<()> {
             }
             continue;
         }
-        if !blk.is_multiple_of(LINE) || pool.check_range(blk, size).is_err() {
+        if !blk.is_multiple_of(LINE)
+            || pool.check_range(blk, size).is_err()
+            || pool.block_size(blk).map_or(true, |b| b < size)
+            || !arrays.insert(blk)
+        {
             return Err(corrupt(format!(
                 "directory entry {e} points outside the pool"
             )));
         }
     }
     let max_chain = pool.size() / BUCKET;
+    // One set for every chain: a bucket in two chains would be freed (or
+    // repaired) twice.
+    let mut seen = HashSet::new();
     for e in 0..DIR_ENTRIES {
         let blk = pool.load_u64(ps.root + R_DIR + 8 * e as u64);
         if blk == 0 {
@@ -141,7 +189,6 @@ fn validate(ps: &Pass, first: u64, k: u32) -> Result<()> {
             let p = entry_first(e) + i;
             let mut cb = pool.load_u64(seg + H_CHAIN);
             let mut steps = 0;
-            let mut seen = HashSet::new();
             while cb != 0 {
                 steps += 1;
                 if !cb.is_multiple_of(LINE)
@@ -153,12 +200,24 @@ fn validate(ps: &Pass, first: u64, k: u32) -> Result<()> {
                         "segment {p}'s overflow chain is broken at {cb:#x}"
                     )));
                 }
-                if p < first && geo.bytes_keys {
+                if p < first && deep {
                     check_keys(ps, cb)?;
                 }
                 cb = chain_next(pool.load_u64(cb + B_META));
             }
-            if p < first && geo.bytes_keys {
+            if p < first {
+                // Logical ids agree with `first` (after a crash the split's
+                // old segment may still carry `first − 1`, its id before).
+                let id = pool.load_u64(seg + H_LOGICAL);
+                let ok = id == logical_of(p, first)
+                    || (!pool.was_clean() && p == spiral::physical(first - 1) && id == first - 1);
+                if !ok {
+                    return Err(corrupt(format!(
+                        "segment {p} serves logical {id}, not what first = {first} implies"
+                    )));
+                }
+            }
+            if p < first && deep {
                 for b in 0..geo.n + geo.m {
                     check_keys(ps, geo.bucket(seg, b))?;
                 }
@@ -258,7 +317,8 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
         let (_, bix) = ps.fp_bix(h);
         let mw = ps.pool.atomic_u64(loc.bucket + B_META);
         let bits = slot_bits(loc.kind, loc.s);
-        let b = (loc.bucket - seg - SEG_HEADER) / BUCKET;
+        // Only meaningful for normal buckets (chain buckets lie anywhere).
+        let b = loc.bucket.wrapping_sub(seg + SEG_HEADER) / BUCKET;
         let here = ps.phys_of(h, &st) == Some(p);
         let placed = match loc.kind {
             Kind::Normal => b == bix || b == (bix + 1) % geo.n,
@@ -313,7 +373,7 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
     if pool.load_u64(ps.root + R_FIRST) != first || pool.load_u64(ps.root + R_K) != st.k as u64 {
         return Err(corrupt("DRAM state and PM first/k differ"));
     }
-    validate(ps, first, st.k)?;
+    validate(ps, first, st.k, true)?;
     let mut reachable = pool.block_size(ps.root)?;
     for s in 0..6 {
         let blk = pool.load_u64(ps.root + R_TABLES + 8 * s);

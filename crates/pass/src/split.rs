@@ -179,8 +179,11 @@ impl Pass {
         });
         if k2 != sn.k {
             // persist: the new k after its tables, before the split commits.
+            // Readers move to it at once (the tables cover the current
+            // window too), so DRAM and PM agree even if the split fails.
             self.pool.store_u64(self.root + R_K, k2 as u64);
             self.pool.persist(self.root + R_K, 8);
+            self.publish(f, k2, tables);
         }
         let (e, _) = dir_pos(f);
         if self.dir[e].load(Ordering::Acquire) == 0 {
@@ -199,7 +202,7 @@ impl Pass {
         let old = self.seg_off(p_old).expect("live segment has an array");
         // Step 2: the new segment. Unused segments never keep a chain
         // (recovery frees them), so zeroing it leaks nothing.
-        debug_assert_eq!(self.pool.load_u64(new + H_CHAIN), 0);
+        self.free_chain(new)?;
         self.pool.zero(new, g.seg_bytes() as usize);
         let mut held = Held::new(self);
         for b in 0..g.n + g.m {
@@ -244,9 +247,10 @@ impl Pass {
         // Step 3: commit.
         self.pool.store_u64(self.root + R_FIRST, f2);
         self.pool.persist(self.root + R_FIRST, 8);
-        self.publish(f2, k2, tables);
-        self.set_threshold(f2);
-        // Step 4: drop the movers' stale copies from the old segment.
+        // Step 4: drop the movers' stale copies from the old segment (still
+        // locked; readers and writers of the new state wait for step 4 to
+        // be durable, so no key block a stale copy names is freed and
+        // reused before the copy is gone).
         for &(loc, ..) in &movers {
             let mw = self.pool.atomic_u64(loc.bucket + B_META);
             let bits = slot_bits(loc.kind, loc.s);
@@ -258,6 +262,8 @@ impl Pass {
         // 0, the header, the chain) — order among them does not matter.
         self.flush_meta(old);
         self.pool.fence();
+        self.publish(f2, k2, tables);
+        self.set_threshold(f2);
         // Step 5: chain records move into the room the movers left.
         self.compact_chain(old, chain_held)?;
         drop(held);

@@ -208,7 +208,11 @@ mod exact_tests {
     #[test]
     fn fine_log2_is_exact_and_doubles_exactly() {
         for l in (1..200_000u64).step_by(7).chain([1 << 20, (1 << 32) - 1]) {
-            assert_eq!(fine_log2(l), crate::spiral::scaled_log2_floor(l, FINE), "l {l}");
+            assert_eq!(
+                fine_log2(l),
+                crate::spiral::scaled_log2_floor(l, FINE),
+                "l {l}"
+            );
             assert_eq!(fine_log2(2 * l), fine_log2(l) + (1 << FINE));
         }
     }
@@ -220,7 +224,9 @@ mod exact_tests {
             let t = exact_octave(a, k);
             let w = 1u64 << (FINE - k);
             for _ in 0..4000 {
-                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let x = rng >> 24;
                 let p = ((a as u64) << FINE) + x;
                 let e = t[(x / w) as usize];
@@ -237,7 +243,10 @@ mod exact_tests {
                 let e = t[((s - ((a as u64) << FINE)) / w) as usize];
                 assert_eq!(entry_logical(e, s, k), l);
                 if s > (a as u64) << FINE {
-                    assert_eq!(entry_logical(t[((s - 1 - ((a as u64) << FINE)) / w) as usize], s - 1, k), l - 1);
+                    assert_eq!(
+                        entry_logical(t[((s - 1 - ((a as u64) << FINE)) / w) as usize], s - 1, k),
+                        l - 1
+                    );
                 }
             }
         }
@@ -251,13 +260,19 @@ mod exact_tests {
         let hi = exact_octave(a + 1, k + 1);
         let mut rng = 7u64;
         for _ in 0..20_000 {
-            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let x = rng >> 24;
             let l = entry_logical(lo[(x >> (FINE - k)) as usize], ((a as u64) << FINE) + x, k);
             if (l as f64) * 1.45 > (1u64 << k) as f64 {
                 continue;
             }
-            let u = entry_logical(hi[(x >> (FINE - k - 1)) as usize], ((a as u64 + 1) << FINE) + x, k + 1);
+            let u = entry_logical(
+                hi[(x >> (FINE - k - 1)) as usize],
+                ((a as u64 + 1) << FINE) + x,
+                k + 1,
+            );
             assert!(u == 2 * l || u == 2 * l + 1, "{l} -> {u}");
         }
     }

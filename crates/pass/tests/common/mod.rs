@@ -1,0 +1,317 @@
+//! Helpers shared by the pass integration tests: pools in every mode with
+//! fixed uuids (so the hash seed, hence every path, repeats), versioned
+//! values, model comparison for both key modes, reopen helpers and pool
+//! image patching.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
+
+use engine::{Durability, Engine, EngineConfig};
+use pass::{Options, Pass};
+use pmem::{Mode, Pool, PoolOptions};
+
+pub use engine::testkit::{verify_model, Rng};
+
+pub const MIB: u64 = 1 << 20;
+
+/// murmur3's finalizer: a bijection, for spreading test keys.
+pub fn fmix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// A uuid made from a seed: the table's hash seed repeats run to run.
+pub fn uuid_of(seed: u64) -> [u8; 16] {
+    let mut u = *b"pass-tests-uuid!";
+    u[..8].copy_from_slice(&seed.to_le_bytes());
+    u
+}
+
+pub fn pool_opts(mode: Mode, size: u64, max_size: u64, seed: u64) -> PoolOptions {
+    PoolOptions {
+        mode,
+        size,
+        max_size,
+        layout: pass::LAYOUT.into(),
+        uuid: Some(uuid_of(seed)),
+        ..PoolOptions::default()
+    }
+}
+
+/// An in-memory pool (`Volatile` or `Simulated`).
+pub fn mem_pool(mode: Mode, size: u64, max_size: u64, seed: u64) -> Arc<Pool> {
+    assert!(mode == Mode::Volatile || mode == Mode::Simulated);
+    Arc::new(Pool::create(Path::new(""), &pool_opts(mode, size, max_size, seed)).unwrap())
+}
+
+pub fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
+    EngineConfig {
+        durability: Durability::Strict,
+        initial_capacity,
+        threads,
+    }
+}
+
+/// Default options, byte-string keys.
+pub fn bytes_opts() -> Options {
+    Options {
+        bytes_keys: true,
+        ..Options::default()
+    }
+}
+
+/// Options for inline or bytes mode.
+pub fn mode_opts(bytes: bool) -> Options {
+    Options {
+        bytes_keys: bytes,
+        ..Options::default()
+    }
+}
+
+/// A unique temp pool path, removed on drop.
+pub struct TempPath(engine::testkit::TempPath);
+
+impl TempPath {
+    pub fn new(tag: &str) -> TempPath {
+        TempPath(engine::testkit::TempPath::new("pass-test", tag))
+    }
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// A figure from `stats().detail`, parsed.
+pub fn detail(e: &dyn Engine, name: &str) -> f64 {
+    engine::testkit::detail(e, name)
+}
+
+pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
+    detail(e, name) as u64
+}
+
+// ----- versioned values ---------------------------------------------------------------
+
+/// Versioned values for concurrent tests: `key.rotate_left(17) ^ ver * M`.
+/// Any value a reader gets decodes back to a version; a torn value or one
+/// of another key decodes to garbage.
+pub const VER_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+pub const fn inverse(c: u64) -> u64 {
+    let mut x = c;
+    let mut i = 0;
+    while i < 6 {
+        x = x.wrapping_mul(2u64.wrapping_sub(c.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+pub const VER_INV: u64 = inverse(VER_MUL);
+
+pub fn val(key: u64, ver: u64) -> u64 {
+    key.rotate_left(17) ^ ver.wrapping_mul(VER_MUL)
+}
+
+pub fn version_of(key: u64, v: u64) -> u64 {
+    (v ^ key.rotate_left(17)).wrapping_mul(VER_INV)
+}
+
+// ----- model checks -------------------------------------------------------------------
+
+/// Everything the table holds equals `model` (u64 API; see
+/// `engine::testkit::verify_model`: for_each, len, get of every key and of
+/// the absent ones, check() with the model's count and no leaked byte).
+pub fn verify(e: &Pass, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], ctx: &str) {
+    verify_model(e, pool, model, absent, ctx);
+}
+
+/// The bytes-mode twin of [`verify`]: `for_each_bytes` visits each pair of
+/// `model` exactly once, `len`, `get_bytes` of every key, `None` for the
+/// `absent` keys the model lacks, `check()` with the model's count and no
+/// leaked byte. Also: the u64 `for_each` yields exactly the model's keys
+/// that have the shape of a `wide_key`.
+pub fn verify_bytes(
+    e: &Pass,
+    pool: &Pool,
+    model: &HashMap<Vec<u8>, u64>,
+    absent: &[Vec<u8>],
+    ctx: &str,
+) {
+    let mut seen: HashMap<Vec<u8>, u64> = HashMap::with_capacity(model.len());
+    let mut dup = None;
+    e.for_each_bytes(&mut |k, v| {
+        if seen.insert(k.to_vec(), v).is_some() && dup.is_none() {
+            dup = Some(k.to_vec());
+        }
+    });
+    assert_eq!(dup, None, "{ctx}: for_each_bytes visited a key twice");
+    if seen != *model {
+        let missing: Vec<_> = model
+            .keys()
+            .filter(|k| !seen.contains_key(*k))
+            .take(5)
+            .collect();
+        let extra: Vec<_> = seen
+            .keys()
+            .filter(|k| !model.contains_key(*k))
+            .take(5)
+            .collect();
+        let wrong: Vec<_> = model
+            .iter()
+            .filter(|(k, v)| seen.get(*k).is_some_and(|s| s != *v))
+            .take(5)
+            .collect();
+        panic!(
+            "{ctx}: for_each_bytes differs from the model ({} vs {} keys): missing {missing:x?}, extra {extra:x?}, wrong {wrong:x?}",
+            seen.len(),
+            model.len()
+        );
+    }
+    assert_eq!(e.len(), model.len() as u64, "{ctx}: len()");
+    for (k, &v) in model {
+        assert_eq!(e.get_bytes(k).unwrap(), Some(v), "{ctx}: get_bytes({k:x?})");
+    }
+    for k in absent {
+        if !model.contains_key(k) {
+            assert_eq!(
+                e.get_bytes(k).unwrap(),
+                None,
+                "{ctx}: get_bytes({k:x?}) of an absent key"
+            );
+        }
+    }
+    // The u64 view: exactly the wide keys.
+    let mut wide: HashMap<u64, u64> = HashMap::new();
+    e.for_each(&mut |k, v| {
+        assert!(
+            wide.insert(k, v).is_none(),
+            "{ctx}: for_each gave {k:#x} twice"
+        );
+    });
+    let want: HashMap<u64, u64> = model
+        .iter()
+        .filter(|(k, _)| {
+            k.len() == 16 && {
+                let w = u64::from_le_bytes(k[..8].try_into().unwrap());
+                k[..] == pass::wide_key(w)
+            }
+        })
+        .map(|(k, &v)| (u64::from_le_bytes(k[..8].try_into().unwrap()), v))
+        .collect();
+    assert_eq!(wide, want, "{ctx}: for_each (u64 view of bytes mode)");
+    let r = e
+        .check()
+        .unwrap_or_else(|err| panic!("{ctx}: check() failed: {err}"));
+    assert_eq!(r.keys, model.len() as u64, "{ctx}: check().keys");
+    assert_eq!(
+        r.reachable_bytes,
+        pool.stats().bytes_in_use,
+        "{ctx}: reachable bytes differ from the allocator's bytes in use (leak)"
+    );
+}
+
+// ----- reopen -------------------------------------------------------------------------
+
+/// Clean close of a mapped table, then the file opened again as a new
+/// pool. The engine must have been the only other holder of the pool.
+pub fn reopen_file(
+    e: Pass,
+    pool: Arc<Pool>,
+    path: &Path,
+    popts: &PoolOptions,
+) -> (Arc<Pool>, Pass) {
+    e.close().unwrap();
+    assert!(
+        e.insert(0x5eed, 1).is_err(),
+        "insert after close() was accepted"
+    );
+    drop(e);
+    assert_eq!(
+        Arc::strong_count(&pool),
+        1,
+        "the engine still holds the pool"
+    );
+    drop(pool);
+    let p2 = Arc::new(Pool::open(path, popts).unwrap());
+    assert!(p2.was_clean(), "close() did not mark the file clean");
+    let e2 = Pass::open(p2.clone(), &cfg(16, 1)).unwrap();
+    (p2, e2)
+}
+
+/// A crash right now: the live image of a pool that was never closed,
+/// opened as a new volatile pool (recovery runs).
+pub fn crash_reopen_live(pool: &Pool) -> (Arc<Pool>, Pass) {
+    let img = pool.image();
+    let p2 = Arc::new(Pool::from_image(img, Mode::Volatile).unwrap());
+    assert!(!p2.was_clean(), "a crash image reads as cleanly closed");
+    let e2 = Pass::open(p2.clone(), &cfg(16, 1)).unwrap();
+    (p2, e2)
+}
+
+/// A crash right now of a simulated pool: only what was persisted
+/// survives (strict durability: every acknowledged write).
+pub fn crash_reopen_persisted(pool: &Pool) -> (Arc<Pool>, Pass) {
+    let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
+    let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
+    assert!(!p2.was_clean(), "a crash image reads as cleanly closed");
+    let e2 = Pass::open(p2.clone(), &cfg(16, 1)).unwrap();
+    (p2, e2)
+}
+
+// ----- pool images --------------------------------------------------------------------
+
+/// The pool header's two state slots (docs/format.md): the only bytes a
+/// writable open of a pool the engine refuses may change.
+pub const STATE_SLOTS: std::ops::Range<usize> = 64..192;
+
+/// `bytes` with each (offset, word) written little-endian.
+pub fn patch(bytes: &[u8], words: &[(u64, u64)]) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    for &(off, w) in words {
+        v[off as usize..off as usize + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    v
+}
+
+/// The little-endian word at `off`.
+pub fn word(bytes: &[u8], off: u64) -> u64 {
+    u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
+}
+
+/// Rewrites the header's current state slot through `f` (CRC fixed).
+pub fn edit_state(bytes: &mut [u8], f: impl FnOnce(&mut pmem::header::State)) {
+    use pmem::header::{State, SLOT_LEN, SLOT_OFFSET};
+    let (mut st, slot) = State::current(&bytes[..4096]).unwrap();
+    f(&mut st);
+    let off = SLOT_OFFSET + slot * SLOT_LEN;
+    bytes[off..off + SLOT_LEN].copy_from_slice(&st.encode());
+}
+
+/// Clears the clean flag, as a crash would have left it (open then runs
+/// crash recovery).
+pub fn clear_clean_flag(bytes: &mut [u8]) {
+    edit_state(bytes, |s| s.clean = 0);
+}
+
+/// Pool open then engine open of a pool file, in a panic guard:
+/// `Err("PANIC")` if either panicked.
+pub fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Pass), String> {
+    catch_unwind(AssertUnwindSafe(|| {
+        let opts = PoolOptions {
+            mode: Mode::Mapped,
+            read_only,
+            ..PoolOptions::default()
+        };
+        let pool = Arc::new(Pool::open(path, &opts).map_err(|e| format!("pool: {e}"))?);
+        let e = Pass::open(pool.clone(), &cfg(16, 1)).map_err(|e| format!("engine: {e}"))?;
+        Ok((pool, e))
+    }))
+    .unwrap_or_else(|_| Err("PANIC".into()))
+}

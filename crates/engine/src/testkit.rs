@@ -139,3 +139,30 @@ pub fn verify_model(
         "{ctx}: reachable bytes differ from the allocator's bytes in use (leak)"
     );
 }
+
+/// Versioned values for concurrent tests: `key.rotate_left(17) ^ ver · M`.
+/// Any value a reader gets decodes back to a version with [`version_of`];
+/// a torn value (halves of two writes) or one of another key decodes to
+/// garbage.
+pub const VER_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+const VER_INV: u64 = {
+    // Newton's method for the inverse modulo 2^64.
+    let mut x = VER_MUL;
+    let mut i = 0;
+    while i < 6 {
+        x = x.wrapping_mul(2u64.wrapping_sub(VER_MUL.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+};
+
+/// Value number `ver` of `key`.
+pub fn val(key: u64, ver: u64) -> u64 {
+    key.rotate_left(17) ^ ver.wrapping_mul(VER_MUL)
+}
+
+/// The version a value of `key` was made with (garbage for a value that
+/// was never made for `key`).
+pub fn version_of(key: u64, v: u64) -> u64 {
+    (v ^ key.rotate_left(17)).wrapping_mul(VER_INV)
+}

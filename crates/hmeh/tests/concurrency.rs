@@ -12,6 +12,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use common::*;
+use engine::testkit::{val, version_of};
 use engine::{Durability, Engine};
 use hmeh::{Hmeh, Options};
 use pmem::Mode;

@@ -200,6 +200,25 @@ pub fn slot_line(bucket: u64, s: usize) -> u64 {
     slot_off(bucket, s) & !(LINE - 1)
 }
 
+/// The set bits of `m`, lowest first (slots of an allocation mask).
+#[inline]
+pub fn ones(mut m: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (m != 0).then(|| {
+            let s = m.trailing_zeros() as usize;
+            m &= m - 1;
+            s
+        })
+    })
+}
+
+/// The lowest free slot of a bucket whose meta word is `meta`.
+#[inline]
+pub fn first_free(meta: u64) -> Option<usize> {
+    let free = !meta & ALLOC_MASK;
+    (free != 0).then(|| free.trailing_zeros() as usize)
+}
+
 #[inline]
 pub fn alloc(meta: u64) -> u64 {
     meta & ALLOC_MASK

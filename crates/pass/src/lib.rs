@@ -328,9 +328,7 @@ impl Pass {
         pool.commit(root_r);
         let name = if opts.bytes_keys { "pass-var" } else { "pass" };
         let ps = Pass::handle(pool, root, geo, seed, opts.split_load, name);
-        ps.load_dram()?;
-        let lf = ps.len.get();
-        debug_assert_eq!(lf, 0);
+        ps.load_dram();
         Ok(ps)
     }
 
@@ -372,7 +370,7 @@ impl Pass {
     }
 
     /// Loads the DRAM copies (state, tables, directory) from the root.
-    pub(crate) fn load_dram(&self) -> Result<()> {
+    pub(crate) fn load_dram(&self) {
         let first = self.pool.load_u64(self.root + R_FIRST);
         let k = self.pool.load_u64(self.root + R_K) as u32;
         let tables: [u64; 3] = std::array::from_fn(|s| {
@@ -387,7 +385,6 @@ impl Pass {
         }
         self.publish(first, k, tables);
         self.set_threshold(first);
-        Ok(())
     }
 
     /// Publishes a new spiral state to readers (the caller holds
@@ -512,16 +509,26 @@ impl Pass {
     pub(crate) fn hash(&self, k: Key) -> u64 {
         match k {
             Key::Word(w) => fmix(w ^ self.seed),
-            Key::Bytes(b) => {
-                let mut h = self.seed ^ (b.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                for c in b.chunks(8) {
+            Key::Bytes(b) => self.hash_words(
+                b.len() as u64,
+                b.chunks(8).map(|c| {
                     let mut w = [0u8; 8];
                     w[..c.len()].copy_from_slice(c);
-                    h = fmix(h ^ u64::from_le_bytes(w)).rotate_left(23);
-                }
-                fmix(h)
-            }
+                    u64::from_le_bytes(w)
+                }),
+            ),
         }
+    }
+
+    /// The hash of a byte key given as its length and its little-endian
+    /// words, zero-padded (as a key block stores it).
+    #[inline]
+    pub(crate) fn hash_words(&self, len: u64, words: impl Iterator<Item = u64>) -> u64 {
+        let mut h = self.seed ^ len.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for w in words {
+            h = fmix(h ^ w).rotate_left(23);
+        }
+        fmix(h)
     }
 
     /// Fingerprint and home bucket: hash bits 0..24, independent of the
@@ -600,17 +607,6 @@ impl Pass {
     pub fn first_segment(&self) -> u64 {
         self.first()
     }
-}
-
-#[cfg(test)]
-pub(crate) fn api_detail(ps: &Pass, name: &str) -> String {
-    use engine::Engine;
-    ps.stats()
-        .detail
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -60,29 +60,39 @@ pub(crate) enum Placed {
     NoRoom,
 }
 
-/// Lock words held by one writer, released (version bumped) on drop.
+/// Lock words held by one writer, released (version bumped) on drop. The
+/// two words of an ordinary write live inline (no allocation on the hot
+/// path); a split's whole segment spills to a vector.
 pub(crate) struct Held<'a> {
     ps: &'a Pass,
-    words: Vec<&'a AtomicU64>,
+    pair: [Option<&'a AtomicU64>; 2],
+    more: Vec<&'a AtomicU64>,
 }
 
 impl<'a> Held<'a> {
     pub fn new(ps: &'a Pass) -> Held<'a> {
         Held {
             ps,
-            words: Vec::with_capacity(2),
+            pair: [None, None],
+            more: Vec::new(),
         }
     }
     pub fn lock(&mut self, off: u64) {
         let w = self.ps.pool.atomic_u64(off);
         self.ps.lock.lock(w);
-        self.words.push(w);
+        match self.pair.iter_mut().find(|x| x.is_none()) {
+            Some(x) => *x = Some(w),
+            None => self.more.push(w),
+        }
     }
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        for w in self.words.drain(..).rev() {
+        for w in self.more.drain(..).rev() {
+            self.ps.lock.unlock(w);
+        }
+        for w in self.pair.iter_mut().rev().filter_map(|x| x.take()) {
             self.ps.lock.unlock(w);
         }
     }
@@ -119,8 +129,8 @@ impl Pass {
         }
     }
 
-    /// The key bytes behind a key block, checked (bytes mode).
-    pub(crate) fn key_bytes(&self, kw: u64) -> Result<Vec<u8>> {
+    /// A key block, checked (bytes mode): its length and its words.
+    pub(crate) fn key_block(&self, kw: u64) -> Result<(u64, &[AtomicU64])> {
         if kw == 0 || !kw.is_multiple_of(8) {
             return Err(crate::corrupt(format!(
                 "key pointer {kw:#x} is not a block"
@@ -133,20 +143,27 @@ impl Pass {
                 "key block {kw:#x} claims {len} bytes"
             )));
         }
-        self.pool.check_range(kw + 8, len)?;
+        let nw = len.div_ceil(8);
+        self.pool.check_range(kw + 8, 8 * nw)?;
+        Ok((len, self.pool.words(kw + 8, nw as usize)))
+    }
+
+    /// The key bytes behind a key block, checked (bytes mode).
+    pub(crate) fn key_bytes(&self, kw: u64) -> Result<Vec<u8>> {
+        let (len, w) = self.key_block(kw)?;
         let mut b = vec![0u8; len as usize];
-        let w = self.pool.words(kw + 8, len.div_ceil(8) as usize);
-        for (i, c) in b.chunks_mut(8).enumerate() {
-            let x = w[i].load(Ordering::Relaxed).to_le_bytes();
+        for (c, w) in b.chunks_mut(8).zip(w) {
+            let x = w.load(Ordering::Relaxed).to_le_bytes();
             c.copy_from_slice(&x[..c.len()]);
         }
         Ok(b)
     }
 
-    /// The hash of the record whose key word is `kw`.
+    /// The hash of the record whose key word is `kw` (no copy of the key).
     pub(crate) fn hash_kw(&self, kw: u64) -> Result<u64> {
         if self.geo.bytes_keys {
-            Ok(self.hash(Key::Bytes(&self.key_bytes(kw)?)))
+            let (len, w) = self.key_block(kw)?;
+            Ok(self.hash_words(len, w.iter().map(|x| x.load(Ordering::Relaxed))))
         } else {
             Ok(self.hash(Key::Word(kw)))
         }
@@ -173,14 +190,13 @@ impl Pass {
     /// Searches one bucket's candidate slots (a mask of slots) for `k`.
     #[inline]
     fn scan(&self, w: &[AtomicU64], cand: u64, fp: u8, k: Key) -> Option<(usize, u64)> {
-        let mut m = fp_matches(
-            w[2].load(Ordering::Relaxed),
-            w[3].load(Ordering::Relaxed),
-            fp,
-        ) & cand;
-        while m != 0 {
-            let s = m.trailing_zeros() as usize;
-            m &= m - 1;
+        for s in ones(
+            fp_matches(
+                w[2].load(Ordering::Relaxed),
+                w[3].load(Ordering::Relaxed),
+                fp,
+            ) & cand,
+        ) {
             if self.key_is(w[4 + 2 * s].load(Ordering::Relaxed), k) {
                 return Some((s, w[5 + 2 * s].load(Ordering::Relaxed)));
             }
@@ -549,6 +565,29 @@ impl Pass {
         Ok(())
     }
 
+    /// Writes the record into the first free slot of stash or chain bucket
+    /// `b`, holding its lock unless the caller holds the whole segment.
+    /// `false` if the bucket is full.
+    fn try_put(
+        &self,
+        b: u64,
+        rec: Rec,
+        v: u64,
+        fp: u8,
+        persist: bool,
+        all_locked: bool,
+    ) -> Result<bool> {
+        let mut held = Held::new(self);
+        if !all_locked {
+            held.lock(b);
+        }
+        let Some(s) = first_free(self.pool.load_u64(b + B_META)) else {
+            return Ok(false);
+        };
+        self.write_slot(b, s, rec, v, fp, 1 << s, persist)?;
+        Ok(true)
+    }
+
     /// Places a record of home `bix` in `seg`: balanced insert into the
     /// less loaded of home and probe, displacement, the stash, then (with
     /// `allow_chain`) the overflow chain. The caller holds home and probe,
@@ -575,7 +614,7 @@ impl Pass {
             let (ct, cp) = (alloc(mt).count_ones(), alloc(mp).count_ones());
             let full = SLOTS as u32;
             if ct < full && (ct <= cp || cp == full) {
-                let s = (!alloc(mt) & ALLOC_MASK).trailing_zeros() as usize;
+                let s = first_free(mt).expect("home has room");
                 self.write_slot(t, s, rec, v, fp, 1 << s, persist)?;
                 return Ok(if displaced {
                     Placed::Displaced
@@ -584,7 +623,7 @@ impl Pass {
                 });
             }
             if cp < full {
-                let s = (!alloc(mp) & ALLOC_MASK).trailing_zeros() as usize;
+                let s = first_free(mp).expect("probe has room");
                 self.write_slot(
                     p,
                     s,
@@ -609,16 +648,7 @@ impl Pass {
         let m = self.geo.m;
         for d in 0..m {
             let j = (bix + d) % m;
-            let b = self.geo.bucket(seg, n + j);
-            let mut held = Held::new(self);
-            if !all_locked {
-                held.lock(b);
-            }
-            let mb = self.pool.load_u64(b + B_META);
-            if alloc(mb) != ALLOC_MASK {
-                let s = (!alloc(mb) & ALLOC_MASK).trailing_zeros() as usize;
-                self.write_slot(b, s, rec, v, fp, 1 << s, persist)?;
-                drop(held);
+            if self.try_put(self.geo.bucket(seg, n + j), rec, v, fp, persist, all_locked)? {
                 self.add_hint(seg, bix, j, fp, persist);
                 self.t.stash_inserts.fetch_add(1, Ordering::Relaxed);
                 return Ok(Placed::Stash);
@@ -664,7 +694,7 @@ impl Pass {
                     .pool
                     .atomic_u8(fb + B_FP + s as u64)
                     .load(Ordering::Relaxed);
-                let d = (!alloc(mtb) & ALLOC_MASK).trailing_zeros() as usize;
+                let d = first_free(mtb).expect("target has room");
                 let bits = 1 << d
                     | if to_member {
                         1 << (MEMBER_SHIFT as usize + d)
@@ -789,15 +819,7 @@ impl Pass {
             let head = self.pool.load_u64(seg + H_CHAIN);
             let mut cb = head;
             while cb != 0 {
-                let mut held = Held::new(self);
-                if !all_locked {
-                    held.lock(cb);
-                }
-                let mb = self.pool.load_u64(cb + B_META);
-                if alloc(mb) != ALLOC_MASK {
-                    let s = (!alloc(mb) & ALLOC_MASK).trailing_zeros() as usize;
-                    self.write_slot(cb, s, rec, v, fp, 1 << s, persist)?;
-                    drop(held);
+                if self.try_put(cb, rec, v, fp, persist, all_locked)? {
                     let t = self.geo.bucket(seg, bix);
                     let mw = self.pool.atomic_u64(t + B_META);
                     let m = mw.load(Ordering::Acquire);
@@ -810,6 +832,7 @@ impl Pass {
                     self.t.chain_inserts.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
                 }
+                let mb = self.pool.load_u64(cb + B_META);
                 cb = chain_next(mb);
             }
             // Every chain bucket is full: append an empty one at the head.

@@ -69,7 +69,7 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
     let name = if geo.bytes_keys { "pass-var" } else { "pass" };
     let ps = Pass::handle(pool, root, geo, seed, split_load, name);
     validate(&ps, first, k, true)?;
-    ps.load_dram()?;
+    ps.load_dram();
     let chains: u64 = (0..first)
         .map(|p| ps.chain_of(ps.seg_off(p).expect("validated")).len() as u64)
         .sum();
@@ -228,11 +228,8 @@ fn validate(ps: &Pass, first: u64, k: u32, deep: bool) -> Result<()> {
 }
 
 fn check_keys(ps: &Pass, bo: u64) -> Result<()> {
-    let mut a = alloc(ps.pool.load_u64(bo + B_META));
-    while a != 0 {
-        let s = a.trailing_zeros() as usize;
-        a &= a - 1;
-        ps.key_bytes(ps.pool.load_u64(slot_off(bo, s)))?;
+    for s in ones(alloc(ps.pool.load_u64(bo + B_META))) {
+        ps.key_block(ps.pool.load_u64(slot_off(bo, s)))?;
     }
     Ok(())
 }

@@ -55,10 +55,7 @@ impl Pass {
     }
 
     fn bucket_records(&self, bo: u64, kind: Kind, out: &mut Vec<(Loc, u64, u64)>) {
-        let mut a = alloc(self.pool.load_u64(bo + B_META));
-        while a != 0 {
-            let s = a.trailing_zeros() as usize;
-            a &= a - 1;
+        for s in ones(alloc(self.pool.load_u64(bo + B_META))) {
             let so = slot_off(bo, s);
             out.push((
                 Loc {
@@ -119,20 +116,14 @@ impl Pass {
         }
         for j in 0..g.m {
             let bo = g.bucket(seg, g.n + j);
-            let mut a = alloc(self.pool.load_u64(bo + B_META));
-            while a != 0 {
-                let s = a.trailing_zeros() as usize;
-                a &= a - 1;
+            for s in ones(alloc(self.pool.load_u64(bo + B_META))) {
                 let h = self.hash_kw(self.pool.load_u64(slot_off(bo, s)))?;
                 let (fp, bix) = self.fp_bix(h);
                 self.add_hint(seg, bix, j, fp, false);
             }
         }
         for cb in self.chain_of(seg) {
-            let mut a = alloc(self.pool.load_u64(cb + B_META));
-            while a != 0 {
-                let s = a.trailing_zeros() as usize;
-                a &= a - 1;
+            for s in ones(alloc(self.pool.load_u64(cb + B_META))) {
                 let h = self.hash_kw(self.pool.load_u64(slot_off(cb, s)))?;
                 let (_, bix) = self.fp_bix(h);
                 let mw = self.pool.atomic_u64(g.bucket(seg, bix) + B_META);
@@ -294,10 +285,7 @@ impl Pass {
             return Ok(());
         }
         for &cb in &chain {
-            let mut a = alloc(self.pool.load_u64(cb + B_META));
-            while a != 0 {
-                let s = a.trailing_zeros() as usize;
-                a &= a - 1;
+            for s in ones(alloc(self.pool.load_u64(cb + B_META))) {
                 let so = slot_off(cb, s);
                 let kw = self.pool.load_u64(so);
                 let v = self.pool.load_u64(so + 8);

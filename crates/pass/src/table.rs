@@ -2,11 +2,17 @@
 //!
 //! The paper precomputes `power` and `mapping = physical ∘ power` for every
 //! index up to a fixed maximum (182 MB for 200M records). But `first` only
-//! grows, so the window `cI .. cI + 2^k` only moves right, and it spans at
-//! most two *octaves* (indices `a·2^k .. (a+1)·2^k`, the keys whose `G` has
-//! integer part `a`). The engine needs the current octave and the next;
-//! older ones are dead, later ones are built when the window gets there.
-//! Octave `a` holds logical buckets `2^a .. 2^(a+1) − 1`.
+//! grows, so the window only moves right, and it spans at most two
+//! *octaves* (the keys whose `G` has integer part `a`); older ones are
+//! dead, later ones are built when the window gets there. Octave `a` holds
+//! logical buckets `2^a .. 2^(a+1) − 1`.
+//!
+//! Two tables live here:
+//! - [`Octave`]: the paper's table, quantised to `2^-k` (with its
+//!   Algorithm 2 corrected). Kept, with its tests, as the reference that
+//!   shows what the paper builds; the engine does not use it.
+//! - [`exact_octave`]: the engine's table, exact to `2^-40` and free to
+//!   grow `k` (see [`FINE`] and `docs/engines/pass.md`).
 
 use crate::spiral::{physical, power_table};
 

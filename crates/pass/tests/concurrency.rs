@@ -12,6 +12,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use common::*;
+use engine::testkit::{val, version_of};
 use engine::Engine;
 use pass::Pass;
 use pmem::{Mode, Pool};

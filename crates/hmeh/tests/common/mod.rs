@@ -269,31 +269,6 @@ pub fn verify(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, absent: &[
     engine::testkit::verify_model(e, pool, model, absent, ctx);
 }
 
-/// Versioned values for concurrent tests: `key.rotate_left(17) ^ ver * M`.
-/// Any value a reader gets can be decoded back to a version; a torn value
-/// (halves of two writes) or one of another key decodes to garbage.
-pub const VER_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
-
-pub const fn inverse(c: u64) -> u64 {
-    let mut x = c;
-    let mut i = 0;
-    while i < 6 {
-        x = x.wrapping_mul(2u64.wrapping_sub(c.wrapping_mul(x)));
-        i += 1;
-    }
-    x
-}
-
-pub const VER_INV: u64 = inverse(VER_MUL);
-
-pub fn val(key: u64, ver: u64) -> u64 {
-    key.rotate_left(17) ^ ver.wrapping_mul(VER_MUL)
-}
-
-pub fn version_of(key: u64, v: u64) -> u64 {
-    (v ^ key.rotate_left(17)).wrapping_mul(VER_INV)
-}
-
 // ----- pool images -----------------------------------------------------------------
 
 /// The pool header's two state slots (docs/format.md): the only bytes a

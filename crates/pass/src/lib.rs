@@ -222,14 +222,19 @@ impl Pass {
     /// `initial_capacity` keys at the split load, the octave tables of that
     /// window, and the directory arrays that hold the segments.
     ///
-    /// A crash during `create` leaves a pool without a root (it was never
-    /// created); a refused create gives back every block it took.
+    /// A crash during `create` leaves a root block with `first = 0`: open
+    /// refuses it, and the next `create` gives its blocks back and starts
+    /// over. A refused create gives back every block it took.
     pub fn create_with(pool: Arc<Pool>, cfg: &EngineConfig, opts: &Options) -> Result<Pass> {
-        if pool.root() != 0 {
-            return Err(Error::InvalidArgument("pool already holds a table".into()));
-        }
         if pool.is_read_only() {
             return Err(Error::InvalidArgument("pool is read-only".into()));
+        }
+        if pool.root() != 0 {
+            if !recover::interrupted_create(&pool) {
+                return Err(Error::InvalidArgument("pool already holds a table".into()));
+            }
+            // A create cut by a crash: give its blocks back, then start over.
+            recover::undo_create(&pool)?;
         }
         if !(0.3..=1.5).contains(&opts.split_load) {
             return Err(Error::InvalidArgument(format!(
@@ -281,23 +286,27 @@ impl Pass {
         pool.store_u64(root + R_GEO, geo.encode());
         pool.store_u64(root + R_SEED, seed);
         pool.store_u64(root + R_SPLIT_LOAD, opts.split_load.to_bits());
-        pool.store_u64(root + R_FIRST, first);
         pool.store_u64(root + R_K, k as u64);
-        // Until the pool root names the root block, nothing here exists:
-        // every block is linked from the root block and committed, and a
-        // refusal frees them all again.
-        let mut taken: Vec<u64> = Vec::new();
+        // `first` stays 0 ("under construction") until the end.
+        // persist: the root block before the pool root names it; from then
+        // on every block create takes is linked from it and committed, so a
+        // crash leaves a root with first = 0 whose blocks the next create
+        // (or a refused one, now) gives back: nothing leaks.
+        pool.persist(root, ROOT_BYTES as usize);
+        if let Err(e) = pool.set_root(root) {
+            pool.cancel(root_r);
+            return Err(e.into());
+        }
+        pool.commit(root_r);
         let built = (|| -> Result<()> {
             let (lo, hi) = window_octaves(first);
             for o in lo..=hi {
-                let blk = Self::write_octave(&pool, root, o, k, 0)?;
-                taken.push(blk);
+                Self::write_octave(&pool, root, o, k, 0)?;
             }
             let mut p = 0;
             while p < first {
                 let (e, _) = dir_pos(p);
                 let blk = Self::new_array(&pool, &geo, root, e)?;
-                taken.push(blk);
                 for i in 0..entry_segments(e).min(first - p) {
                     let seg = blk + i * geo.seg_bytes();
                     pool.store_u64(seg + H_LOGICAL, recover::logical_of(p + i, first));
@@ -309,23 +318,13 @@ impl Pass {
             Ok(())
         })();
         if let Err(e) = built {
-            for &off in taken.iter().rev() {
-                let _ = pool.free(off);
-            }
-            pool.cancel(root_r);
+            recover::undo_create(&pool)?;
             return Err(e);
         }
-        // persist: the root block (geometry, first, table slots, directory)
-        // after every block it names, before the pool root names it.
-        pool.persist(root, ROOT_BYTES as usize);
-        if let Err(e) = pool.set_root(root) {
-            for &off in taken.iter().rev() {
-                let _ = pool.free(off);
-            }
-            pool.cancel(root_r);
-            return Err(e.into());
-        }
-        pool.commit(root_r);
+        // persist: every block (each persisted and linked) before `first`,
+        // the store that makes the table exist.
+        pool.store_u64(root + R_FIRST, first);
+        pool.persist(root + R_FIRST, 8);
         let name = if opts.bytes_keys { "pass-var" } else { "pass" };
         let ps = Pass::handle(pool, root, geo, seed, opts.split_load, name);
         ps.load_dram();

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use engine::{CheckReport, Result};
-use pmem::Pool;
+use pmem::{Link, Pool};
 
 use crate::layout::*;
 use crate::ops::{slot_bits, Kind};
@@ -60,7 +60,12 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
     }
     let k = k as u32;
     let first = pool.load_u64(root + R_FIRST);
-    if first == 0 || first > max_first(k) {
+    if first == 0 {
+        return Err(corrupt(
+            "the table's creation was cut short (first = 0); create it again to reclaim the pool",
+        ));
+    }
+    if first > max_first(k) {
         return Err(corrupt(format!(
             "first = {first} outside 1..={}",
             max_first(k)
@@ -95,6 +100,45 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
         ps.len.set(n as i64);
     }
     Ok(ps)
+}
+
+/// Whether the pool's root is a PASS root block whose create never
+/// finished (`first` still 0).
+pub(crate) fn interrupted_create(pool: &Pool) -> bool {
+    let root = pool.root();
+    root != 0
+        && root.is_multiple_of(LINE)
+        && pool.check_range(root, ROOT_BYTES).is_ok()
+        && pool.block_size(root).is_ok_and(|b| b >= ROOT_BYTES)
+        && pool.load_u64(root) == ROOT_MAGIC
+        && pool.load_u64(root + R_FIRST) == 0
+}
+
+/// Gives back every block an interrupted (or refused) create linked from
+/// its root block, then the root block itself. Each free is decided by one
+/// persisted store of the word that names the block, so a crash in here
+/// leaves a state this function finishes.
+pub(crate) fn undo_create(pool: &Pool) -> Result<()> {
+    let root = pool.root();
+    let words = (0..6)
+        .map(|s| R_TABLES + 8 * s)
+        .chain((0..DIR_ENTRIES as u64).map(|e| R_DIR + 8 * e));
+    for w in words {
+        let owner = root + w;
+        let blk = pool.load_u64(owner);
+        if blk == 0 {
+            continue;
+        }
+        let t = pool.begin_free(blk, Link::Pointer { owner })?;
+        // persist: the link is cleared before the block is free.
+        pool.store_u64(owner, 0);
+        pool.persist(owner, 8);
+        pool.finish_free(t);
+    }
+    let t = pool.begin_free(root, Link::RootPointer)?;
+    pool.set_root(0)?;
+    pool.finish_free(t);
+    Ok(())
 }
 
 /// Read-only checks of everything open and recovery follow.

@@ -11,6 +11,7 @@ use pmem::Pool;
 
 pub mod crashtest;
 pub mod gate;
+pub mod hash;
 pub mod slotarray;
 pub mod sync;
 pub mod testkit;

@@ -145,16 +145,7 @@ pub fn verify_model(
 /// a torn value (halves of two writes) or one of another key decodes to
 /// garbage.
 pub const VER_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
-const VER_INV: u64 = {
-    // Newton's method for the inverse modulo 2^64.
-    let mut x = VER_MUL;
-    let mut i = 0;
-    while i < 6 {
-        x = x.wrapping_mul(2u64.wrapping_sub(VER_MUL.wrapping_mul(x)));
-        i += 1;
-    }
-    x
-};
+const VER_INV: u64 = crate::hash::inverse(VER_MUL);
 
 /// Value number `ver` of `key`.
 pub fn val(key: u64, ver: u64) -> u64 {

@@ -203,14 +203,7 @@ pub(crate) fn corrupt(m: impl Into<String>) -> Error {
     Error::Corrupt(m.into())
 }
 
-#[inline]
-pub(crate) fn fmix(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
+pub(crate) use engine::hash::fmix64 as fmix;
 
 impl Pass {
     /// Formats a fresh pool with default [`Options`].

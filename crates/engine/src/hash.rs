@@ -53,7 +53,9 @@ mod tests {
             assert_eq!(unfmix64(fmix64(k)), k);
         }
         for _ in 0..10_000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             assert_eq!(unfmix64(fmix64(x)), x);
         }
     }

@@ -164,10 +164,17 @@ impl Engine for Pass {
             });
             return;
         }
+        if self.pool.load_u64(self.root + R_ZERO) == 1 {
+            f(
+                engine::hash::unfmix64(0) ^ self.seed,
+                self.pool.load_u64(self.root + R_ZERO_VALUE),
+            );
+        }
         for p in 0..self.first() {
             let Some(seg) = self.seg_off(p) else { return };
             for (_, kw, v) in self.records(seg) {
-                f(kw, v);
+                // The key word is the key's hash: invert it.
+                f(engine::hash::unfmix64(kw) ^ self.seed, v);
             }
         }
     }

@@ -10,6 +10,8 @@
 //!   24   split load (f64 bits): split `first` when len > this × slots
 //!   32   k: the mapping table has 2^k cells per octave (grows with the
 //!        table; a cache of a fixed function, see below)
+//!   40   1 if the inline key whose hash is 0 is present; 48 its value
+//!        (a key word of 0 marks a free slot, so that one key lives here)
 //!   64   first: the leftmost active logical segment. THE COMMIT WORD of
 //!        every expansion (one 8-byte store); alone with the count below
 //!        in its line
@@ -44,8 +46,12 @@
 //!        Chain buckets: alloc bits 0..14, next chain bucket / 64 in 16..64
 //!   16   fingerprints of slots 0..13 (1 byte each), overflow fingerprints
 //!        0 and 1 (bytes 30, 31)
-//!   32   14 slots of {key word, value}: key word = the key (inline mode)
-//!        or the offset of its key block (bytes mode)
+//!   32   14 slots of {key word, value}: key word = the key's hash (inline
+//!        mode; fmix64 of key ^ seed, a bijection) or the offset of its key
+//!        block (bytes mode). A slot is a record iff its key word is not 0:
+//!        THE COMMIT of an insert or delete is that one 8-byte store. The
+//!        meta word and fingerprints are hints kept exact while running,
+//!        persisted with the slot, and rebuilt from the slots after a crash
 //!
 //! Key block (bytes mode; 8 + len rounded up to 8)
 //!   0    length in bytes   8  the key, zero-padded to a whole word
@@ -63,6 +69,8 @@ pub const R_GEO: u64 = 8;
 pub const R_SEED: u64 = 16;
 pub const R_SPLIT_LOAD: u64 = 24;
 pub const R_K: u64 = 32;
+pub const R_ZERO: u64 = 40;
+pub const R_ZERO_VALUE: u64 = 48;
 pub const R_FIRST: u64 = 64;
 pub const R_LEN: u64 = 72;
 pub const R_TABLES: u64 = 128;

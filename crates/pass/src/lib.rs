@@ -187,6 +187,8 @@ pub struct Pass {
     pub(crate) threshold: AtomicU64,
     pub(crate) split_load: f64,
     pub(crate) split_mx: Mutex<()>,
+    /// Serialises the zero-hash key (kept in the root).
+    pub(crate) zero: Mutex<()>,
     pub(crate) closed: AtomicBool,
     pub(crate) name: &'static str,
     pub(crate) t: Tallies,
@@ -355,6 +357,7 @@ impl Pass {
             threshold: AtomicU64::new(0),
             split_load,
             split_mx: Mutex::new(()),
+            zero: Mutex::new(()),
             closed: AtomicBool::new(false),
             name,
             t: Tallies::default(),

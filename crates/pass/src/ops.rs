@@ -159,20 +159,73 @@ impl Pass {
         Ok(b)
     }
 
-    /// The hash of the record whose key word is `kw` (no copy of the key).
+    /// The hash of the record whose key word is `kw` (no copy of the key;
+    /// an inline key word is the hash).
     pub(crate) fn hash_kw(&self, kw: u64) -> Result<u64> {
         if self.geo.bytes_keys {
             let (len, w) = self.key_block(kw)?;
             Ok(self.hash_words(len, w.iter().map(|x| x.load(Ordering::Relaxed))))
         } else {
-            Ok(self.hash(Key::Word(kw)))
+            Ok(kw)
         }
+    }
+
+    // ----- the key whose hash is 0 -------------------------------------------------
+
+    /// Whether `k` is the one inline key whose hash is 0 (a key word of 0
+    /// marks a free slot, so that key lives in the root instead).
+    #[inline]
+    fn is_zero_hash(&self, k: Key, h: u64) -> bool {
+        h == 0 && matches!(k, Key::Word(_))
+    }
+
+    /// What a slot's key word holds for `k`: its hash (a bijection of the
+    /// key, so it compares like the key and gives the key back), or in
+    /// bytes mode the key itself, compared through its block.
+    #[inline]
+    fn slot_key<'a>(&self, k: Key<'a>, h: u64) -> Key<'a> {
+        match k {
+            Key::Word(_) => Key::Word(h),
+            b => b,
+        }
+    }
+
+    fn zero_get(&self) -> Option<u64> {
+        let _g = self.zero.lock().unwrap_or_else(|e| e.into_inner());
+        (self.pool.load_u64(self.root + R_ZERO) == 1)
+            .then(|| self.pool.load_u64(self.root + R_ZERO_VALUE))
+    }
+
+    /// Applies `f` to the root's zero-hash key: `f(present)` says what to
+    /// store (`Some(Some(v))` the value, `Some(None)` absence, `None`
+    /// nothing). Whether something was stored.
+    fn zero_write(&self, f: impl FnOnce(bool) -> Option<Option<u64>>) -> bool {
+        let _g = self.zero.lock().unwrap_or_else(|e| e.into_inner());
+        let present = self.pool.load_u64(self.root + R_ZERO) == 1;
+        let Some(want) = f(present) else {
+            return false;
+        };
+        // persist: value, then flag, in one line (lines persist whole): the
+        // flag never survives without its value; one persist commits.
+        match want {
+            Some(v) => {
+                self.pool.store_u64(self.root + R_ZERO_VALUE, v);
+                self.pool.store_u64(self.root + R_ZERO, 1);
+            }
+            None => self.pool.store_u64(self.root + R_ZERO, 0),
+        }
+        self.pool.persist_line(self.root);
+        true
     }
 
     // ----- readers --------------------------------------------------------------
 
     pub(crate) fn get_key(&self, k: Key) -> Option<u64> {
         let h = self.hash(k);
+        if self.is_zero_hash(k, h) {
+            return self.zero_get();
+        }
+        let k = self.slot_key(k, h);
         let (fp, bix) = self.fp_bix(h);
         loop {
             let sn = self.snap();
@@ -397,6 +450,14 @@ impl Pass {
     pub(crate) fn insert_key(&self, k: Key, v: u64) -> Result<bool> {
         self.check_open()?;
         let h = self.hash(k);
+        if self.is_zero_hash(k, h) {
+            let r = self.zero_write(|present| (!present).then_some(Some(v)));
+            if r {
+                self.len.add(1);
+            }
+            return Ok(r);
+        }
+        let k = self.slot_key(k, h);
         let (fp, bix) = self.fp_bix(h);
         let r = self.with_locked(h, bix, |seg| {
             if self.find_locked(seg, bix, fp, k).is_some() {
@@ -416,6 +477,10 @@ impl Pass {
     pub(crate) fn update_key(&self, k: Key, v: u64) -> Result<bool> {
         self.check_open()?;
         let h = self.hash(k);
+        if self.is_zero_hash(k, h) {
+            return Ok(self.zero_write(|present| present.then_some(Some(v))));
+        }
+        let k = self.slot_key(k, h);
         let (fp, bix) = self.fp_bix(h);
         Ok(self.with_locked(h, bix, |seg| {
             let Some(l) = self.find_locked(seg, bix, fp, k) else {
@@ -433,6 +498,14 @@ impl Pass {
     pub(crate) fn remove_key(&self, k: Key) -> Result<bool> {
         self.check_open()?;
         let h = self.hash(k);
+        if self.is_zero_hash(k, h) {
+            let r = self.zero_write(|present| present.then_some(None));
+            if r {
+                self.len.add(-1);
+            }
+            return Ok(r);
+        }
+        let k = self.slot_key(k, h);
         let (fp, bix) = self.fp_bix(h);
         let r = self.with_locked(h, bix, |seg| -> Result<bool> {
             let Some(l) = self.find_locked(seg, bix, fp, k) else {
@@ -466,33 +539,44 @@ impl Pass {
         persist: bool,
         free_key: bool,
     ) -> Result<()> {
-        let meta_off = bucket + B_META;
-        let mw = self.pool.atomic_u64(meta_off);
-        let old = mw.load(Ordering::Acquire);
-        let new = old & !slot_bits(kind, s);
+        let so = slot_off(bucket, s);
+        let kwa = self.pool.atomic_u64(so);
         let ticket = if self.geo.bytes_keys && free_key {
-            let kw = self.pool.load_u64(slot_off(bucket, s));
-            Some(self.pool.begin_free(
-                kw,
-                Link::Word {
-                    owner: meta_off,
-                    value: old,
-                },
-            )?)
+            let kw = kwa.load(Ordering::Relaxed);
+            Some(self.pool.begin_free(kw, Link::Pointer { owner: so })?)
         } else {
             None
         };
-        // persist: clearing the allocation bit is the delete's commit (one
-        // 8-byte store); in bytes mode the key block's free lane is durable
-        // before it and decides on the same word.
-        mw.store(new, Ordering::Release);
+        // persist: zeroing the key word is the delete's commit (one 8-byte
+        // store: a slot is a record iff its key word is not 0); the meta
+        // bits are hints that go with it under the same fence. In bytes
+        // mode the key block's free lane is durable before it and decides
+        // on that word.
+        kwa.store(0, Ordering::Release);
+        let mw = self.pool.atomic_u64(bucket + B_META);
+        mw.store(
+            mw.load(Ordering::Relaxed) & !slot_bits(kind, s),
+            Ordering::Release,
+        );
         if persist {
-            self.pool.persist_line(bucket);
+            self.persist_two(bucket, so & !(LINE - 1));
         }
         if let Some(t) = ticket {
             self.pool.finish_free(t);
         }
         Ok(())
+    }
+
+    /// Writes back the lines `a` and `b` (maybe the same) under one fence.
+    #[inline]
+    pub(crate) fn persist_two(&self, a: u64, b: u64) {
+        if a == b {
+            self.pool.persist_line(a);
+        } else {
+            self.pool.flush(a, LINE as usize);
+            self.pool.flush(b, LINE as usize);
+            self.pool.fence();
+        }
     }
 
     /// Writes a record into free slot `s` of `bucket` and sets `bits`
@@ -508,56 +592,43 @@ impl Pass {
         bits: u64,
         persist: bool,
     ) -> Result<()> {
-        let meta_off = bucket + B_META;
-        let mw = self.pool.atomic_u64(meta_off);
-        let new = mw.load(Ordering::Acquire) | bits;
         let so = slot_off(bucket, s);
         let (kw, res) = match rec {
             Rec::Moved(kw) | Rec::New(Key::Word(kw)) => (kw, None),
             Rec::New(Key::Bytes(b)) => {
                 let size = 8 + 8 * b.len().div_ceil(8) as u64;
-                // The key block is allocated iff the bucket's meta word
-                // holds `new` (the allocation bit set): one store decides
-                // both the record and its block.
-                let r = self.pool.reserve(
-                    size,
-                    Link::Word {
-                        owner: meta_off,
-                        value: new,
-                    },
-                )?;
+                // The key block is allocated iff the slot's key word holds
+                // it: the store that makes the record decides the block.
+                let r = self.pool.reserve(size, Link::Pointer { owner: so })?;
                 let blk = r.offset();
                 let mut data = Vec::with_capacity(size as usize);
                 data.extend_from_slice(&(b.len() as u64).to_le_bytes());
                 data.extend_from_slice(b);
                 data.resize(size as usize, 0);
                 self.pool.write(blk, &data);
-                self.pool.flush(blk, size as usize);
+                // persist: the key block before the key word that names it
+                // (else a crash could leave a record naming garbage).
+                self.pool.persist(blk, size as usize);
                 (blk, Some(r))
             }
         };
+        debug_assert_ne!(kw, 0, "a key word of 0 marks a free slot");
         let sw = self.pool.words(so, 2);
-        sw[0].store(kw, Ordering::Relaxed);
+        // The value before the key word, in one line: lines persist whole,
+        // so a key word that survives a crash brings its value with it.
         sw[1].store(v, Ordering::Relaxed);
+        sw[0].store(kw, Ordering::Release);
         self.pool
             .atomic_u8(bucket + B_FP + s as u64)
             .store(fp, Ordering::Relaxed);
+        let mw = self.pool.atomic_u64(bucket + B_META);
+        mw.store(mw.load(Ordering::Relaxed) | bits, Ordering::Release);
         if persist {
-            // persist: the key block and the slot (key, value, fingerprint)
-            // before the allocation bit that makes them a record, because a
-            // set bit over a half-written slot would invent a key. Slots 0
-            // and 1 share line 0 with the bit: one persist covers all.
-            let line = slot_line(bucket, s);
-            if line != bucket {
-                self.pool.flush(line, LINE as usize);
-            }
-            if line != bucket || res.is_some() {
-                self.pool.fence();
-            }
-            mw.store(new, Ordering::Release);
-            self.pool.persist_line(bucket);
-        } else {
-            mw.store(new, Ordering::Release);
+            // persist: the slot line (its key word is the commit) and the
+            // meta line (hints: allocation bit, fingerprint) under one
+            // fence — Dash orders record then bit with two; we need no
+            // order, because recovery rebuilds the hints from the slots.
+            self.persist_two(bucket, so & !(LINE - 1));
         }
         if let Some(r) = res {
             self.pool.commit(r);

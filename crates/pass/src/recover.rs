@@ -29,7 +29,7 @@ use engine::{CheckReport, Result};
 use pmem::{Link, Pool};
 
 use crate::layout::*;
-use crate::ops::{slot_bits, Kind};
+use crate::ops::Kind;
 use crate::{corrupt, spiral, Pass};
 
 pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
@@ -95,7 +95,7 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
         // A read-only view of a crashed pool: count without repairing.
         let mut n = 0;
         for p in 0..first {
-            n += ps.records(ps.seg_off(p).expect("validated")).len() as u64;
+            n += ps.slots_in_use(ps.seg_off(p).expect("validated")).len() as u64;
         }
         ps.len.set(n as i64);
     }
@@ -272,8 +272,19 @@ fn validate(ps: &Pass, first: u64, k: u32, deep: bool) -> Result<()> {
 }
 
 fn check_keys(ps: &Pass, bo: u64) -> Result<()> {
-    for s in ones(alloc(ps.pool.load_u64(bo + B_META))) {
-        ps.key_block(ps.pool.load_u64(slot_off(bo, s)))?;
+    let a = alloc(ps.pool.load_u64(bo + B_META));
+    for s in 0..SLOTS {
+        let kw = ps.pool.load_u64(slot_off(bo, s));
+        if kw != 0 {
+            ps.key_block(kw)?;
+        }
+        // After a clean close the hints are exact; after a crash a slot
+        // line and its meta line may disagree (recovery rebuilds).
+        if ps.pool.was_clean() && (kw != 0) != (a >> s & 1 == 1) {
+            return Err(corrupt(format!(
+                "bucket {bo:#x} slot {s}: allocation bit and key word disagree"
+            )));
+        }
     }
     Ok(())
 }
@@ -327,7 +338,9 @@ fn repair(ps: &Pass, first: u64) -> Result<()> {
     // persist: every repaired segment was flushed by its worker; one fence
     // makes them durable before the table is used.
     ps.pool.fence();
-    ps.len.set(total.load(Ordering::Relaxed) as i64);
+    let zero = ps.pool.load_u64(ps.root + R_ZERO) == 1;
+    ps.len
+        .set(total.load(Ordering::Relaxed) as i64 + zero as i64);
     Ok(())
 }
 
@@ -351,13 +364,24 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
     let geo = ps.geo;
     let seg = ps.seg_off(p).expect("validated");
     let st = ps.snap();
+    // The slots decide (a key word that is not 0 is a record); every
+    // bucket's allocation and member bits and fingerprints are rebuilt.
+    let mut buckets: Vec<u64> = (0..geo.n + geo.m).map(|b| geo.bucket(seg, b)).collect();
+    buckets.extend(ps.chain_of(seg));
+    for &bo in &buckets {
+        let mw = ps.pool.atomic_u64(bo + B_META);
+        let keep = if bo < seg + SEG_HEADER + geo.n * BUCKET && bo >= seg {
+            !(ALLOC_MASK | ALLOC_MASK << MEMBER_SHIFT)
+        } else {
+            !ALLOC_MASK
+        };
+        mw.store(mw.load(Ordering::Relaxed) & keep, Ordering::Relaxed);
+    }
     let mut seen = HashSet::new();
     let mut kept = 0;
-    for (loc, kw, _) in ps.records(seg) {
+    for (loc, kw, _) in ps.slots_in_use(seg) {
         let h = ps.hash_kw(kw)?;
-        let (_, bix) = ps.fp_bix(h);
-        let mw = ps.pool.atomic_u64(loc.bucket + B_META);
-        let bits = slot_bits(loc.kind, loc.s);
+        let (fp, bix) = ps.fp_bix(h);
         // Only meaningful for normal buckets (chain buckets lie anywhere).
         let b = loc.bucket.wrapping_sub(seg + SEG_HEADER) / BUCKET;
         let here = ps.phys_of(h, &st) == Some(p);
@@ -365,24 +389,32 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
             Kind::Normal => b == bix || b == (bix + 1) % geo.n,
             _ => true,
         };
-        if !here || !placed {
+        let drop = if !here || !placed {
             ps.t.stale_removed.fetch_add(1, Ordering::Relaxed);
-            mw.store(mw.load(Ordering::Relaxed) & !bits, Ordering::Relaxed);
-            continue;
-        }
-        if !seen.insert(key_id(ps, kw)?) {
+            true
+        } else if !seen.insert(key_id(ps, kw)?) {
             ps.t.duplicates_removed.fetch_add(1, Ordering::Relaxed);
-            mw.store(mw.load(Ordering::Relaxed) & !bits, Ordering::Relaxed);
+            true
+        } else {
+            false
+        };
+        let so = slot_off(loc.bucket, loc.s);
+        if drop {
+            // A stale copy or a second copy: its key block (bytes mode)
+            // belongs to the copy that stays.
+            ps.pool.store_u64(so, 0);
+            ps.pool.flush(so & !(LINE - 1), LINE as usize);
             continue;
         }
-        if loc.kind == Kind::Normal {
-            let mb = 1u64 << (MEMBER_SHIFT as usize + loc.s);
-            let m = mw.load(Ordering::Relaxed);
-            let want = if b == bix { 0 } else { mb };
-            if m & mb != want {
-                mw.store((m & !mb) | want, Ordering::Relaxed);
-            }
+        let mut bits = 1u64 << loc.s;
+        if loc.kind == Kind::Normal && b != bix {
+            bits |= 1 << (MEMBER_SHIFT as usize + loc.s);
         }
+        let mw = ps.pool.atomic_u64(loc.bucket + B_META);
+        mw.store(mw.load(Ordering::Relaxed) | bits, Ordering::Relaxed);
+        ps.pool
+            .atomic_u8(loc.bucket + B_FP + loc.s as u64)
+            .store(fp, Ordering::Relaxed);
         kept += 1;
     }
     ps.rebuild_hints(seg)?;
@@ -445,7 +477,18 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
         for cb in ps.chain_of(seg) {
             reachable += pool.block_size(cb)?;
         }
-        for (loc, kw, _) in ps.records(seg) {
+        let used = ps.slots_in_use(seg);
+        if used.len() != ps.records(seg).len() {
+            return Err(corrupt(format!(
+                "segment {p}: allocation bits disagree with the key words"
+            )));
+        }
+        for (loc, kw, _) in used {
+            if alloc(pool.load_u64(loc.bucket + B_META)) >> loc.s & 1 == 0 {
+                return Err(corrupt(format!(
+                    "segment {p}: a record without its allocation bit"
+                )));
+            }
             let h = ps.hash_kw(kw)?;
             let (fp, bix) = ps.fp_bix(h);
             if ps.phys_of(h, &st) != Some(p) {
@@ -502,7 +545,7 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
             }
         }
     }
-    let n = keys.len() as u64;
+    let n = keys.len() as u64 + (pool.load_u64(ps.root + R_ZERO) == 1) as u64;
     if n != ps.len.get().max(0) as u64 {
         return Err(corrupt(format!(
             "walk found {n} keys, the count says {}",

@@ -54,6 +54,42 @@ impl Pass {
         out
     }
 
+    /// Every slot of `seg` whose key word is not 0, whatever its bucket's
+    /// hints say: what a record is after a crash.
+    pub(crate) fn slots_in_use(&self, seg: u64) -> Vec<(Loc, u64, u64)> {
+        let mut out = Vec::new();
+        let g = self.geo;
+        let mut each = |bo: u64, kind: Kind| {
+            for s in 0..SLOTS {
+                let so = slot_off(bo, s);
+                let kw = self.pool.load_u64(so);
+                if kw != 0 {
+                    out.push((
+                        Loc {
+                            bucket: bo,
+                            s,
+                            kind,
+                        },
+                        kw,
+                        self.pool.load_u64(so + 8),
+                    ));
+                }
+            }
+        };
+        for b in 0..g.n + g.m {
+            let kind = if b < g.n {
+                Kind::Normal
+            } else {
+                Kind::Stash(b - g.n)
+            };
+            each(g.bucket(seg, b), kind);
+        }
+        for cb in self.chain_of(seg) {
+            each(cb, Kind::Chain);
+        }
+        out
+    }
+
     fn bucket_records(&self, bo: u64, kind: Kind, out: &mut Vec<(Loc, u64, u64)>) {
         for s in ones(alloc(self.pool.load_u64(bo + B_META))) {
             let so = slot_off(bo, s);
@@ -243,14 +279,18 @@ impl Pass {
         // be durable, so no key block a stale copy names is freed and
         // reused before the copy is gone).
         for &(loc, ..) in &movers {
+            let so = slot_off(loc.bucket, loc.s);
+            self.pool.store_u64(so, 0);
             let mw = self.pool.atomic_u64(loc.bucket + B_META);
             let bits = slot_bits(loc.kind, loc.s);
             mw.store(mw.load(Ordering::Relaxed) & !bits, Ordering::Release);
+            self.pool.flush(so & !(LINE - 1), LINE as usize);
         }
         self.rebuild_hints(old)?;
         self.pool.store_u64(old + H_LOGICAL, 2 * f + 1);
-        // persist: the cleared bits and rebuilt hints (every bucket's line
-        // 0, the header, the chain) — order among them does not matter.
+        // persist: the zeroed key words, the cleared bits and rebuilt hints
+        // (every bucket's line 0, the header, the chain) — order among them
+        // does not matter.
         self.flush_meta(old);
         self.pool.fence();
         self.publish(f2, k2, tables);

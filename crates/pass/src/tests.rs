@@ -93,7 +93,11 @@ fn a_crash_during_create_leaks_nothing() {
     let sink = imgs.clone();
     p.set_fence_hook(Some(Box::new(move |n, site| {
         let mut v = sink.lock().unwrap();
-        for c in [CrashChoice::Persisted, CrashChoice::Newest, CrashChoice::Random(n)] {
+        for c in [
+            CrashChoice::Persisted,
+            CrashChoice::Newest,
+            CrashChoice::Random(n),
+        ] {
             v.push((n, site.image(c)));
         }
     })))
@@ -107,7 +111,11 @@ fn a_crash_during_create_leaks_nothing() {
     for (n, img) in imgs {
         let p2 = Arc::new(Pool::from_image(img, Mode::Volatile).unwrap());
         if p2.root() == 0 {
-            assert_eq!(p2.stats().bytes_in_use, 0, "fence {n}: no table, blocks in use");
+            assert_eq!(
+                p2.stats().bytes_in_use,
+                0,
+                "fence {n}: no table, blocks in use"
+            );
             none += 1;
             continue;
         }
@@ -124,7 +132,72 @@ fn a_crash_during_create_leaks_nothing() {
         };
         ps2.insert(7, 7).unwrap();
         let r = ps2.check().unwrap();
-        assert_eq!(r.reachable_bytes, p2.stats().bytes_in_use, "fence {n}: leak");
+        assert_eq!(
+            r.reachable_bytes,
+            p2.stats().bytes_in_use,
+            "fence {n}: leak"
+        );
     }
     assert!(none > 0 && done > 0 && cut > 0, "{none} / {done} / {cut}");
+}
+
+/// The one inline key whose hash is 0 lives in the root: it works like any
+/// other key, survives reopen and crash images, and `for_each` and `check`
+/// count it.
+#[test]
+fn the_zero_hash_key_is_an_ordinary_key() {
+    use pmem::CrashChoice;
+    use std::sync::Mutex;
+    let p = pool(Mode::Simulated, 4 << 20);
+    let ps = Pass::create(p.clone(), &cfg(16)).unwrap();
+    let k0 = engine::hash::unfmix64(0) ^ crate::seed_of(&p);
+    assert_eq!(ps.hash(crate::Key::Word(k0)), 0);
+    for k in 0..300u64 {
+        ps.insert(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), k).unwrap();
+    }
+    let imgs: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let sink = imgs.clone();
+    p.set_fence_hook(Some(Box::new(move |_, site| {
+        let mut v = sink.lock().unwrap();
+        v.push(site.image(CrashChoice::Persisted));
+        v.push(site.image(CrashChoice::Newest));
+    })))
+    .unwrap();
+    assert_eq!(ps.get(k0), None);
+    assert!(ps.insert(k0, 1).unwrap());
+    assert!(!ps.insert(k0, 2).unwrap());
+    assert_eq!(ps.get(k0), Some(1));
+    assert!(ps.update(k0, 3).unwrap());
+    assert_eq!(ps.get(k0), Some(3));
+    let mut seen = None;
+    ps.for_each(&mut |k, v| {
+        if k == k0 {
+            seen = Some(v);
+        }
+    });
+    assert_eq!(seen, Some(3));
+    assert_eq!(ps.len(), 301);
+    assert_eq!(ps.check().unwrap().keys, 301);
+    assert!(ps.remove(k0).unwrap());
+    assert!(!ps.remove(k0).unwrap());
+    assert!(!ps.update(k0, 4).unwrap());
+    p.set_fence_hook(None).unwrap();
+    // Every crash image around those writes holds k0 absent or with a
+    // value it had, and recovers to a consistent table.
+    let imgs = std::mem::take(&mut *imgs.lock().unwrap());
+    assert_eq!(imgs.len(), 6, "one fence per write of k0");
+    for img in imgs {
+        let p2 = Arc::new(Pool::from_image(img, Mode::Volatile).unwrap());
+        let e = Pass::open(p2, &cfg(16)).unwrap();
+        assert!(matches!(e.get(k0), None | Some(1) | Some(3)));
+        assert_eq!(e.len(), 300 + e.get(k0).is_some() as u64);
+        e.check().unwrap();
+    }
+    assert!(ps.insert(k0, 5).unwrap());
+    ps.close().unwrap();
+    let img = p.image();
+    let p3 = Arc::new(Pool::from_image(img, Mode::Volatile).unwrap());
+    let e = Pass::open(p3, &cfg(16)).unwrap();
+    assert_eq!(e.get(k0), Some(5));
+    assert_eq!(e.len(), 301);
 }

@@ -41,8 +41,9 @@
 //!        the previous bucket: balanced insert), then for normal buckets the
 //!        overflow hints: valid 28..31, member 31..34, stash index 34..40
 //!        (2 bits each), count 40..48 (stash records of this home with no
-//!        fingerprint hint; 255 = scan always), chain flag 48 (a record of
-//!        this home lives in the chain), overflow fingerprint 2 in 56..64.
+//!        fingerprint hint; 255 = scan always), chain filter 48..56 (bit
+//!        fp mod 8: a record of this home with such a fingerprint lives in
+//!        the chain), overflow fingerprint 2 in 56..64.
 //!        Chain buckets: alloc bits 0..14, next chain bucket / 64 in 16..64
 //!   16   fingerprints of slots 0..13 (1 byte each), overflow fingerprints
 //!        0 and 1 (bytes 30, 31)
@@ -99,10 +100,19 @@ pub const OFP_MEMBER_SHIFT: u32 = 31;
 pub const OFP_IDX_SHIFT: u32 = 34;
 pub const OCOUNT_SHIFT: u32 = 40;
 pub const OCOUNT_MAX: u64 = 255;
-pub const CHAIN_FLAG: u64 = 1 << 48;
-/// Meta bits 28..49 seen from bit 28: overflow hint valid bits, the count
-/// and the chain flag — all zero when the home has nothing elsewhere.
-pub const OVERFLOW_HINT_BITS: u64 = 0b111 | 0xff << (OCOUNT_SHIFT - OFP_VALID_SHIFT) | 1 << 20;
+/// Chain filter: bit `fp mod 8` of bits 48..56 is set when a record of
+/// this home with such a fingerprint lives in the chain (a one-byte Bloom
+/// filter; Dash has none, the paper only says "chain").
+pub const CHAIN_SHIFT: u32 = 48;
+
+/// The chain-filter bit of fingerprint `fp`.
+#[inline]
+pub fn chain_bit(fp: u8) -> u64 {
+    1 << (CHAIN_SHIFT + (fp & 7) as u32)
+}
+/// Meta bits from bit 28: overflow hint valid bits and the count — zero
+/// when no stash record of this home lacks a look here.
+pub const STASH_HINT_BITS: u64 = 0b111 | 0xff << (OCOUNT_SHIFT - OFP_VALID_SHIFT);
 pub const OFP2_SHIFT: u32 = 56;
 /// Overflow fingerprint hints per normal bucket (Dash has 4; our lock word
 /// is 8 bytes, so one fingerprint byte moved into the meta word and one

@@ -279,10 +279,11 @@ impl Pass {
                 let mp = wp[1].load(Ordering::Acquire);
                 match self.scan(wp, alloc(mp) & member(mp), fp, k) {
                     Some((_, v)) => Some(v),
-                    // No hint, no count, no chain flag: the common miss
-                    // ends here, after two lines.
-                    None if (mt >> OFP_VALID_SHIFT) & OVERFLOW_HINT_BITS == 0
-                        && (mp >> OFP_VALID_SHIFT) & 7 == 0 =>
+                    // No stash hint or count, no chain-filter hit: the
+                    // common miss ends here, after two lines.
+                    None if (mt >> OFP_VALID_SHIFT) & STASH_HINT_BITS == 0
+                        && (mp >> OFP_VALID_SHIFT) & 7 == 0
+                        && mt & chain_bit(fp) == 0 =>
                     {
                         None
                     }
@@ -359,7 +360,7 @@ impl Pass {
                 }));
             }
         }
-        if mt & CHAIN_FLAG != 0 {
+        if mt & chain_bit(fp) != 0 {
             let mut cb = self.pool.load_u64(seg + H_CHAIN);
             let mut steps = 0u32;
             while cb != 0 {
@@ -894,8 +895,8 @@ impl Pass {
                     let t = self.geo.bucket(seg, bix);
                     let mw = self.pool.atomic_u64(t + B_META);
                     let m = mw.load(Ordering::Acquire);
-                    if m & CHAIN_FLAG == 0 {
-                        mw.store(m | CHAIN_FLAG, Ordering::Release);
+                    if m & chain_bit(fp) == 0 {
+                        mw.store(m | chain_bit(fp), Ordering::Release);
                         if persist {
                             self.pool.persist_line(t);
                         }

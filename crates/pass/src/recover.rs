@@ -536,9 +536,9 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
                     }
                 }
                 Kind::Chain => {
-                    if pool.load_u64(t + B_META) & CHAIN_FLAG == 0 {
+                    if pool.load_u64(t + B_META) & chain_bit(fp) == 0 {
                         return Err(corrupt(format!(
-                            "segment {p}: a chain record's home has no chain flag"
+                            "segment {p}: a chain record's home misses its chain-filter bit"
                         )));
                     }
                 }

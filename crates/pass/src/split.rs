@@ -145,7 +145,7 @@ impl Pass {
     /// the whole segment (or it is not live).
     pub(crate) fn rebuild_hints(&self, seg: u64) -> Result<()> {
         let g = self.geo;
-        let hint_bits = ((1u64 << 20) - 1) << OFP_VALID_SHIFT | CHAIN_FLAG | 0xff << OFP2_SHIFT;
+        let hint_bits = ((1u64 << 28) - 1) << OFP_VALID_SHIFT | 0xff << OFP2_SHIFT;
         for b in 0..g.n {
             let mw = self.pool.atomic_u64(g.bucket(seg, b) + B_META);
             mw.store(mw.load(Ordering::Relaxed) & !hint_bits, Ordering::Relaxed);
@@ -161,9 +161,9 @@ impl Pass {
         for cb in self.chain_of(seg) {
             for s in ones(alloc(self.pool.load_u64(cb + B_META))) {
                 let h = self.hash_kw(self.pool.load_u64(slot_off(cb, s)))?;
-                let (_, bix) = self.fp_bix(h);
+                let (fp, bix) = self.fp_bix(h);
                 let mw = self.pool.atomic_u64(g.bucket(seg, bix) + B_META);
-                mw.store(mw.load(Ordering::Relaxed) | CHAIN_FLAG, Ordering::Relaxed);
+                mw.store(mw.load(Ordering::Relaxed) | chain_bit(fp), Ordering::Relaxed);
             }
         }
         Ok(())

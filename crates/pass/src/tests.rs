@@ -89,7 +89,8 @@ fn a_crash_during_create_leaks_nothing() {
     use pmem::CrashChoice;
     use std::sync::Mutex;
     let p = pool(Mode::Simulated, 4 << 20);
-    let imgs: Arc<Mutex<Vec<(u64, Vec<u8>)>>> = Arc::default();
+    type Images = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+    let imgs: Images = Arc::default();
     let sink = imgs.clone();
     p.set_fence_hook(Some(Box::new(move |n, site| {
         let mut v = sink.lock().unwrap();

@@ -163,7 +163,10 @@ impl Pass {
                 let h = self.hash_kw(self.pool.load_u64(slot_off(cb, s)))?;
                 let (fp, bix) = self.fp_bix(h);
                 let mw = self.pool.atomic_u64(g.bucket(seg, bix) + B_META);
-                mw.store(mw.load(Ordering::Relaxed) | chain_bit(fp), Ordering::Relaxed);
+                mw.store(
+                    mw.load(Ordering::Relaxed) | chain_bit(fp),
+                    Ordering::Relaxed,
+                );
             }
         }
         Ok(())

@@ -21,7 +21,7 @@ pub struct BenchArgs {
     #[arg(long = "engine", value_name = "E[,E..]", value_delimiter = ',')]
     pub engines: Vec<String>,
 
-    /// Workloads: insert, get-pos, get-neg, update, delete, ycsb-a ..
+    /// Workloads: insert, get-pos, get-neg, get-batch, update, delete, ycsb-a ..
     /// ycsb-f (YCSB E's scans are emulated by consecutive gets)
     #[arg(
         long = "workload",

@@ -490,6 +490,31 @@ fn timed(
     Ok(())
 }
 
+/// Keys a `get-batch` call looks up.
+pub const BATCH_KEYS: usize = 64;
+
+/// Runs `op` over `stream` in batches of [`BATCH_KEYS`]; a latency sample
+/// is a sampled batch's time divided by its keys.
+fn batched(
+    stream: &[u64],
+    samples: &mut Vec<u64>,
+    mut op: impl FnMut(&[u64], &mut [Option<u64>]) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut out = [None; BATCH_KEYS];
+    let every = (SAMPLE_EVERY as usize / BATCH_KEYS).max(1);
+    for (i, ks) in stream.chunks(BATCH_KEYS).enumerate() {
+        let out = &mut out[..ks.len()];
+        if i % every == 0 {
+            let t = Instant::now();
+            op(ks, out)?;
+            samples.push(t.elapsed().as_nanos() as u64 / ks.len() as u64);
+        } else {
+            op(ks, out)?;
+        }
+    }
+    Ok(())
+}
+
 fn engine_err(what: &str, key: u64, e: engine::Error) -> String {
     format!("{what} of key {key:#x} failed: {e}")
 }
@@ -510,7 +535,7 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
     // add a cache miss (and a TLB miss) per operation that belongs to the
     // harness, not to the engine.
     let stream: Vec<u64> = match (&picker, job.workload) {
-        (Ok(p), Workload::GetPos | Workload::Update) => {
+        (Ok(p), Workload::GetPos | Workload::GetBatch | Workload::Update) => {
             let mut p = p.clone();
             (0..count)
                 .map(|_| keys.loaded[p.pick(&mut rng, n) as usize])
@@ -557,6 +582,22 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
                     )),
                     None => Err(format!("get of loaded key {k:#x} found nothing")),
                 }
+            }),
+            Workload::GetBatch => batched(&stream, &mut samples, |ks, out| {
+                engine.get_many(ks, out);
+                for (k, v) in ks.iter().zip(out.iter()) {
+                    match v {
+                        Some(v) if *v == load_value(*k) => {}
+                        Some(v) => {
+                            return Err(format!(
+                                "get_many of key {k:#x} returned {v:#x}, stored {:#x}",
+                                load_value(*k)
+                            ))
+                        }
+                        None => return Err(format!("get_many of loaded key {k:#x} found nothing")),
+                    }
+                }
+                Ok(())
             }),
             Workload::GetNeg => timed(count, &mut samples, |i| {
                 let k = stream[i as usize];

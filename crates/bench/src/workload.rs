@@ -21,6 +21,9 @@ pub enum Workload {
     GetPos,
     /// Gets of keys known absent.
     GetNeg,
+    /// Gets of loaded keys through `get_many`, 64 keys a call (engines
+    /// that overlap the misses of a batch override it).
+    GetBatch,
     /// Updates of loaded keys.
     Update,
     /// Deletes of distinct loaded keys (ops = at most keys).
@@ -91,10 +94,11 @@ impl Mix {
 
 impl Workload {
     /// Every workload, in the order of the help text.
-    pub const ALL: [Workload; 11] = [
+    pub const ALL: [Workload; 12] = [
         Workload::Insert,
         Workload::GetPos,
         Workload::GetNeg,
+        Workload::GetBatch,
         Workload::Update,
         Workload::Delete,
         Workload::YcsbA,
@@ -120,6 +124,7 @@ impl Workload {
             Workload::Insert => "insert",
             Workload::GetPos => "get-pos",
             Workload::GetNeg => "get-neg",
+            Workload::GetBatch => "get-batch",
             Workload::Update => "update",
             Workload::Delete => "delete",
             Workload::YcsbA => "ycsb-a",

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use pmem::Pool;
 
 pub mod crashtest;
+pub mod filter;
+pub mod filtered;
 pub mod gate;
 pub mod hash;
 pub mod slotarray;
@@ -122,6 +124,19 @@ pub trait Engine: Send + Sync {
     fn insert(&self, key: u64, value: u64) -> Result<bool>;
     /// The value of `key`, if present.
     fn get(&self, key: u64) -> Option<u64>;
+    /// Looks up `keys[i]` into `out[i]` for every `i` (equal lengths).
+    /// Engines that can overlap the cache misses of many keys override it;
+    /// the default is one `get` after another.
+    fn get_many(&self, keys: &[u64], out: &mut [Option<u64>]) {
+        assert_eq!(
+            keys.len(),
+            out.len(),
+            "get_many: keys and out differ in length"
+        );
+        for (k, o) in keys.iter().zip(out.iter_mut()) {
+            *o = self.get(*k);
+        }
+    }
     /// Replaces the value of an existing key. `Ok(false)` if absent.
     fn update(&self, key: u64, value: u64) -> Result<bool>;
     /// Removes `key`. `Ok(false)` if absent.

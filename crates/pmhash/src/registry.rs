@@ -5,7 +5,21 @@ use engine::EngineSpec;
 
 /// All engines, persistent first.
 pub fn all() -> Vec<EngineSpec> {
-    let mut v = vec![level::spec(), hmeh::spec(), pass::spec(), pass::spec_var()];
+    let mut v = vec![
+        level::spec(),
+        hmeh::spec(),
+        pass::spec(),
+        pass::spec_var(),
+        rophi::spec(),
+    ];
+    // The persistent engines behind a DRAM cuckoo filter: pools of the
+    // inner engine's layout (`find_layout` meets the unfiltered one first).
+    v.extend([
+        engine::filtered_spec!(level::spec, "level+filter"),
+        engine::filtered_spec!(hmeh::spec, "hmeh+filter"),
+        engine::filtered_spec!(pass::spec, "pass+filter"),
+        engine::filtered_spec!(pass::spec_var, "pass-var+filter"),
+    ]);
     v.extend(engine::reference_engines());
     v.extend(bench::baselines());
     v

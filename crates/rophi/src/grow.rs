@@ -1,0 +1,333 @@
+//! Growth: new tables and overflow slabs, doubling of the head array, and
+//! doubling of the filter.
+//!
+//! The paper's table never grows; ours doubles its head array when the
+//! table holds more than [`GROW_AT`] keys per head. Keys hash to the top
+//! `k` bits, so head `h` of the old table splits into heads `2h` and
+//! `2h + 1` of the new one: the rehash is one sequential sweep.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use engine::filter::CuckooFilter;
+use engine::{Error, Result};
+use pmem::{Link, Pool};
+
+use crate::layout::*;
+use crate::Rophi;
+
+/// Reserves, zeroes and names a table block of 2^k heads: `owner` (a root
+/// word) ends up holding its descriptor.
+///
+/// `durable_body`: persist the zeroed heads before `owner` names the table
+/// (create). A resize passes false: the table it names in `next` is given
+/// back after a crash, and its heads are flushed before the commit.
+pub(crate) fn new_table(
+    pool: &Pool,
+    root: u64,
+    k: u32,
+    owner: u64,
+    durable_body: bool,
+) -> Result<Table> {
+    let bytes = T_HEADS + (BUCKET << k);
+    let r = pool.reserve(
+        bytes,
+        Link::Tagged {
+            owner,
+            tag: k as u64,
+        },
+    )?;
+    let off = r.offset();
+    if !off.is_multiple_of(LINE) {
+        pool.cancel(r);
+        return Err(Error::Corrupt(format!(
+            "allocator gave an unaligned table block {off:#x}"
+        )));
+    }
+    pool.zero(off, bytes as usize);
+    pool.store_u64(off, TABLE_MAGIC);
+    pool.store_u64(off + T_K, k as u64);
+    pool.store_u64(off + T_ROOT, root);
+    // persist: the table (its header, and the zeroed heads when asked)
+    // before the root word names it; the allocator frees it if the crash
+    // comes before that store.
+    if durable_body {
+        pool.persist(off, bytes as usize);
+    } else {
+        pool.persist_line(off);
+    }
+    let t = Table { off, k };
+    pool.store_u64(owner, t.desc());
+    // persist: the naming store before the reservation is committed.
+    pool.persist(owner, 8);
+    pool.commit(r);
+    Ok(t)
+}
+
+/// Adds an overflow slab of `n` buckets to table `t`'s slab list.
+pub(crate) fn add_slab(pool: &Pool, t: Table, n: u64) -> Result<u64> {
+    let bytes = S_BUCKETS + n * BUCKET;
+    let owner = t.off + T_SLABS;
+    let r = pool.reserve(bytes, Link::Pointer { owner })?;
+    let off = r.offset();
+    if !off.is_multiple_of(LINE) {
+        pool.cancel(r);
+        return Err(Error::Corrupt(format!(
+            "allocator gave an unaligned slab {off:#x}"
+        )));
+    }
+    pool.zero(off, bytes as usize);
+    pool.store_u64(off, SLAB_MAGIC);
+    pool.store_u64(off + S_NEXT, pool.load_u64(owner));
+    pool.store_u64(off + S_COUNT, n);
+    // persist: the slab (header and zeroed buckets) before the table's slab
+    // word names it.
+    pool.persist(off, bytes as usize);
+    pool.store_u64(owner, off);
+    // persist: the slab word before the reservation is committed.
+    pool.persist(owner, 8);
+    pool.commit(r);
+    Ok(off)
+}
+
+/// The slabs of table `t`: (offset, bucket count), newest first.
+pub(crate) fn slabs(pool: &Pool, t: Table) -> Vec<(u64, u64)> {
+    let mut v = Vec::new();
+    let mut s = pool.load_u64(t.off + T_SLABS);
+    while s != 0 {
+        v.push((s, pool.load_u64(s + S_COUNT)));
+        s = pool.load_u64(s + S_NEXT);
+    }
+    v
+}
+
+/// Gives back table `t` and its slabs. `owner` is the root word naming it
+/// (`next` or `old`). Each free is decided by one persisted store, and the
+/// words are cleared only after the blocks they name are given back, so a
+/// crash in here is finished by recovery. Nothing may allocate from the
+/// pool while a table named by `old` still has slabs (the resize holds
+/// the writers' gate closed until this returns; recovery runs it before
+/// the table opens), so a slab given back is never found reused.
+pub(crate) fn free_table(pool: &Pool, t: Table, owner: u64) -> Result<()> {
+    let sw = t.off + T_SLABS;
+    loop {
+        let s = pool.load_u64(sw);
+        if s == 0 {
+            break;
+        }
+        let next = pool.load_u64(s + S_NEXT);
+        let ticket = pool.begin_free(s, Link::Pointer { owner: sw })?;
+        pool.store_u64(sw, next);
+        // persist: the slab word moves past the slab before it is free.
+        pool.persist(sw, 8);
+        pool.finish_free(ticket);
+    }
+    let ticket = pool.begin_free(
+        t.off,
+        Link::Tagged {
+            owner,
+            tag: t.k as u64,
+        },
+    )?;
+    pool.store_u64(owner, 0);
+    // persist: the root word cleared before the table block is free.
+    pool.persist(owner, 8);
+    pool.finish_free(ticket);
+    Ok(())
+}
+
+impl Rophi {
+    /// A free bucket of the live table's overflow slabs; adds a slab when
+    /// none is left.
+    pub(crate) fn take_bucket(&self, t: Table) -> Result<u64> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = free.pop() {
+            return Ok(b);
+        }
+        let n = slab_buckets(t.heads());
+        let s = add_slab(&self.pool, t, n)?;
+        self.t.slabs_added.fetch_add(1, Ordering::Relaxed);
+        self.slab_total.fetch_add(n, Ordering::Relaxed);
+        free.extend((0..n).rev().map(|i| s + S_BUCKETS + i * BUCKET));
+        Ok(free.pop().expect("a new slab has buckets"))
+    }
+
+    /// The filter rebuilt from table `t` with every available thread,
+    /// starting at `buckets` buckets.
+    pub(crate) fn build_filter(&self, t: Table, buckets: usize, seed: u64) -> CuckooFilter {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let heads = t.heads();
+        let pool = &*self.pool;
+        let start = Instant::now();
+        let f = engine::filter::build_with_buckets(buckets, seed, threads, &|i, sink| {
+            let lo = heads * i as u64 / threads as u64;
+            let hi = heads * (i as u64 + 1) / threads as u64;
+            for h in lo..hi {
+                let mut b = t.head(h);
+                while b != 0 {
+                    let w = pool.words(b, 8);
+                    let tok = w[W_TOKENS].load(Ordering::Relaxed);
+                    for s in 0..SLOTS {
+                        if tok & token(s) != 0 {
+                            sink(w[w_key(s)].load(Ordering::Relaxed));
+                        }
+                    }
+                    b = w[W_NEXT].load(Ordering::Relaxed);
+                }
+            }
+        });
+        self.t
+            .filter_build_us
+            .store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.t
+            .filter_build_threads
+            .store(threads as u64, Ordering::Relaxed);
+        f
+    }
+
+    /// Doubles the filter, rebuilt from PM, if it is still the one of
+    /// `seen` buckets (a failed insert saw it full) or over its load.
+    pub(crate) fn grow_filter(&self, seen: Option<usize>) -> Result<()> {
+        let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let _closed = self.gate.close();
+        let (buckets, seed) = {
+            let f = self.filter.get();
+            let due = match seen {
+                Some(b) => f.buckets() == b,
+                None => f.needs_growth(),
+            };
+            if !due {
+                return Ok(());
+            }
+            (f.buckets(), f.seed())
+        };
+        let nf = self.build_filter(self.table(), buckets * 2, seed);
+        self.filter.replace(nf);
+        self.t.filter_growths.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Doubles the head array if the table is over [`GROW_AT`]. A pool
+    /// too full for the new table leaves the old one working (longer
+    /// chains) and is counted in the stats.
+    pub(crate) fn grow_table(&self) -> Result<()> {
+        let Ok(_m) = self.resize_mx.try_lock() else {
+            // Another growth (or a for_each) runs; a later insert retries.
+            return Ok(());
+        };
+        let _closed = self.gate.close();
+        let old = self.table();
+        if self.len.get() as f64 <= GROW_AT * old.heads() as f64 || old.k >= MAX_K {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let pool = &*self.pool;
+        let new = match new_table(pool, self.root, old.k + 1, self.root + R_NEXT, false) {
+            Ok(t) => t,
+            Err(Error::OutOfSpace(_)) => {
+                self.resize_failed();
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let mut free = Vec::new();
+        let mut slab_total = 0;
+        let moved = (|| -> Result<()> {
+            for h in 0..old.heads() {
+                let mut b = old.head(h);
+                while b != 0 {
+                    let w = pool.words(b, 8);
+                    let tok = w[W_TOKENS].load(Ordering::Relaxed);
+                    for s in 0..SLOTS {
+                        if tok & token(s) != 0 {
+                            let key = w[w_key(s)].load(Ordering::Relaxed);
+                            let value = w[w_val(s)].load(Ordering::Relaxed);
+                            let nh = new.head(new.bucket_of(self.hash(key)));
+                            self.place(new, nh, key, value, &mut free, &mut slab_total)?;
+                        }
+                    }
+                    b = w[W_NEXT].load(Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = moved {
+            free_table(pool, new, self.root + R_NEXT)?;
+            return match e {
+                Error::OutOfSpace(_) => {
+                    self.resize_failed();
+                    Ok(())
+                }
+                e => Err(e),
+            };
+        }
+        pool.flush(new.off, new.bytes() as usize);
+        for (s, n) in slabs(pool, new) {
+            pool.flush(s, (S_BUCKETS + n * BUCKET) as usize);
+        }
+        // persist: every line of the new table and its slabs before the
+        // commit below.
+        pool.fence();
+        let r = self.root;
+        pool.store_u64(r + R_OLD, old.desc());
+        pool.store_u64(r + R_TABLE, new.desc());
+        pool.store_u64(r + R_NEXT, 0);
+        // persist: the commit. The three words share the root's line and
+        // reach PM as a prefix of these stores, in this order; recovery
+        // reads every prefix right (recover::resolve).
+        pool.persist_line(r);
+        self.desc.store(new.desc(), Ordering::Release);
+        *self.free.lock().unwrap_or_else(|e| e.into_inner()) = free;
+        self.slab_total.store(slab_total, Ordering::Relaxed);
+        // Readers still walking the old table see `desc` changed and retry.
+        free_table(pool, old, r + R_OLD)?;
+        self.t.resizes.fetch_add(1, Ordering::Relaxed);
+        self.t
+            .resize_us
+            .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A resize found no room: count it, and wait for 1/8 more keys
+    /// before the next try.
+    fn resize_failed(&self) {
+        self.t.resize_failures.fetch_add(1, Ordering::Relaxed);
+        let len = self.len.get().max(0) as u64;
+        self.resize_retry_at
+            .store(len + len / 8 + 64, Ordering::Relaxed);
+    }
+
+    /// Puts a pair in the chain of `head` of a table being built (no
+    /// reader sees it, nothing is flushed here).
+    fn place(
+        &self,
+        t: Table,
+        head: u64,
+        key: u64,
+        value: u64,
+        free: &mut Vec<u64>,
+        slab_total: &mut u64,
+    ) -> Result<()> {
+        let s = self.scan(head, key, false);
+        let (b, i) = match s.empty {
+            Some(slot) => slot,
+            None => {
+                if free.is_empty() {
+                    let n = slab_buckets(t.heads());
+                    let sl = add_slab(&self.pool, t, n)?;
+                    *slab_total += n;
+                    free.extend((0..n).rev().map(|i| sl + S_BUCKETS + i * BUCKET));
+                }
+                let nb = free.pop().expect("refilled above");
+                self.pool.store_u64(s.last + 8 * W_NEXT as u64, nb);
+                (nb, 0)
+            }
+        };
+        let w = self.pool.words(b, 8);
+        w[w_key(i)].store(key, Ordering::Relaxed);
+        w[w_val(i)].store(value, Ordering::Relaxed);
+        let tok = w[W_TOKENS].load(Ordering::Relaxed);
+        w[W_TOKENS].store(tok | token(i), Ordering::Relaxed);
+        Ok(())
+    }
+}

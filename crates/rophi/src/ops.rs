@@ -1,0 +1,337 @@
+//! Search, insert, update, delete.
+//!
+//! Writers hold the writers' gate (a resize closes it) and the region
+//! lock of their head bucket, a DRAM seqlock. Readers take no lock: they
+//! read the region's version, walk the chain, and retry if the version
+//! moved or the table was replaced meanwhile. A writer releases its region
+//! only after its persist, so a reader never returns a pair whose persist
+//! has not completed (CRASH-PATTERNS.md #6), and an in-place update cannot
+//! be mistaken for an unchanged value (the paper's value re-check would be
+//! fooled by an update that writes back an earlier value).
+
+use std::sync::atomic::{fence, Ordering};
+
+use engine::Result;
+
+use crate::layout::*;
+use crate::Rophi;
+
+/// Batch width of [`Rophi::get_many`]: keys whose misses overlap.
+const BATCH: usize = 16;
+
+/// What a locked walk of one chain found.
+pub(crate) struct Scan {
+    /// Bucket and slot holding the key.
+    pub hit: Option<(u64, usize)>,
+    /// The first free slot of the chain.
+    pub empty: Option<(u64, usize)>,
+    /// The chain's last bucket.
+    pub last: u64,
+}
+
+impl Rophi {
+    /// One optimistic walk of the chain of `h` in table `t`: `Some(answer)`
+    /// when the walk was validated, `None` to retry.
+    #[inline]
+    pub(crate) fn read_chain(&self, t: Table, h: u64, key: u64) -> Option<Option<u64>> {
+        let bn = t.bucket_of(h);
+        let lw = self.lock_word(bn);
+        let v = lw.load(Ordering::Acquire);
+        if v & 1 != 0 {
+            std::hint::spin_loop();
+            return None;
+        }
+        let mut b = t.head(bn);
+        let mut found = None;
+        let mut steps = 0u64;
+        let size = self.pool.size();
+        // A stale reader (its table replaced and given back) may follow a
+        // pointer into reused space: every pointer is checked, the walk is
+        // bounded, and the validation below sends it back.
+        while let Some(w) = self.bucket_checked(b) {
+            let next = w[W_NEXT].load(Ordering::Relaxed);
+            if next != 0 && next < size {
+                // The paper prefetches a bucket just before reading it; we
+                // do it as soon as its address is known, before scanning
+                // this bucket's slots.
+                self.pool.prefetch(next);
+            }
+            let tok = w[W_TOKENS].load(Ordering::Relaxed);
+            for i in 0..SLOTS {
+                if tok & token(i) != 0 && w[w_key(i)].load(Ordering::Relaxed) == key {
+                    found = Some(w[w_val(i)].load(Ordering::Relaxed));
+                    break;
+                }
+            }
+            steps += 1;
+            if found.is_some() || next == 0 || steps > size / BUCKET {
+                break;
+            }
+            b = next;
+        }
+        fence(Ordering::Acquire);
+        if lw.load(Ordering::Relaxed) != v || self.desc.load(Ordering::Relaxed) != t.desc() {
+            self.t.retries.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(found)
+    }
+
+    pub(crate) fn get_key(&self, key: u64) -> Option<u64> {
+        let h = self.hash(key);
+        let t = self.table();
+        // The head bucket's miss overlaps the filter's (the spec's fix of
+        // the paper's late prefetch). A negative get wastes this line's
+        // bandwidth, not its latency.
+        self.pool.prefetch(t.head(t.bucket_of(h)));
+        {
+            let f = self.filter.get();
+            if !f.contains(key) {
+                return None;
+            }
+        }
+        let mut t = t;
+        loop {
+            if let Some(r) = self.read_chain(t, h, key) {
+                return r;
+            }
+            t = self.table();
+        }
+    }
+
+    /// Looks up many keys with their misses overlapped: for each group of
+    /// [`BATCH`] keys, all filter buckets and head buckets are prefetched
+    /// before any is read.
+    pub(crate) fn get_many_keys(&self, keys: &[u64], out: &mut [Option<u64>]) {
+        assert_eq!(
+            keys.len(),
+            out.len(),
+            "get_many: keys and out differ in length"
+        );
+        let f = self.filter.get();
+        for (kc, oc) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            let t = self.table();
+            let mut hs = [0u64; BATCH];
+            let probes: [_; BATCH] =
+                std::array::from_fn(|j| f.probe(kc.get(j).copied().unwrap_or(0)));
+            for (j, &k) in kc.iter().enumerate() {
+                hs[j] = self.hash(k);
+                f.prefetch(&probes[j]);
+                self.pool.prefetch(t.head(t.bucket_of(hs[j])));
+            }
+            for (j, &k) in kc.iter().enumerate() {
+                oc[j] = if f.contains_probe(&probes[j]) {
+                    let mut t = t;
+                    loop {
+                        if let Some(r) = self.read_chain(t, hs[j], k) {
+                            break r;
+                        }
+                        t = self.table();
+                    }
+                } else {
+                    None
+                };
+            }
+        }
+    }
+
+    /// Walks the chain at `head` under its region lock: the key's slot
+    /// (only looked for when `want_key`), the first free slot, the last
+    /// bucket.
+    pub(crate) fn scan(&self, head: u64, key: u64, want_key: bool) -> Scan {
+        let mut s = Scan {
+            hit: None,
+            empty: None,
+            last: head,
+        };
+        let mut b = head;
+        loop {
+            let w = self.pool.words(b, 8);
+            let tok = w[W_TOKENS].load(Ordering::Relaxed);
+            for i in 0..SLOTS {
+                if tok & token(i) == 0 {
+                    if s.empty.is_none() {
+                        s.empty = Some((b, i));
+                        if !want_key {
+                            return s;
+                        }
+                    }
+                } else if want_key && w[w_key(i)].load(Ordering::Relaxed) == key {
+                    s.hit = Some((b, i));
+                    return s;
+                }
+            }
+            let next = w[W_NEXT].load(Ordering::Relaxed);
+            s.last = b;
+            if next == 0 {
+                return s;
+            }
+            b = next;
+        }
+    }
+
+    pub(crate) fn insert_key(&self, key: u64, value: u64) -> Result<bool> {
+        self.check_open()?;
+        let h = self.hash(key);
+        let mut grown = false;
+        loop {
+            let gate = self.gate.enter();
+            let t = self.table();
+            let bn = t.bucket_of(h);
+            let head = t.head(bn);
+            self.pool.prefetch(head);
+            let f = self.filter.get();
+            let p = f.probe(key);
+            f.prefetch(&p);
+            let region = self.lock_region(bn);
+            // The uniqueness check runs under the region lock (the paper
+            // runs it before locking: two inserts of one key could both
+            // pass). A writer of this key puts it in the filter before it
+            // releases the region, so the filter is exact here, and a
+            // filter miss skips the PM key compare.
+            let maybe = f.contains_probe(&p);
+            let s = self.scan(head, key, maybe);
+            if s.hit.is_some() {
+                return Ok(false);
+            }
+            let (b, i) = match s.empty {
+                Some(slot) => {
+                    let w = self.pool.words(slot.0, 8);
+                    let tok = w[W_TOKENS].load(Ordering::Relaxed);
+                    w[w_val(slot.1)].store(value, Ordering::Relaxed);
+                    w[w_key(slot.1)].store(key, Ordering::Relaxed);
+                    w[W_TOKENS].store(tok | token(slot.1), Ordering::Release);
+                    // persist: value, key, then token, all in this line: the
+                    // line reaches PM whole with its stores in program
+                    // order, so a durable token implies a durable pair. One
+                    // flush and one fence (the paper's merge-flush).
+                    self.pool.persist_line(slot.0);
+                    slot
+                }
+                None => {
+                    let nb = self.take_bucket(t)?;
+                    let w = self.pool.words(nb, 8);
+                    w[w_key(0)].store(key, Ordering::Relaxed);
+                    w[w_val(0)].store(value, Ordering::Relaxed);
+                    for x in &w[w_key(1)..W_NEXT] {
+                        x.store(0, Ordering::Relaxed);
+                    }
+                    w[W_NEXT].store(0, Ordering::Relaxed);
+                    w[W_TOKENS].store(token(0), Ordering::Release);
+                    // persist: the new bucket whole before the pointer that
+                    // makes it reachable; a crash between leaves a bucket no
+                    // chain reaches, which open puts back on the free list.
+                    self.pool.persist_line(nb);
+                    self.pool.store_u64(s.last + 8 * W_NEXT as u64, nb);
+                    // persist: the link, before the insert returns.
+                    self.pool.persist_line(s.last);
+                    self.t.chain_inserts.fetch_add(1, Ordering::Relaxed);
+                    (nb, 0)
+                }
+            };
+            if f.insert(key).is_err() {
+                // The filter found no room: take the pair back out of PM
+                // (still under the region lock, so no reader saw it), grow
+                // the filter, and start over.
+                let w = self.pool.words(b, 8);
+                let tok = w[W_TOKENS].load(Ordering::Relaxed);
+                w[W_TOKENS].store(tok & !token(i), Ordering::Release);
+                // persist: the token cleared before the region is released.
+                self.pool.persist_line(b);
+                self.t.filter_full.fetch_add(1, Ordering::Relaxed);
+                if grown {
+                    // Still no room after a growth: the key's bucket pair
+                    // and the filter's exact stash are taken by keys that
+                    // share its fingerprint (a seeded hash makes that an
+                    // attack needing the pool, not bad luck).
+                    return Err(engine::Error::OutOfSpace(format!(
+                        "the DRAM filter cannot take key {key:#x}: {} keys collide with it",
+                        f.stashed() + 8
+                    )));
+                }
+                let seen = f.buckets();
+                drop(region);
+                drop(f);
+                drop(gate);
+                self.grow_filter(Some(seen))?;
+                grown = true;
+                continue;
+            }
+            drop(region);
+            // The sum of the sharded count reads 64 lines: look at it every
+            // 64th insert of a thread (and always while the table is small).
+            let tick = self.len.bump();
+            let filter_full = f.needs_growth();
+            drop(f);
+            drop(gate);
+            // Growth after the pair is durable is best effort: the insert
+            // took, whatever happens here (a failure is counted in stats).
+            if filter_full && self.grow_filter(None).is_err() {
+                self.t.resize_failures.fetch_add(1, Ordering::Relaxed);
+            }
+            if tick.is_multiple_of(64) || t.k < 12 {
+                let len = self.len.get().max(0) as u64;
+                if len as f64 > GROW_AT * t.heads() as f64
+                    && len >= self.resize_retry_at.load(Ordering::Relaxed)
+                    && self.grow_table().is_err()
+                {
+                    self.t.resize_failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return Ok(true);
+        }
+    }
+
+    pub(crate) fn update_key(&self, key: u64, value: u64) -> Result<bool> {
+        self.check_open()?;
+        let h = self.hash(key);
+        let _gate = self.gate.enter();
+        let t = self.table();
+        let bn = t.bucket_of(h);
+        self.pool.prefetch(t.head(bn));
+        let f = self.filter.get();
+        if !f.contains(key) {
+            return Ok(false);
+        }
+        let _region = self.lock_region(bn);
+        let Some((b, i)) = self.scan(t.head(bn), key, true).hit else {
+            return Ok(false);
+        };
+        self.pool.words(b, 8)[w_val(i)].store(value, Ordering::Release);
+        // persist: the value word (one 8-byte failure-atomic store) before
+        // the region is released and the call returns.
+        self.pool.persist_line(b);
+        Ok(true)
+    }
+
+    pub(crate) fn remove_key(&self, key: u64) -> Result<bool> {
+        self.check_open()?;
+        let h = self.hash(key);
+        let _gate = self.gate.enter();
+        let t = self.table();
+        let bn = t.bucket_of(h);
+        self.pool.prefetch(t.head(bn));
+        let f = self.filter.get();
+        // A filter miss answers without touching PM.
+        if !f.contains(key) {
+            return Ok(false);
+        }
+        let region = self.lock_region(bn);
+        let Some((b, i)) = self.scan(t.head(bn), key, true).hit else {
+            // A false positive: the key is not here, and its fingerprint
+            // (another key's) must stay in the filter.
+            return Ok(false);
+        };
+        let w = self.pool.words(b, 8);
+        let tok = w[W_TOKENS].load(Ordering::Relaxed);
+        w[W_TOKENS].store(tok & !token(i), Ordering::Release);
+        // persist: the token (lazy deletion: the pair's bytes stay) before
+        // the fingerprint leaves the filter and the call returns.
+        self.pool.persist_line(b);
+        let removed = f.remove(key);
+        debug_assert!(removed, "the filter lacked a key that PM held");
+        drop(region);
+        self.len.add(-1);
+        Ok(true)
+    }
+}

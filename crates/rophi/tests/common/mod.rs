@@ -1,0 +1,272 @@
+//! Helpers shared by the rophi integration tests: pools in every mode with
+//! fixed uuids (so the hash seed, hence every chain, repeats run to run),
+//! model checks, reopen and crash-reopen helpers, the table's shape read
+//! straight from the pool, and pool image patching.
+
+#![allow(dead_code, unused_imports)]
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
+
+use engine::{Durability, Engine, EngineConfig};
+use pmem::{Mode, Pool, PoolOptions};
+use rophi::layout::*;
+use rophi::Rophi;
+
+pub use engine::testkit::{val, verify_model, version_of, Rng};
+
+pub const MIB: u64 = 1 << 20;
+
+/// murmur3's finalizer: a bijection, for spreading test keys.
+pub fn fmix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// A uuid made from a seed: the table's hash seed repeats run to run.
+pub fn uuid_of(seed: u64) -> [u8; 16] {
+    let mut u = *b"rophi-test-uuid!";
+    u[..8].copy_from_slice(&seed.to_le_bytes());
+    u
+}
+
+pub fn pool_opts(mode: Mode, size: u64, max_size: u64, seed: u64) -> PoolOptions {
+    PoolOptions {
+        mode,
+        size,
+        max_size,
+        layout: rophi::LAYOUT.into(),
+        uuid: Some(uuid_of(seed)),
+        ..PoolOptions::default()
+    }
+}
+
+/// An in-memory pool (`Volatile` or `Simulated`).
+pub fn mem_pool(mode: Mode, size: u64, max_size: u64, seed: u64) -> Arc<Pool> {
+    assert!(mode == Mode::Volatile || mode == Mode::Simulated);
+    Arc::new(Pool::create(Path::new(""), &pool_opts(mode, size, max_size, seed)).unwrap())
+}
+
+pub fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
+    EngineConfig {
+        durability: Durability::Strict,
+        initial_capacity,
+        threads,
+    }
+}
+
+/// A unique temp pool path, removed on drop.
+pub struct TempPath(engine::testkit::TempPath);
+
+impl TempPath {
+    pub fn new(tag: &str) -> TempPath {
+        TempPath(engine::testkit::TempPath::new("rophi-test", tag))
+    }
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// A figure from `stats().detail`, parsed.
+pub fn detail(e: &dyn Engine, name: &str) -> f64 {
+    engine::testkit::detail(e, name)
+}
+
+pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
+    detail(e, name) as u64
+}
+
+/// `k` of the live head array ("head buckets" reads `2^k`).
+pub fn head_k(e: &dyn Engine) -> u32 {
+    let s = e.stats();
+    let v = &s
+        .detail
+        .iter()
+        .find(|(k, _)| k == "head buckets")
+        .expect("head buckets")
+        .1;
+    v.strip_prefix("2^").expect("2^k").parse().unwrap()
+}
+
+/// Everything the table holds equals `model` (see
+/// `engine::testkit::verify_model`: for_each, len, get of every key and of
+/// the absent ones, check() with the model's count and no leaked byte).
+/// Also: `get_many` of the model's keys and of `absent` agrees.
+pub fn verify(e: &Rophi, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], ctx: &str) {
+    verify_model(e, pool, model, absent, ctx);
+    let mut keys: Vec<u64> = model.keys().copied().collect();
+    keys.extend_from_slice(absent);
+    let mut out = vec![Some(0xdead); keys.len()];
+    e.get_many(&keys, &mut out);
+    for (k, o) in keys.iter().zip(&out) {
+        assert_eq!(*o, model.get(k).copied(), "{ctx}: get_many of {k:#x}");
+    }
+}
+
+// ----- reopen ---------------------------------------------------------------------------
+
+/// Clean close of a file-backed table, then the file opened again as a new
+/// pool. The engine must have been the only other holder of the pool.
+pub fn reopen_file(
+    e: Rophi,
+    pool: Arc<Pool>,
+    path: &Path,
+    popts: &PoolOptions,
+) -> (Arc<Pool>, Rophi) {
+    e.close().unwrap();
+    assert!(
+        e.insert(0x5eed, 1).is_err(),
+        "insert after close() was accepted"
+    );
+    drop(e);
+    assert_eq!(
+        Arc::strong_count(&pool),
+        1,
+        "the engine still holds the pool"
+    );
+    drop(pool);
+    let p2 = Arc::new(Pool::open(path, popts).unwrap());
+    assert!(p2.was_clean(), "close() did not mark the file clean");
+    let e2 = Rophi::open(p2.clone(), &cfg(16, 1)).unwrap();
+    (p2, e2)
+}
+
+/// A crash right now: the live image of a pool that was never closed,
+/// opened as a new volatile pool (recovery runs).
+pub fn crash_reopen_live(pool: &Pool) -> (Arc<Pool>, Rophi) {
+    let p2 = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
+    assert!(!p2.was_clean(), "a crash image reads as cleanly closed");
+    let e2 = Rophi::open(p2.clone(), &cfg(16, 1)).unwrap();
+    (p2, e2)
+}
+
+/// A crash right now of a simulated pool: only what was persisted
+/// survives (strict durability: every acknowledged write).
+pub fn crash_reopen_persisted(pool: &Pool) -> (Arc<Pool>, Rophi) {
+    let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
+    let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
+    assert!(!p2.was_clean(), "a crash image reads as cleanly closed");
+    let e2 = Rophi::open(p2.clone(), &cfg(16, 1)).unwrap();
+    (p2, e2)
+}
+
+// ----- the table's shape, read from the pool ------------------------------------------
+
+/// Offsets of a built table, read straight from the pool (layout.rs).
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub root: u64,
+    pub table: Table,
+    /// Overflow slabs, newest first: (offset, buckets).
+    pub slabs: Vec<(u64, u64)>,
+    /// Heads that have a chain: (head bucket offset, chain buckets in order).
+    pub chains: Vec<(u64, Vec<u64>)>,
+    /// Buckets (heads and chain buckets) holding at least one pair.
+    pub full_buckets: Vec<u64>,
+    pub pool_size: u64,
+}
+
+pub fn shape(pool: &Pool) -> Shape {
+    let root = pool.root();
+    assert_ne!(root, 0, "no table in the pool");
+    assert_eq!(pool.load_u64(root), ROOT_MAGIC);
+    let table = Table::from_desc(pool.load_u64(root + R_TABLE));
+    let mut slabs = Vec::new();
+    let mut s = pool.load_u64(table.off + T_SLABS);
+    while s != 0 {
+        slabs.push((s, pool.load_u64(s + S_COUNT)));
+        s = pool.load_u64(s + S_NEXT);
+    }
+    let mut chains = Vec::new();
+    let mut full_buckets = Vec::new();
+    for h in 0..table.heads() {
+        let head = table.head(h);
+        let mut chain = Vec::new();
+        let mut b = head;
+        loop {
+            if pool.load_u64(b + 8 * W_TOKENS as u64) != 0 {
+                full_buckets.push(b);
+            }
+            let next = pool.load_u64(b + 8 * W_NEXT as u64);
+            if next == 0 {
+                break;
+            }
+            chain.push(next);
+            b = next;
+        }
+        if !chain.is_empty() {
+            chains.push((head, chain));
+        }
+    }
+    Shape {
+        root,
+        table,
+        slabs,
+        chains,
+        full_buckets,
+        pool_size: pool.size(),
+    }
+}
+
+// ----- pool images ------------------------------------------------------------------------
+
+/// The pool header's two state slots (docs/format.md): the only bytes a
+/// writable open of a pool the engine refuses may change.
+pub const STATE_SLOTS: std::ops::Range<usize> = 64..192;
+
+/// `bytes` with each (offset, word) written little-endian.
+pub fn patch(bytes: &[u8], words: &[(u64, u64)]) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    for &(off, w) in words {
+        v[off as usize..off as usize + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    v
+}
+
+/// `bytes` with the byte at `off` set to `b`.
+pub fn patch_byte(bytes: &[u8], off: u64, b: u8) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    v[off as usize] = b;
+    v
+}
+
+/// The little-endian word at `off`.
+pub fn word(bytes: &[u8], off: u64) -> u64 {
+    u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
+}
+
+/// Rewrites the header's current state slot through `f` (CRC fixed).
+pub fn edit_state(bytes: &mut [u8], f: impl FnOnce(&mut pmem::header::State)) {
+    use pmem::header::{State, SLOT_LEN, SLOT_OFFSET};
+    let (mut st, slot) = State::current(&bytes[..4096]).unwrap();
+    f(&mut st);
+    let off = SLOT_OFFSET + slot * SLOT_LEN;
+    bytes[off..off + SLOT_LEN].copy_from_slice(&st.encode());
+}
+
+/// Clears the clean flag, as a crash would have left it (open then runs
+/// crash recovery).
+pub fn clear_clean_flag(bytes: &mut [u8]) {
+    edit_state(bytes, |s| s.clean = 0);
+}
+
+/// Pool open then engine open of a pool file, in a panic guard:
+/// `Err("PANIC")` if either panicked.
+pub fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Rophi), String> {
+    catch_unwind(AssertUnwindSafe(|| {
+        let opts = PoolOptions {
+            mode: Mode::Mapped,
+            read_only,
+            ..PoolOptions::default()
+        };
+        let pool = Arc::new(Pool::open(path, &opts).map_err(|e| format!("pool: {e}"))?);
+        let e = Rophi::open(pool.clone(), &cfg(16, 1)).map_err(|e| format!("engine: {e}"))?;
+        Ok((pool, e))
+    }))
+    .unwrap_or_else(|_| Err("PANIC".into()))
+}

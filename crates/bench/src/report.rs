@@ -70,6 +70,10 @@ pub struct RunResult {
     /// (file-backed persistent engines): the clean-restart cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reopen_ms: Option<f64>,
+    /// The reopened engine's figures (`Stats::detail` right after that
+    /// `open`): what the restart did (recovery time, filter rebuild).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub reopen_detail: std::collections::BTreeMap<String, String>,
     /// Every repetition, when `--repeat` was above 1.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repeats: Vec<RunResult>,
@@ -215,6 +219,7 @@ mod tests {
             detail: Default::default(),
             ratio_to_hashbrown: None,
             reopen_ms: None,
+            reopen_detail: Default::default(),
             repeats: Vec::new(),
             len_after: 10,
             seconds: 1.0,

@@ -389,13 +389,15 @@ fn run_one(
         _file,
     } = inst;
     drop(engine);
-    let reopen_ms = match (spec.kind, mode, &_file) {
+    let (reopen_ms, reopen_detail) = match (spec.kind, mode, &_file) {
         (EngineKind::Persistent { open, layout, .. }, Some(m), Some(f))
             if matches!(m, pmem::Mode::Mapped | pmem::Mode::Dax) =>
         {
-            Some(reopen(cfg, open, layout, m, &f.0, threads, len_after).map_err(ctx)?)
+            let (ms, detail) =
+                reopen(cfg, open, layout, m, &f.0, threads, len_after).map_err(ctx)?;
+            (Some(ms), detail.into_iter().collect())
         }
-        _ => None,
+        _ => (None, Default::default()),
     };
     let per_op = |x: u64| {
         if done == 0 {
@@ -424,6 +426,7 @@ fn run_one(
         detail: stats.detail.iter().cloned().collect(),
         ratio_to_hashbrown: None,
         reopen_ms,
+        reopen_detail,
         repeats: Vec::new(),
         len_after,
         seconds,
@@ -443,7 +446,7 @@ fn reopen(
     path: &std::path::Path,
     threads: usize,
     len: u64,
-) -> Result<f64, String> {
+) -> Result<(f64, Vec<(String, String)>), String> {
     let (_, max_size) = pool_sizes(cfg.keys);
     let opts = pmem::PoolOptions {
         mode,
@@ -466,8 +469,9 @@ fn reopen(
             e.len()
         ));
     }
+    let detail = e.stats().detail;
     e.close().map_err(|e| format!("close after reopen: {e}"))?;
-    Ok(ms)
+    Ok((ms, detail))
 }
 
 /// Runs `count` operations, timing one in [`SAMPLE_EVERY`]; stops at the

@@ -188,7 +188,7 @@ fn find_lane(w: u64, v: u64) -> Option<usize> {
 
 /// See the module documentation.
 pub struct CuckooFilter {
-    buckets: Box<[AtomicU64]>,
+    buckets: crate::hugemem::HugeWords,
     mask: usize,
     /// Occupied lanes.
     len: AtomicU64,
@@ -246,7 +246,7 @@ impl CuckooFilter {
     pub fn with_buckets(buckets: usize) -> CuckooFilter {
         let n = buckets.clamp(2, MAX_BUCKETS).next_power_of_two();
         CuckooFilter {
-            buckets: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            buckets: crate::hugemem::HugeWords::zeroed(n),
             mask: n - 1,
             len: AtomicU64::new(0),
             moves: AtomicU64::new(0),
@@ -341,12 +341,12 @@ impl CuckooFilter {
         let mut tries = 0u32;
         loop {
             let seq = self.moves.load(Ordering::Acquire);
+            // Both loads before either test: no branch between them, so
+            // the two cache misses overlap even when the first test is
+            // mispredicted.
             let b1 = self.buckets[p.i1].load(Ordering::Relaxed);
-            if zero_lanes(b1 ^ want) != 0 {
-                return true;
-            }
             let b2 = self.buckets[p.i2].load(Ordering::Relaxed);
-            if zero_lanes(b2 ^ want) != 0 {
+            if zero_lanes(b1 ^ want) | zero_lanes(b2 ^ want) != 0 {
                 return true;
             }
             // If either load saw a store of a kick, the kick's release

@@ -14,6 +14,7 @@ pub mod filter;
 pub mod filtered;
 pub mod gate;
 pub mod hash;
+pub mod hugemem;
 pub mod slotarray;
 pub mod sync;
 pub mod testkit;

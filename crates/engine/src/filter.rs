@@ -22,7 +22,8 @@
 //!   whose `remove` has not been called, even while writers move
 //!   fingerprints around with kick-outs.
 //! - [`CuckooFilter::insert`] and [`CuckooFilter::remove`] are serialised
-//!   by one internal writer lock (a `std::sync::Mutex<()>`).
+//!   by one internal writer lock (a spinlock: a writer holds it for one or
+//!   two cache misses, far less than a futex sleep and wake-up).
 //! - [`CuckooFilter::try_insert_free`] takes no lock: it may run
 //!   concurrently with itself and with readers, not with `insert` or
 //!   `remove` (it is meant for bulk builds, see [`build`]).
@@ -67,8 +68,8 @@
 
 use std::marker::PhantomData;
 use std::ops::Deref;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use crate::gate::{Inside, WriterGate};
 use crate::hash::fmix64;
@@ -195,7 +196,7 @@ pub struct CuckooFilter {
     /// The kick seqlock: odd while a kick moves fingerprints.
     moves: AtomicU64,
     /// Serialises `insert` and `remove`.
-    writer: Mutex<()>,
+    writer: AtomicBool,
     /// Xored into keys before hashing.
     seed: u64,
     /// Exact key hashes of keys no bucket pair could take (more than eight
@@ -206,6 +207,15 @@ pub struct CuckooFilter {
     /// Set by a build that could not place every key: every lookup
     /// answers "maybe".
     saturated: std::sync::atomic::AtomicBool,
+}
+
+/// The filter's writer lock, held; released on drop.
+struct WriterGuard<'a>(&'a AtomicBool);
+
+impl Drop for WriterGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// One bucket visited by the path search.
@@ -250,7 +260,7 @@ impl CuckooFilter {
             mask: n - 1,
             len: AtomicU64::new(0),
             moves: AtomicU64::new(0),
-            writer: Mutex::new(()),
+            writer: AtomicBool::new(false),
             seed: FILTER_SEED,
             stash: (0..STASH).map(|_| AtomicU64::new(0)).collect(),
             stash_used: AtomicU64::new(0),
@@ -373,8 +383,24 @@ impl CuckooFilter {
         self.contains_probe(&self.probe(key))
     }
 
-    fn lock(&self) -> MutexGuard<'_, ()> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> WriterGuard<'_> {
+        let mut spins = 0u32;
+        while self
+            .writer
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.writer.load(Ordering::Relaxed) {
+                spins += 1;
+                // A holder preempted mid-kick: let it run.
+                if spins.is_multiple_of(256) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        WriterGuard(&self.writer)
     }
 
     /// Puts `fp` into a free lane of bucket `i` (compare-and-swap);

@@ -51,16 +51,10 @@ pub struct Closed<'a> {
     _serial: MutexGuard<'a, ()>,
 }
 
+/// This thread's slot: its [`crate::sync::thread_index`] (63 = shared).
+#[inline]
 fn thread_slot() -> usize {
-    use std::cell::Cell;
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    thread_local!(static SLOT: Cell<usize> = const { Cell::new(usize::MAX) });
-    SLOT.with(|s| {
-        if s.get() == usize::MAX {
-            s.set((NEXT.fetch_add(1, Ordering::Relaxed) as usize).min(OWN_SLOTS));
-        }
-        s.get()
-    })
+    crate::sync::thread_index().min(OWN_SLOTS)
 }
 
 const MEMBARRIER_CMD_QUERY: libc::c_long = 0;

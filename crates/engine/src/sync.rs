@@ -147,18 +147,55 @@ struct Padded(AtomicI64);
 
 const SHARDS: usize = 64;
 
-/// This thread's shard: threads 0..63 (in order of first use) own one
-/// each; later threads share the last with atomic adds.
-fn shard() -> usize {
-    use std::cell::Cell;
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    thread_local!(static ID: Cell<usize> = const { Cell::new(usize::MAX) });
-    ID.with(|id| {
-        if id.get() == usize::MAX {
-            id.set((NEXT.fetch_add(1, Ordering::Relaxed) as usize).min(SHARDS - 1));
+/// Indices a live thread can own: `0..OWNED`; [`OWNED`] is the shared one.
+pub const OWNED: usize = 63;
+/// Bit `i`: index `i` is owned by a live thread.
+static TAKEN: AtomicU64 = AtomicU64::new(0);
+
+/// A thread's claim on its index, given back when the thread exits.
+struct Claim(usize);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.0 < OWNED {
+            // Release: the next owner sees this thread's last writes to
+            // whatever the index owns (a counter shard).
+            TAKEN.fetch_and(!(1 << self.0), Ordering::Release);
         }
-        id.get()
-    })
+    }
+}
+
+fn claim() -> usize {
+    let mut t = TAKEN.load(Ordering::Relaxed);
+    loop {
+        let free = !t & ((1 << OWNED) - 1);
+        if free == 0 {
+            return OWNED;
+        }
+        let i = free.trailing_zeros() as usize;
+        match TAKEN.compare_exchange_weak(t, t | 1 << i, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => return i,
+            Err(seen) => t = seen,
+        }
+    }
+}
+
+/// A small index for this thread, unique among live threads: `0..63`
+/// while fewer than 63 threads hold one, else [`OWNED`] (shared). Indices
+/// are given back when threads exit, so a process that keeps starting
+/// threads (a benchmark, a server) does not run out of them. Used for
+/// per-thread slots ([`crate::gate::WriterGate`]) and counter shards.
+#[inline]
+pub fn thread_index() -> usize {
+    thread_local!(static INDEX: Claim = Claim(claim()));
+    INDEX.try_with(|c| c.0).unwrap_or(OWNED)
+}
+
+/// This thread's shard: its [`thread_index`]; the last shard is shared
+/// (atomic adds).
+#[inline]
+fn shard() -> usize {
+    thread_index().min(SHARDS - 1)
 }
 
 /// A counter split over cache-line-padded shards. A thread that owns its
@@ -277,5 +314,56 @@ mod tests {
             }
         });
         assert_eq!(n.load(Ordering::Relaxed), 40_000);
+    }
+}
+
+#[cfg(test)]
+mod thread_index_tests {
+    use super::*;
+
+    #[test]
+    fn indices_are_unique_among_live_threads_and_recycled() {
+        // Far more threads over time than indices: each gets an owned one
+        // (at most a few live at once here), unique while it lives.
+        for _ in 0..20 {
+            let ids: Vec<usize> = (0..8)
+                .map(|_| std::thread::spawn(thread_index))
+                .map(|h| h.join().unwrap())
+                .collect();
+            assert!(ids.iter().all(|&i| i < OWNED), "{ids:?}");
+        }
+        let barrier = std::sync::Barrier::new(10);
+        let ids: Vec<usize> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..10)
+                .map(|_| {
+                    s.spawn(|| {
+                        let i = thread_index();
+                        barrier.wait();
+                        i
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(
+            sorted.len(),
+            ids.len(),
+            "two live threads share an index: {ids:?}"
+        );
+    }
+
+    #[test]
+    fn a_recycled_shard_keeps_its_count() {
+        let c = Counter::default();
+        for _ in 0..200 {
+            std::thread::scope(|s| {
+                s.spawn(|| c.add(1));
+                s.spawn(|| c.add(2));
+            });
+        }
+        assert_eq!(c.get(), 600);
     }
 }

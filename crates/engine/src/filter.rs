@@ -608,18 +608,20 @@ impl CuckooFilter {
     /// both are full. May run concurrently with itself and with readers,
     /// not with `insert` or `remove`.
     pub fn try_insert_free(&self, key: u64) -> bool {
-        self.try_insert_free_probe(&self.probe(key))
+        let placed = self.place_free(&self.probe(key));
+        if placed {
+            self.len.fetch_add(1, Ordering::Relaxed);
+        }
+        placed
     }
 
-    fn try_insert_free_probe(&self, p: &Probe) -> bool {
+    /// [`try_insert_free`](Self::try_insert_free) without counting: the
+    /// caller adds what it placed to `len` (a bulk build counts once per
+    /// thread instead of contending on `len` for every key).
+    fn place_free(&self, p: &Probe) -> bool {
         let p = self.rebase(p);
         let fp = fingerprint(p.hash);
-        if self.put_free(p.i1, fp) || self.put_free(p.i2, fp) {
-            self.len.fetch_add(1, Ordering::Relaxed);
-            true
-        } else {
-            false
-        }
+        self.put_free(p.i1, fp) || self.put_free(p.i2, fp)
     }
 
     /// Fingerprints stored.
@@ -758,6 +760,7 @@ fn feed(f: &CuckooFilter, threads: usize, each: &Feed) -> (Vec<u64>, u64) {
         let mut fed = 0u64;
         let mut batch = [0u64; BATCH];
         let mut n = 0;
+        let placed = std::cell::Cell::new(0u64);
         let flush = |batch: &[u64], left: &mut Vec<u64>| {
             let mut probes = [Probe::new(0, 0); BATCH];
             for (p, &k) in probes.iter_mut().zip(batch) {
@@ -765,7 +768,9 @@ fn feed(f: &CuckooFilter, threads: usize, each: &Feed) -> (Vec<u64>, u64) {
                 f.prefetch(p);
             }
             for (p, &k) in probes.iter().zip(batch) {
-                if !f.try_insert_free_probe(p) {
+                if f.place_free(p) {
+                    placed.set(placed.get() + 1);
+                } else {
                     left.push(k);
                 }
             }
@@ -780,6 +785,7 @@ fn feed(f: &CuckooFilter, threads: usize, each: &Feed) -> (Vec<u64>, u64) {
             }
         });
         flush(&batch[..n], &mut left);
+        f.len.fetch_add(placed.get(), Ordering::Relaxed);
         (left, fed)
     };
     if threads == 1 {

@@ -1,7 +1,11 @@
 //! A concurrent cuckoo filter in DRAM (Fan et al., CoNEXT'14) with the
 //! parameters of the ROPHI paper: 12-bit fingerprints, buckets of four
 //! slots, two candidate buckets per key, partial-key cuckoo hashing
-//! (`i2 = i1 ^ (hash(fp) & mask)`) over a power-of-two bucket count.
+//! over any bucket count `n`: `i1` from the hash by multiply-shift, and
+//! `i2 = (h(fp) − i1) mod n`, an involution for every `n`, where the
+//! paper's `i1 ⊕ hash(fp)` needs a power of two. So a filter can be sized
+//! for its real load instead of rounding its memory up to the next power
+//! of two (up to 2×).
 //!
 //! # Layout
 //!
@@ -52,9 +56,13 @@
 //!
 //! # Sizing and false positives
 //!
-//! [`CuckooFilter::with_capacity`]`(n)` picks the smallest power-of-two
-//! bucket count with `4 · buckets · MAX_LOAD ≥ n`, so `n` keys fill it to a
-//! load between 0.45 and 0.9 (a power of two at most doubles the size).
+//! [`CuckooFilter::with_capacity`]`(n)` picks `ceil(n / (4 · SIZE_LOAD))`
+//! buckets, so `n` keys fill it to a load of [`SIZE_LOAD`] (0.85); past
+//! [`MAX_LOAD`] (0.9) the owner grows it by doubling (load 0.45). With the
+//! paper's power-of-two sizing the load of `n` keys would fall anywhere in
+//! 0.45..0.9 and the memory up to twice this; at 10M keys 32 MiB against
+//! 23.5 MiB, which decides whether negative lookups hit the cache here
+//! (`docs/benchmarks.md`).
 //! [`CuckooFilter::expected_fpr`] gives the false-positive rate of a lookup
 //! at the current load: the lookup compares its fingerprint with the
 //! occupied lanes of two buckets, `8 · load` of them on average, and each
@@ -74,10 +82,13 @@ use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 use crate::gate::{Inside, WriterGate};
 use crate::hash::fmix64;
 
-/// Grow beyond this load (fraction of slots in use). With power-of-two
-/// sizing a filter sized for `n` keys holds them at a load between 0.45 and
-/// 0.9.
+/// Grow beyond this load (fraction of slots in use); doubling brings the
+/// load to 0.45.
 pub const MAX_LOAD: f64 = 0.9;
+
+/// The load a filter made by [`CuckooFilter::with_capacity`] has when it
+/// holds the keys it was sized for.
+pub const SIZE_LOAD: f64 = 0.85;
 
 /// Slots (lanes) per bucket.
 const SLOTS: u64 = 4;
@@ -131,7 +142,7 @@ pub struct Probe {
 impl Probe {
     fn new(hash: u64, mask: usize) -> Probe {
         let fp = fingerprint(hash);
-        let i1 = hash as usize & mask;
+        let i1 = range(hash as u32 as u64, mask);
         Probe {
             hash,
             mask,
@@ -164,7 +175,20 @@ fn fingerprint(hash: u64) -> u64 {
 /// (an involution: `alt(alt(i)) == i`).
 #[inline]
 fn alt(i: usize, fp: u64, mask: usize) -> usize {
-    i ^ (fmix64(fp) as usize & mask)
+    // (h − i) mod n is an involution for any n, so the bucket count need
+    // not be a power of two.
+    let h = range(fmix64(fp) >> 32, mask);
+    if h >= i {
+        h - i
+    } else {
+        h + mask - i
+    }
+}
+
+/// `x` (32 bits) mapped onto `0..n` by multiply-shift (Lemire's fast range).
+#[inline]
+fn range(x: u64, n: usize) -> usize {
+    ((x * n as u64) >> 32) as usize
 }
 
 /// The fingerprint in lane `lane` of bucket word `w`.
@@ -190,6 +214,7 @@ fn find_lane(w: u64, v: u64) -> Option<usize> {
 /// See the module documentation.
 pub struct CuckooFilter {
     buckets: crate::hugemem::HugeWords,
+    /// The bucket count (any, at least 2).
     mask: usize,
     /// Occupied lanes.
     len: AtomicU64,
@@ -239,10 +264,10 @@ impl std::fmt::Debug for CuckooFilter {
 }
 
 impl CuckooFilter {
-    /// A filter for `keys` keys: `next_pow2(ceil(keys / (4 · MAX_LOAD)))`
+    /// A filter for `keys` keys: `ceil(keys / (4 · SIZE_LOAD))`
     /// buckets, at least 2.
     pub fn with_capacity(keys: u64) -> CuckooFilter {
-        let want = (keys as f64 / (SLOTS as f64 * MAX_LOAD)).ceil();
+        let want = (keys as f64 / (SLOTS as f64 * SIZE_LOAD)).ceil();
         let want = if want >= MAX_BUCKETS as f64 {
             MAX_BUCKETS
         } else {
@@ -251,13 +276,12 @@ impl CuckooFilter {
         CuckooFilter::with_buckets(want)
     }
 
-    /// A filter of `buckets` buckets, rounded up to a power of two (at
-    /// least 2).
+    /// A filter of `buckets` buckets (at least 2; any count).
     pub fn with_buckets(buckets: usize) -> CuckooFilter {
-        let n = buckets.clamp(2, MAX_BUCKETS).next_power_of_two();
+        let n = buckets.clamp(2, MAX_BUCKETS);
         CuckooFilter {
             buckets: crate::hugemem::HugeWords::zeroed(n),
-            mask: n - 1,
+            mask: n,
             len: AtomicU64::new(0),
             moves: AtomicU64::new(0),
             writer: AtomicBool::new(false),
@@ -328,7 +352,7 @@ impl CuckooFilter {
     #[inline]
     pub fn prefetch(&self, p: &Probe) {
         #[cfg(target_arch = "x86_64")]
-        for i in [p.i1 & self.mask, p.i2 & self.mask] {
+        for i in [p.i1.min(self.mask - 1), p.i2.min(self.mask - 1)] {
             let addr = std::ptr::from_ref(&self.buckets[i]).cast::<i8>();
             #[allow(unused_unsafe)]
             // SAFETY: a prefetch is a hint: it never faults and changes no
@@ -705,7 +729,7 @@ pub fn build(capacity: u64, threads: usize, each: &Feed) -> CuckooFilter {
     )
 }
 
-/// [`build`], starting at `buckets` buckets (a power of two at least 2)
+/// [`build`], starting at `buckets` buckets (at least 2)
 /// instead of a key count (for a filter that grows by doubling), with the
 /// key hash seeded by `seed` ([`CuckooFilter::seeded`]).
 ///

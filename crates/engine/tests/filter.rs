@@ -47,23 +47,44 @@ fn fill(f: &CuckooFilter, seed: u64, load: f64) -> Vec<u64> {
 
 #[test]
 fn sizing_follows_the_formula() {
+    use engine::filter::SIZE_LOAD;
     assert_eq!(CuckooFilter::with_capacity(0).buckets(), 2);
     assert_eq!(CuckooFilter::with_capacity(1).buckets(), 2);
-    // 3600 keys / 3.6 = 1000 buckets -> 1024.
-    assert_eq!(CuckooFilter::with_capacity(3600).buckets(), 1024);
-    assert_eq!(CuckooFilter::with_capacity(3686).buckets(), 1024);
-    assert_eq!(CuckooFilter::with_capacity(3687).buckets(), 2048);
-    assert_eq!(CuckooFilter::with_buckets(1000).buckets(), 1024);
+    // Any bucket count works ((h - i) mod n is an involution): 3400 keys
+    // at 4 slots and load 0.85 need exactly 1000 buckets.
+    assert_eq!(CuckooFilter::with_capacity(3400).buckets(), 1000);
+    assert_eq!(CuckooFilter::with_capacity(3401).buckets(), 1001);
+    assert_eq!(CuckooFilter::with_buckets(1000).buckets(), 1000);
     assert_eq!(CuckooFilter::with_buckets(0).buckets(), 2);
-    for n in [1u64, 100, 10_000, 1_000_000] {
+    for n in [100u64, 10_000, 1_000_000] {
         let f = CuckooFilter::with_capacity(n);
         let full = n as f64 / f.slots() as f64;
-        assert!(
-            full > MAX_LOAD / 2.0 - 1e-9 || f.buckets() == 2,
-            "{n}: load {full}"
-        );
+        assert!((full - SIZE_LOAD).abs() < 0.02, "{n}: load {full}");
         assert!(full <= MAX_LOAD, "{n}: load {full}");
     }
+}
+
+/// The alternate bucket is an involution at every size, odd ones included,
+/// and stays in range.
+#[test]
+fn alternate_bucket_round_trips_at_any_size() {
+    for n in [2usize, 3, 7, 1000, 1001, 65_537, 2_941_177] {
+        let f = CuckooFilter::with_buckets(n);
+        for k in 0..2000u64 {
+            let p = f.probe(k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            assert!(p.i1() < n && p.i2() < n, "n {n}: {} {}", p.i1(), p.i2());
+        }
+    }
+    // Insert to MAX_LOAD in an odd-sized filter: every key found (kicks
+    // move fingerprints to their alternates and back).
+    let f = CuckooFilter::with_buckets(1001);
+    let n = (f.slots() as f64 * MAX_LOAD) as u64;
+    let ks = keys(7, n as usize);
+    for &k in &ks {
+        f.insert(k).unwrap();
+    }
+    assert!(f.kicks() > 0);
+    assert!(ks.iter().all(|&k| f.contains(k)));
 }
 
 #[test]

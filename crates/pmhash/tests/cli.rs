@@ -198,3 +198,48 @@ fn inspect_and_check_an_hmeh_pool_after_a_crash_without_writing_it() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn inspect_and_check_a_rophi_pool_after_a_crash_without_writing_it() {
+    use engine::Engine;
+    let path = temp("rophi.pool");
+    let opts = PoolOptions {
+        mode: Mode::Mapped,
+        size: 8 << 20,
+        max_size: 64 << 20,
+        layout: rophi::LAYOUT.into(),
+        ..PoolOptions::default()
+    };
+    let pool = Arc::new(Pool::create(&path, &opts).unwrap());
+    let cfg = EngineConfig {
+        initial_capacity: 16,
+        ..EngineConfig::default()
+    };
+    let e = rophi::Rophi::create(pool.clone(), &cfg).unwrap();
+    for k in 0..3000u64 {
+        assert!(e.insert(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), k).unwrap());
+    }
+    for k in 0..500u64 {
+        assert!(e.remove(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)).unwrap());
+    }
+    // No close: the file is left as a crash would leave it.
+    drop(e);
+    drop(pool);
+    let before = std::fs::read(&path).unwrap();
+    let (code, out) = pmhash(&["inspect", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("layout          rophi") && out.contains("keys            2500"),
+        "{out}"
+    );
+    assert!(out.contains("filter buckets"), "engine detail shown: {out}");
+    let (code, out) = pmhash(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("OK rophi: 2500 keys"), "{out}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "inspect/check wrote the file"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

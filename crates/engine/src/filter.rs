@@ -128,26 +128,26 @@ impl std::fmt::Display for Full {
 impl std::error::Error for Full {}
 
 /// A key's place in one filter: its two candidate buckets and its
-/// fingerprint. It also keeps the key's hash and the bucket mask it was
+/// fingerprint. It also keeps the key's hash and the bucket count it was
 /// computed for, so a probe handed to a filter of another size is
 /// recomputed there rather than misread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Probe {
     hash: u64,
-    mask: usize,
+    nb: usize,
     i1: usize,
     i2: usize,
 }
 
 impl Probe {
-    fn new(hash: u64, mask: usize) -> Probe {
+    fn new(hash: u64, nb: usize) -> Probe {
         let fp = fingerprint(hash);
-        let i1 = range(hash as u32 as u64, mask);
+        let i1 = range(hash as u32 as u64, nb);
         Probe {
             hash,
-            mask,
+            nb,
             i1,
-            i2: alt(i1, fp, mask),
+            i2: alt(i1, fp, nb),
         }
     }
     /// The first candidate bucket.
@@ -174,14 +174,14 @@ fn fingerprint(hash: u64) -> u64 {
 /// The other candidate bucket of a fingerprint stored in bucket `i`
 /// (an involution: `alt(alt(i)) == i`).
 #[inline]
-fn alt(i: usize, fp: u64, mask: usize) -> usize {
+fn alt(i: usize, fp: u64, nb: usize) -> usize {
     // (h − i) mod n is an involution for any n, so the bucket count need
     // not be a power of two.
-    let h = range(fmix64(fp) >> 32, mask);
+    let h = range(fmix64(fp) >> 32, nb);
     if h >= i {
         h - i
     } else {
-        h + mask - i
+        h + nb - i
     }
 }
 
@@ -215,7 +215,7 @@ fn find_lane(w: u64, v: u64) -> Option<usize> {
 pub struct CuckooFilter {
     buckets: crate::hugemem::HugeWords,
     /// The bucket count (any, at least 2).
-    mask: usize,
+    nb: usize,
     /// Occupied lanes.
     len: AtomicU64,
     /// The kick seqlock: odd while a kick moves fingerprints.
@@ -281,7 +281,7 @@ impl CuckooFilter {
         let n = buckets.clamp(2, MAX_BUCKETS);
         CuckooFilter {
             buckets: crate::hugemem::HugeWords::zeroed(n),
-            mask: n,
+            nb: n,
             len: AtomicU64::new(0),
             moves: AtomicU64::new(0),
             writer: AtomicBool::new(false),
@@ -335,16 +335,16 @@ impl CuckooFilter {
     /// bits 32..44.
     #[inline]
     pub fn probe(&self, key: u64) -> Probe {
-        Probe::new(fmix64(key ^ self.seed), self.mask)
+        Probe::new(fmix64(key ^ self.seed), self.nb)
     }
 
     /// `p`, recomputed if it was made by a filter of another size.
     #[inline]
     fn rebase(&self, p: &Probe) -> Probe {
-        if p.mask == self.mask {
+        if p.nb == self.nb {
             *p
         } else {
-            Probe::new(p.hash, self.mask)
+            Probe::new(p.hash, self.nb)
         }
     }
 
@@ -352,7 +352,7 @@ impl CuckooFilter {
     #[inline]
     pub fn prefetch(&self, p: &Probe) {
         #[cfg(target_arch = "x86_64")]
-        for i in [p.i1.min(self.mask - 1), p.i2.min(self.mask - 1)] {
+        for i in [p.i1.min(self.nb - 1), p.i2.min(self.nb - 1)] {
             let addr = std::ptr::from_ref(&self.buckets[i]).cast::<i8>();
             #[allow(unused_unsafe)]
             // SAFETY: a prefetch is a hint: it never faults and changes no
@@ -534,7 +534,7 @@ impl CuckooFilter {
                     if nodes.len() >= MAX_NODES {
                         break;
                     }
-                    let child = alt(node.bucket, lane(w, l), self.mask);
+                    let child = alt(node.bucket, lane(w, l), self.nb);
                     if self.on_path(&nodes, q, child) {
                         continue;
                     }

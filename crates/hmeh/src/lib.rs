@@ -245,9 +245,7 @@ impl Hmeh {
                 cfg.initial_capacity
             )));
         }
-        let uuid = pool.identity().uuid;
-        let seed = u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"))
-            ^ u64::from_le_bytes(uuid[8..].try_into().expect("8 bytes")).rotate_left(29);
+        let seed = pool.identity().seed();
         let hasher = Hasher {
             kind: opts.hash,
             seed,

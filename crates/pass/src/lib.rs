@@ -196,9 +196,7 @@ pub struct Pass {
 
 /// The hash seed of a pool: derived from its uuid (and checked at open).
 pub(crate) fn seed_of(pool: &Pool) -> u64 {
-    let uuid = pool.identity().uuid;
-    u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"))
-        ^ u64::from_le_bytes(uuid[8..].try_into().expect("8 bytes")).rotate_left(29)
+    pool.identity().seed()
 }
 
 pub(crate) fn corrupt(m: impl Into<String>) -> Error {

@@ -68,6 +68,14 @@ fn le_u64(b: &[u8], at: usize) -> u64 {
 }
 
 impl Identity {
+    /// A 64-bit value derived from the pool's uuid: engines seed their
+    /// key hash with it (fixed for the pool's life, different per pool).
+    pub fn seed(&self) -> u64 {
+        let a = u64::from_le_bytes(self.uuid[..8].try_into().expect("8 bytes"));
+        let b = u64::from_le_bytes(self.uuid[8..].try_into().expect("8 bytes"));
+        a ^ b.rotate_left(29)
+    }
+
     /// Encodes the 64-byte identity line.
     pub fn encode(&self) -> Result<[u8; 64]> {
         let lb = self.layout.as_bytes();

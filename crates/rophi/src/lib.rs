@@ -98,10 +98,7 @@ pub(crate) fn corrupt(m: impl Into<String>) -> Error {
 
 /// The hash seed of a pool: derived from its uuid (and checked at open).
 pub(crate) fn seed_of(pool: &Pool) -> u64 {
-    let uuid = pool.identity().uuid;
-    let a = u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"));
-    let b = u64::from_le_bytes(uuid[8..].try_into().expect("8 bytes"));
-    a ^ b.rotate_left(23) ^ 0x524f_5048_4900_0001
+    pool.identity().seed() ^ 0x524f_5048_4900_0001
 }
 
 /// A held region lock; released (made even again) on drop.

@@ -17,13 +17,8 @@ pub const MIB: u64 = 1 << 20;
 pub use engine::testkit::Rng;
 
 /// murmur3's finalizer: a bijection, for spreading test keys.
-pub fn fmix(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
+#[allow(unused_imports)]
+pub use engine::hash::fmix64 as fmix;
 
 /// A unique temp pool path, removed on drop.
 pub struct TempPath(engine::testkit::TempPath);

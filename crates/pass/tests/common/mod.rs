@@ -19,13 +19,8 @@ pub use engine::testkit::{verify_model, Rng};
 pub const MIB: u64 = 1 << 20;
 
 /// murmur3's finalizer: a bijection, for spreading test keys.
-pub fn fmix(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
+#[allow(unused_imports)]
+pub use engine::hash::fmix64 as fmix;
 
 /// A uuid made from a seed: the table's hash seed repeats run to run.
 pub fn uuid_of(seed: u64) -> [u8; 16] {

@@ -157,3 +157,48 @@ pub fn val(key: u64, ver: u64) -> u64 {
 pub fn version_of(key: u64, v: u64) -> u64 {
     (v ^ key.rotate_left(17)).wrapping_mul(VER_INV)
 }
+
+/// A uuid made of a 16-byte tag with `seed` in its first 8 bytes: a test
+/// pool's identity, hence its engine's hash seed, repeats run to run.
+pub fn test_uuid(tag: &[u8; 16], seed: u64) -> [u8; 16] {
+    let mut u = *tag;
+    u[..8].copy_from_slice(&seed.to_le_bytes());
+    u
+}
+
+/// Options of a test pool of `layout` whose uuid is [`test_uuid`]`(tag, seed)`.
+pub fn test_pool_options(
+    layout: &str,
+    tag: &[u8; 16],
+    mode: pmem::Mode,
+    size: u64,
+    max_size: u64,
+    seed: u64,
+) -> pmem::PoolOptions {
+    pmem::PoolOptions {
+        mode,
+        size,
+        max_size,
+        layout: layout.into(),
+        uuid: Some(test_uuid(tag, seed)),
+        ..pmem::PoolOptions::default()
+    }
+}
+
+/// An in-memory pool (`Volatile` or `Simulated`) made from `opts`.
+pub fn mem_pool(opts: &pmem::PoolOptions) -> std::sync::Arc<Pool> {
+    assert!(
+        opts.mode == pmem::Mode::Volatile || opts.mode == pmem::Mode::Simulated,
+        "mem_pool wants an in-memory mode"
+    );
+    std::sync::Arc::new(Pool::create(Path::new(""), opts).expect("in-memory pool"))
+}
+
+/// A strict engine configuration.
+pub fn strict_config(initial_capacity: u64, threads: usize) -> crate::EngineConfig {
+    crate::EngineConfig {
+        durability: crate::Durability::Strict,
+        initial_capacity,
+        threads,
+    }
+}

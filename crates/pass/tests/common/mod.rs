@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 
-use engine::{Durability, Engine, EngineConfig};
+use engine::{Engine, EngineConfig};
 use pass::{Options, Pass};
 use pmem::{Mode, Pool, PoolOptions};
 
@@ -24,34 +24,27 @@ pub use engine::hash::fmix64 as fmix;
 
 /// A uuid made from a seed: the table's hash seed repeats run to run.
 pub fn uuid_of(seed: u64) -> [u8; 16] {
-    let mut u = *b"pass-tests-uuid!";
-    u[..8].copy_from_slice(&seed.to_le_bytes());
-    u
+    engine::testkit::test_uuid(b"pass-tests-uuid!", seed)
 }
 
 pub fn pool_opts(mode: Mode, size: u64, max_size: u64, seed: u64) -> PoolOptions {
-    PoolOptions {
+    engine::testkit::test_pool_options(
+        pass::LAYOUT,
+        b"pass-tests-uuid!",
         mode,
         size,
         max_size,
-        layout: pass::LAYOUT.into(),
-        uuid: Some(uuid_of(seed)),
-        ..PoolOptions::default()
-    }
+        seed,
+    )
 }
 
 /// An in-memory pool (`Volatile` or `Simulated`).
 pub fn mem_pool(mode: Mode, size: u64, max_size: u64, seed: u64) -> Arc<Pool> {
-    assert!(mode == Mode::Volatile || mode == Mode::Simulated);
-    Arc::new(Pool::create(Path::new(""), &pool_opts(mode, size, max_size, seed)).unwrap())
+    engine::testkit::mem_pool(&pool_opts(mode, size, max_size, seed))
 }
 
 pub fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
-    EngineConfig {
-        durability: Durability::Strict,
-        initial_capacity,
-        threads,
-    }
+    engine::testkit::strict_config(initial_capacity, threads)
 }
 
 /// Default options, byte-string keys.

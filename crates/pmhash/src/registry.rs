@@ -11,6 +11,7 @@ pub fn all() -> Vec<EngineSpec> {
         pass::spec(),
         pass::spec_var(),
         rophi::spec(),
+        store::spec(),
     ];
     // The persistent engines behind a DRAM cuckoo filter: pools of the
     // inner engine's layout (`find_layout` meets the unfiltered one first).

@@ -1,0 +1,189 @@
+//! The store as an [`Engine`] (`--engine store`): u64 keys as 8-byte
+//! big-endian byte keys (so scans run in numeric order), u64 values as 8
+//! bytes. This is how the crash checker and the benchmark drive it.
+//!
+//! Sizing follows `EngineConfig::initial_capacity`: a small capacity (the
+//! crash checker's) gets 4 clusters of 4 KiB files, so that files fill,
+//! seal and are garbage-collected within a short run; a large one gets the
+//! paper's 256 clusters of 8 MB files. GC runs inline (every 64 writes)
+//! rather than on a background thread, so that runs are deterministic.
+//! `PMHASH_NUMA_EMULATE=N` sets virtual nodes (the benchmark's
+//! `--numa-emulate`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use engine::{CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Result, Stats};
+use pmem::Pool;
+
+use crate::store::{GcMode, Options, Store, LAYOUT};
+
+pub struct StoreEngine {
+    store: Store,
+    writes: AtomicU64,
+}
+
+pub fn spec() -> EngineSpec {
+    EngineSpec {
+        name: "store",
+        about: "NStore-style key-value store: per-node hash-clustered logs, DRAM ordered index, RAF cache, GC",
+        kind: EngineKind::Persistent {
+            layout: LAYOUT,
+            create: open,
+            open,
+        },
+        reference: false,
+    }
+}
+
+/// Options the engine form uses for `cfg`.
+pub fn options_for(cfg: &EngineConfig) -> Options {
+    let small = cfg.initial_capacity < 100_000;
+    let emulate = std::env::var("PMHASH_NUMA_EMULATE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|&n| n > 0);
+    Options {
+        clusters: if small { 4 } else { 256 },
+        extent_size: if small { 4096 } else { 8 << 20 },
+        nodes: Some(emulate.unwrap_or(if small { 2 } else { 1 })),
+        numa_emulate: Some(emulate.unwrap_or(if small { 2 } else { 1 })),
+        durability: cfg.durability,
+        gc: GcMode::Manual,
+        raf_bytes: if small { 16 << 10 } else { 64 << 20 },
+        recovery_threads: cfg.threads.max(1),
+        ..Options::default()
+    }
+}
+
+fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
+    let store = Store::open_pool(pool, options_for(cfg))?;
+    Ok(Box::new(StoreEngine {
+        store,
+        writes: AtomicU64::new(0),
+    }))
+}
+
+impl StoreEngine {
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn after_write(&self) -> Result<()> {
+        if self.writes.fetch_add(1, Ordering::Relaxed) % 64 == 63 {
+            crate::gc::run(&self.store.inner, 1)?;
+        }
+        Ok(())
+    }
+}
+
+#[inline]
+fn val(v: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = v.len().min(8);
+    b[..n].copy_from_slice(&v[..n]);
+    u64::from_le_bytes(b)
+}
+
+impl Engine for StoreEngine {
+    fn name(&self) -> &str {
+        "store"
+    }
+
+    fn insert(&self, key: u64, value: u64) -> Result<bool> {
+        let r = self
+            .store
+            .insert(&key.to_be_bytes(), &value.to_le_bytes())?;
+        self.after_write()?;
+        Ok(r)
+    }
+
+    fn get(&self, key: u64) -> Option<u64> {
+        let mut out = Vec::with_capacity(8);
+        self.store
+            .get_into(&key.to_be_bytes(), &mut out)
+            .then(|| val(&out))
+    }
+
+    fn update(&self, key: u64, value: u64) -> Result<bool> {
+        let r = self
+            .store
+            .update(&key.to_be_bytes(), &value.to_le_bytes())?;
+        self.after_write()?;
+        Ok(r)
+    }
+
+    fn remove(&self, key: u64) -> Result<bool> {
+        let r = self.store.delete(&key.to_be_bytes())?;
+        self.after_write()?;
+        Ok(r)
+    }
+
+    fn upsert(&self, key: u64, value: u64) -> Result<()> {
+        self.store.put(&key.to_be_bytes(), &value.to_le_bytes())?;
+        self.after_write()
+    }
+
+    fn len(&self) -> u64 {
+        self.store.len()
+    }
+
+    fn stats(&self) -> Stats {
+        let s = self.store.stats();
+        Stats {
+            len: s.keys,
+            capacity: s.keys,
+            load_factor: 1.0,
+            pm_bytes: s.pm_bytes,
+            dram_bytes: 0,
+            detail: vec![
+                ("files".into(), s.files.to_string()),
+                ("log_bytes".into(), s.log_bytes.to_string()),
+                ("live_bytes".into(), s.live_bytes.to_string()),
+                (
+                    "space_amplification".into(),
+                    format!("{:.3}", s.space_amplification),
+                ),
+                ("gc_runs".into(), s.gc_runs.to_string()),
+                ("files_reclaimed".into(), s.files_reclaimed.to_string()),
+                ("entries_relocated".into(), s.entries_relocated.to_string()),
+                ("entries_marked".into(), s.entries_marked.to_string()),
+                ("raf_enabled".into(), s.raf_enabled.to_string()),
+                ("raf_hits".into(), s.raf_hits.to_string()),
+                ("nodes".into(), s.nodes.to_string()),
+                ("clusters".into(), s.clusters.to_string()),
+                ("local_reads".into(), s.local_reads.to_string()),
+                ("remote_reads".into(), s.remote_reads.to_string()),
+                ("local_writes".into(), s.local_writes.to_string()),
+                ("remote_writes".into(), s.remote_writes.to_string()),
+                ("opened_from".into(), s.opened_from.to_string()),
+                ("open_ms".into(), format!("{:.2}", s.open_ms)),
+                ("recovered_entries".into(), s.recovered_entries.to_string()),
+            ],
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.store.sync()
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(u64, u64)) {
+        self.store.for_each(|k, v| {
+            if let Ok(kb) = <[u8; 8]>::try_from(k) {
+                f(u64::from_be_bytes(kb), val(v));
+            }
+        });
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        let (keys, reachable_bytes) = self.store.check()?;
+        Ok(CheckReport {
+            keys,
+            reachable_bytes,
+        })
+    }
+
+    fn close(&self) -> Result<()> {
+        self.store.close()
+    }
+}

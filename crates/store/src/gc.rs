@@ -1,0 +1,154 @@
+//! Two-phase garbage collection (§3.7 of the spec).
+//!
+//! A sealed file whose dead bytes reach `gc_threshold` of its written bytes
+//! is reclaimed:
+//!
+//! **Phase A, marking.** For every valid entry E of the file, under E's key
+//! stripe: walk E's history through `h_addr` (stopping at an invalid entry,
+//! at `NONE`, or at a file whose sequence number no longer matches — F7),
+//! and mark the history invalid **oldest first, one persist each**, so a
+//! durable mark always has a durable history (I3). Then, if the index names
+//! E, E is live: it is copied to the active file of the same (node,
+//! cluster) with a new version and no history, and the index is switched
+//! to the copy while the stripe is held (F3: no foreground write can slip
+//! between). Otherwise E is stale (or a `del`): it is marked invalid after
+//! its history.
+//!
+//! **Phase B, reclaim.** The file leaves the DRAM maps, an epoch passes (no
+//! reader still holds an address into it, F5), and it is unlinked from the
+//! extent table and freed through the allocator's lane protocol.
+//!
+//! Why no delete comes back: a `del` entry disappears (by its mark, or with
+//! its file) only after every older entry of its key is invalid or gone,
+//! and a relocated copy has no history, so nothing older than it can win a
+//! recovery either.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use engine::{Durability, Result};
+
+use crate::layout::*;
+use crate::nlog::Extent;
+use crate::store::Inner;
+
+/// Files whose dead fraction reaches the threshold, most dead first.
+fn candidates(s: &Inner) -> Vec<Arc<Extent>> {
+    let mut v: Vec<(f64, Arc<Extent>)> = s
+        .log
+        .snapshot()
+        .into_iter()
+        .filter(|f| f.sealed.load(Ordering::Acquire))
+        .filter_map(|f| {
+            let used = f.used();
+            if used == 0 {
+                return Some((1.0, f));
+            }
+            let r = f.dead.load(Ordering::Relaxed) as f64 / used as f64;
+            (r >= s.opts.gc_threshold).then_some((r, f))
+        })
+        .collect();
+    v.sort_by(|a, b| b.0.total_cmp(&a.0));
+    v.into_iter().map(|(_, f)| f).collect()
+}
+
+/// Reclaims up to `max_files` files; returns how many.
+pub(crate) fn run(s: &Inner, max_files: usize) -> Result<usize> {
+    let Ok(_g) = s.gc_lock.try_lock() else {
+        return Ok(0);
+    };
+    let mut done = 0;
+    for f in candidates(s).into_iter().take(max_files) {
+        if s.closed.load(Ordering::Acquire) {
+            break;
+        }
+        reclaim(s, &f)?;
+        done += 1;
+    }
+    if done > 0 {
+        s.gc_runs.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(done)
+}
+
+fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
+    let log = &s.log;
+    let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+    let mut pos = X_DATA;
+    let tail = f.tail.load(Ordering::Acquire);
+    let mut touched: Vec<Arc<Extent>> = Vec::new();
+    while pos < tail {
+        let Some(e) = log.parse(f, pos, &mut kbuf, &mut vbuf) else {
+            break;
+        };
+        pos += e.len;
+        if e.op == OP_INV {
+            continue;
+        }
+        let hash = key_hash(&kbuf);
+        let _k = s.stripes.lock(hash);
+        let here_va = vaddr(f.node, e.off);
+        mark_history(s, &e);
+        let cur = s.index.get(&kbuf);
+        if e.op != OP_DEL && cur == Some(here_va) {
+            let cluster = f.cluster;
+            let version = s.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
+            // persist: the copy (durable in append; fenced below under
+            // Relaxed) before the index names it and before the file is
+            // freed; it has no history, whose entries are all invalid now.
+            let (va, nf) = log.append(
+                f.node, cluster, OP_INS, version, &kbuf, &vbuf, NONE, 0, &s.numa,
+            )?;
+            s.index.set(&kbuf, va);
+            s.raf.relocate(&kbuf, hash, here_va, va, f.node);
+            f.dead.fetch_add(e.len, Ordering::Relaxed);
+            s.relocated.fetch_add(1, Ordering::Relaxed);
+            if !touched.iter().any(|t| Arc::ptr_eq(t, &nf)) {
+                touched.push(nf);
+            }
+        } else {
+            if s.opts.durability == Durability::Relaxed {
+                // The entry that supersedes E must be durable before E's
+                // mark is, or a crash could leave the key with neither.
+                if let Some(c) = cur.and_then(|c| log.file_at(vaddr_off(c))) {
+                    log.sync_file(&c);
+                }
+            }
+            log.mark_invalid(e.off);
+            s.marked.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    if s.opts.durability == Durability::Relaxed {
+        for t in &touched {
+            log.sync_file(t);
+        }
+    }
+    // Phase B: out of the maps, past an epoch, then freed.
+    log.forget(f);
+    s.epochs.synchronize();
+    log.free_file(f)
+}
+
+/// Marks the valid history of `e` invalid, oldest first.
+fn mark_history(s: &Inner, e: &crate::nlog::Entry) {
+    let log = &s.log;
+    let mut chain = Vec::new();
+    let (mut h, mut hs, mut ver) = (e.h_addr, e.h_seq, e.version);
+    while h != NONE {
+        let Some(_f) = s.file_with_seq(h, hs) else {
+            break;
+        };
+        let Some(p) = log.header(vaddr_off(h)) else {
+            break;
+        };
+        if p.op == OP_INV || p.version >= ver {
+            break;
+        }
+        chain.push(p.off);
+        (h, hs, ver) = (p.h_addr, p.h_seq, p.version);
+    }
+    for off in chain.into_iter().rev() {
+        log.mark_invalid(off);
+        s.marked.fetch_add(1, Ordering::Relaxed);
+    }
+}

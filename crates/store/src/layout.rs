@@ -1,0 +1,225 @@
+//! The store's on-PM format. Everything lives in one pool (`store.pool`);
+//! offsets are pool offsets. All words are little-endian `u64`.
+//!
+//! # Root block (linked as the pool root)
+//!
+//! ```text
+//! 0    magic       "PMHSTOR1"
+//! 8    format      1
+//! 16   nodes       NUMA nodes the log is split over (1..=64)
+//! 24   clusters    hash clusters per node (1..=65536)
+//! 32   extent      bytes per Nlog file, header line included (multiple of 64, >= 4096)
+//! 40   table_len   extent table slots
+//! 48   check       crc32 of bytes 0..48 (low 32 bits)
+//! 56   (zero)
+//! 64   next_seq    every extent sequence number below it may have been used;
+//!                  bumped and persisted before a new extent takes a number (F7)
+//! 72   image       offset of the clean-shutdown image block, 0 if none
+//! 80   image_len   bytes of the image
+//! 128  table[table_len]  offset of each Nlog file (extent), 0 = empty slot
+//! ```
+//!
+//! # Nlog file (an allocator block of `extent` bytes)
+//!
+//! ```text
+//! 0    magic       "PMHNLOG1"
+//! 8    node (low 32) | cluster (high 32)
+//! 16   seq         never reused (root.next_seq)
+//! 24   slot        its index in the extent table
+//! 32   check       crc32 of bytes 0..32
+//! 64.. entries, back to back, each 8-aligned; the rest is zero
+//! ```
+//!
+//! # Entry
+//!
+//! ```text
+//! 0    op:2 (bits 62..64) | version:62   op: 3 ins, 2 upd, 1 del, 0 inv
+//! 8    klen (bits 0..16) | vlen (bits 16..48)
+//! 16   h_addr      v_addr of the key's previous entry, NONE if none
+//! 24   h_seq       sequence number of the file holding h_addr
+//! 32   crc32 (low 32 bits) of: file seq, entry offset, version, words 8..32, key, value
+//! 40   key bytes, value bytes, zero padding to 8
+//! ```
+//!
+//! The crc leaves out the op bits so that GC can mark an entry invalid in
+//! place (one 8-byte store) and the entry still parses. A `v_addr` is
+//! `node << 56 | entry offset`.
+
+pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PMHSTOR1");
+pub const FORMAT: u64 = 1;
+pub const R_MAGIC: u64 = 0;
+pub const R_FORMAT: u64 = 8;
+pub const R_NODES: u64 = 16;
+pub const R_CLUSTERS: u64 = 24;
+pub const R_EXTENT: u64 = 32;
+pub const R_TABLE_LEN: u64 = 40;
+pub const R_CHECK: u64 = 48;
+pub const R_NEXT_SEQ: u64 = 64;
+pub const R_IMAGE: u64 = 72;
+pub const R_IMAGE_LEN: u64 = 80;
+pub const R_TABLE: u64 = 128;
+
+pub const EXT_MAGIC: u64 = u64::from_le_bytes(*b"PMHNLOG1");
+pub const X_MAGIC: u64 = 0;
+pub const X_WHERE: u64 = 8;
+pub const X_SEQ: u64 = 16;
+pub const X_SLOT: u64 = 24;
+pub const X_CHECK: u64 = 32;
+/// Entries start after the file's header line.
+pub const X_DATA: u64 = 64;
+
+pub const MAX_NODES: u64 = 64;
+pub const MAX_CLUSTERS: u64 = 1 << 16;
+pub const MIN_EXTENT: u64 = 4096;
+
+/// Header bytes of an entry.
+pub const ENTRY_HEADER: u64 = 40;
+pub const MAX_KEY: usize = 4096;
+pub const MAX_VALUE: usize = 1 << 20;
+
+pub const OP_INV: u64 = 0;
+pub const OP_DEL: u64 = 1;
+pub const OP_UPD: u64 = 2;
+pub const OP_INS: u64 = 3;
+pub const OP_SHIFT: u32 = 62;
+pub const VERSION_MASK: u64 = (1 << OP_SHIFT) - 1;
+
+/// "No previous entry".
+pub const NONE: u64 = u64::MAX;
+const OFF_MASK: u64 = (1 << 56) - 1;
+
+#[inline]
+pub fn vaddr(node: u32, off: u64) -> u64 {
+    ((node as u64) << 56) | off
+}
+
+#[inline]
+pub fn vaddr_off(v: u64) -> u64 {
+    v & OFF_MASK
+}
+
+#[inline]
+pub fn vaddr_node(v: u64) -> u32 {
+    (v >> 56) as u32
+}
+
+/// Bytes an entry with these lengths occupies.
+#[inline]
+pub fn entry_len(klen: usize, vlen: usize) -> u64 {
+    (ENTRY_HEADER + klen as u64 + vlen as u64).next_multiple_of(8)
+}
+
+#[inline]
+pub fn lens_word(klen: usize, vlen: usize) -> u64 {
+    klen as u64 | ((vlen as u64) << 16)
+}
+
+/// `(klen, vlen)` of a lengths word, `None` if out of range.
+#[inline]
+pub fn parse_lens(w: u64) -> Option<(usize, usize)> {
+    let klen = (w & 0xffff) as usize;
+    let vlen = ((w >> 16) & 0xffff_ffff) as usize;
+    (w >> 48 == 0 && klen <= MAX_KEY && vlen <= MAX_VALUE).then_some((klen, vlen))
+}
+
+/// The entry checksum (see the module doc for what it covers).
+#[allow(clippy::too_many_arguments)]
+pub fn entry_crc(
+    seq: u64,
+    off: u64,
+    version: u64,
+    lens: u64,
+    h_addr: u64,
+    h_seq: u64,
+    key: &[u8],
+    value: &[u8],
+) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    let mut head = [0u8; 48];
+    for (i, w) in [seq, off, version, lens, h_addr, h_seq].iter().enumerate() {
+        head[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    h.update(&head);
+    h.update(key);
+    h.update(value);
+    h.finalize()
+}
+
+/// crc32 of a run of words (root and file headers).
+pub fn words_crc(words: &[u64]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for w in words {
+        h.update(&w.to_le_bytes());
+    }
+    h.finalize()
+}
+
+/// Bytes of the root block for a table of `table_len` slots.
+pub fn root_len(table_len: u64) -> u64 {
+    R_TABLE + 8 * table_len
+}
+
+/// The hash that picks a key's cluster and lock stripe (not persisted:
+/// recovery re-derives clusters from keys, and the cluster count is fixed
+/// at create).
+pub fn key_hash(key: &[u8]) -> u64 {
+    use engine::hash::fmix64;
+    let mut h = fmix64(key.len() as u64 ^ 0x9e37_79b9_7f4a_7c15);
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        h = fmix64(h ^ u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        h = fmix64(h ^ u64::from_le_bytes(b) ^ 0x5bd1_e995);
+    }
+    h
+}
+
+/// The cluster of a key hash among `clusters`.
+#[inline]
+pub fn cluster_of(hash: u64, clusters: u32) -> u32 {
+    (((hash as u128) * (clusters as u128)) >> 64) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lens_round_trip_and_limits() {
+        assert_eq!(parse_lens(lens_word(4096, 1 << 20)), Some((4096, 1 << 20)));
+        assert_eq!(parse_lens(lens_word(0, 0)), Some((0, 0)));
+        assert_eq!(parse_lens(lens_word(4097, 0)), None);
+        assert_eq!(parse_lens(lens_word(1, (1 << 20) + 1)), None);
+        assert_eq!(parse_lens(1 << 50), None);
+    }
+
+    #[test]
+    fn vaddr_parts() {
+        let v = vaddr(3, 0x1234_5678);
+        assert_eq!((vaddr_node(v), vaddr_off(v)), (3, 0x1234_5678));
+        assert_eq!(entry_len(8, 8), 56);
+        assert_eq!(entry_len(1, 0), 48);
+    }
+
+    #[test]
+    fn clusters_cover_the_range() {
+        let mut seen = [false; 7];
+        for k in 0u64..1000 {
+            let c = cluster_of(key_hash(&k.to_be_bytes()), 7) as usize;
+            seen[c] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn crc_covers_position_and_payload() {
+        let a = entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, b"k", b"v");
+        assert_ne!(a, entry_crc(2, 64, 5, lens_word(1, 1), NONE, 0, b"k", b"v"));
+        assert_ne!(a, entry_crc(1, 72, 5, lens_word(1, 1), NONE, 0, b"k", b"v"));
+        assert_ne!(a, entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, b"k", b"w"));
+    }
+}

@@ -1,0 +1,34 @@
+//! pmhash's key-value store: the NStore design on persistent memory.
+//!
+//! - **Nlog** ([`nlog`]): per (node, hash cluster) append logs of fixed-size
+//!   files inside one pool; a write goes to the writer's own node. Format in
+//!   [`layout`].
+//! - **Index** ([`index`]): a DRAM ordered index (a concurrent skip list)
+//!   from key to the `v_addr` of its newest entry; scans walk it.
+//! - **RAF cache** ([`raf`]): hot items in DRAM, remote reads weighted by
+//!   the remote/local latency ratio, off when it does not pay.
+//! - **GC** ([`gc`]): two-phase, history marking through `h_addr`, files
+//!   freed only after an epoch ([`epoch`]).
+//! - **Recovery** ([`recover`]): a clean-shutdown image, or a parallel log
+//!   scan by cluster.
+//! - **NUMA** ([`numa`]): real nodes or `numa_emulate` virtual ones, with
+//!   exact local/remote access counters.
+//!
+//! `docs/store.md` has the formats, persist orders, the spec's eleven gaps
+//! (F1–F11) and how each is closed, and the tuning knobs.
+
+pub mod engine_impl;
+pub mod epoch;
+pub mod gc;
+pub mod index;
+pub mod layout;
+pub mod nlog;
+pub mod numa;
+pub mod raf;
+pub mod recover;
+mod scan;
+mod store;
+
+pub use engine_impl::spec;
+pub use layout::{MAX_KEY, MAX_VALUE};
+pub use store::{GcMode, Options, Store, StoreStats, LAYOUT, POOL_FILE};

@@ -1,0 +1,392 @@
+//! Nlog: per (node, cluster) append logs made of fixed-size files
+//! (allocator blocks listed in the root's extent table).
+//!
+//! One active file per (node, cluster) takes appends under that pair's
+//! lock. The lock is held through the entry's persist, so only the newest
+//! entry of a file can be torn or missing (gap F1): recovery reads a file
+//! from its start and stops at the first zero word or bad checksum.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use engine::{Durability, Error, Result};
+use pmem::{Link, Pool};
+
+use crate::layout::*;
+use crate::numa::Numa;
+
+/// One Nlog file, in DRAM.
+pub struct Extent {
+    /// Pool offset of the file (its header line).
+    pub off: u64,
+    pub node: u32,
+    pub cluster: u32,
+    pub seq: u64,
+    pub slot: u64,
+    /// Bytes of the file, header included.
+    pub size: u64,
+    /// End of the written entries, relative to `off`.
+    pub tail: AtomicU64,
+    /// Bytes of entries that no longer hold a key's newest value.
+    pub dead: AtomicU64,
+    /// Flushed-but-maybe-unfenced prefix under `Relaxed` (relative).
+    pub synced: AtomicU64,
+    /// Full: no more appends.
+    pub sealed: AtomicBool,
+}
+
+impl Extent {
+    pub fn used(&self) -> u64 {
+        self.tail.load(Ordering::Acquire) - X_DATA
+    }
+    pub fn contains(&self, off: u64) -> bool {
+        off >= self.off + X_DATA && off < self.off + self.size
+    }
+}
+
+/// An entry as read back from the log.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub off: u64,
+    pub op: u64,
+    pub version: u64,
+    pub klen: usize,
+    pub vlen: usize,
+    pub h_addr: u64,
+    pub h_seq: u64,
+    pub len: u64,
+}
+
+pub struct Nlog {
+    pub pool: Arc<Pool>,
+    pub root: u64,
+    pub nodes: u32,
+    pub clusters: u32,
+    pub extent_size: u64,
+    pub table_len: u64,
+    pub durability: Durability,
+    /// All live files by offset.
+    pub files: RwLock<BTreeMap<u64, Arc<Extent>>>,
+    /// Active file per (node, cluster); the lock is the append lock.
+    pub active: Box<[Mutex<Option<Arc<Extent>>>]>,
+    /// Free extent-table slots.
+    free_slots: Mutex<Vec<u64>>,
+    /// DRAM copy of root.next_seq; `seq_lock` serialises its bumps.
+    next_seq: AtomicU64,
+    seq_lock: Mutex<()>,
+    pub files_made: AtomicU64,
+    pub files_freed: AtomicU64,
+}
+
+impl Nlog {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        pool: Arc<Pool>,
+        root: u64,
+        nodes: u32,
+        clusters: u32,
+        extent_size: u64,
+        table_len: u64,
+        durability: Durability,
+        next_seq: u64,
+    ) -> Nlog {
+        Nlog {
+            pool,
+            root,
+            nodes,
+            clusters,
+            extent_size,
+            table_len,
+            durability,
+            files: RwLock::new(BTreeMap::new()),
+            active: (0..nodes as usize * clusters as usize)
+                .map(|_| Mutex::new(None))
+                .collect(),
+            free_slots: Mutex::new(Vec::new()),
+            next_seq: AtomicU64::new(next_seq),
+            seq_lock: Mutex::new(()),
+            files_made: AtomicU64::new(0),
+            files_freed: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub fn pair(&self, node: u32, cluster: u32) -> usize {
+        node as usize * self.clusters as usize + cluster as usize
+    }
+
+    /// Registers a file found at open; `free` lists the empty table slots.
+    pub fn install(&self, files: Vec<Arc<Extent>>, free: Vec<u64>) {
+        let mut map = self.files.write().expect("files lock");
+        for f in files {
+            map.insert(f.off, f);
+        }
+        *self.free_slots.lock().expect("slots lock") = free;
+    }
+
+    /// Makes `f` the active file of its pair (at open).
+    pub fn set_active(&self, f: Arc<Extent>) {
+        let i = self.pair(f.node, f.cluster);
+        *self.active[i].lock().expect("active lock") = Some(f);
+    }
+
+    /// The live file holding pool offset `off`.
+    pub fn file_at(&self, off: u64) -> Option<Arc<Extent>> {
+        let map = self.files.read().expect("files lock");
+        map.range(..=off)
+            .next_back()
+            .filter(|(_, f)| f.contains(off))
+            .map(|(_, f)| f.clone())
+    }
+
+    pub fn snapshot(&self) -> Vec<Arc<Extent>> {
+        self.files
+            .read()
+            .expect("files lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Creates a zeroed file for (node, cluster) and links it into the
+    /// extent table.
+    fn new_file(&self, node: u32, cluster: u32, numa: &Numa) -> Result<Arc<Extent>> {
+        let pool = &self.pool;
+        let slot = self.free_slots.lock().expect("slots lock").pop();
+        let Some(slot) = slot else {
+            return Err(Error::OutOfSpace(format!(
+                "the extent table's {} slots are all in use",
+                self.table_len
+            )));
+        };
+        let owner = self.root + R_TABLE + 8 * slot;
+        let r = match pool.reserve(self.extent_size, Link::Pointer { owner }) {
+            Ok(r) => r,
+            Err(e) => {
+                self.free_slots.lock().expect("slots lock").push(slot);
+                return Err(e.into());
+            }
+        };
+        let off = r.offset();
+        let seq = {
+            let _g = self.seq_lock.lock().expect("seq lock");
+            let s = self.next_seq.fetch_add(1, Ordering::AcqRel);
+            // persist: next_seq before any file carries `s`, so a crash can
+            // never hand the same number out twice (F7).
+            pool.store_u64(self.root + R_NEXT_SEQ, s + 1);
+            pool.persist(self.root + R_NEXT_SEQ, 8);
+            s
+        };
+        // SAFETY-free: placement is a hint on our own mapping.
+        numa.place(
+            pool.words(off, 1).as_ptr() as *const u8,
+            self.extent_size as usize,
+            node,
+        );
+        pool.zero(off, self.extent_size as usize);
+        let head = [EXT_MAGIC, node as u64 | ((cluster as u64) << 32), seq, slot];
+        for (i, w) in head.iter().enumerate() {
+            pool.store_u64(off + 8 * i as u64, *w);
+        }
+        pool.store_u64(off + X_CHECK, words_crc(&head) as u64);
+        // persist: the zeroed file and its header before the table links
+        // it (F11): a linked file never holds garbage where entries go.
+        pool.persist(off, self.extent_size as usize);
+        pool.store_u64(owner, off);
+        // persist: the link before commit (allocator protocol).
+        pool.persist(owner, 8);
+        pool.commit(r);
+        let f = Arc::new(Extent {
+            off,
+            node,
+            cluster,
+            seq,
+            slot,
+            size: self.extent_size,
+            tail: AtomicU64::new(X_DATA),
+            dead: AtomicU64::new(0),
+            synced: AtomicU64::new(X_DATA),
+            sealed: AtomicBool::new(false),
+        });
+        self.files
+            .write()
+            .expect("files lock")
+            .insert(off, f.clone());
+        self.files_made.fetch_add(1, Ordering::Relaxed);
+        Ok(f)
+    }
+
+    /// Appends one entry to the active file of (node, cluster) and makes it
+    /// durable (under `Strict`). Returns its `v_addr` and file.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append(
+        &self,
+        node: u32,
+        cluster: u32,
+        op: u64,
+        version: u64,
+        key: &[u8],
+        value: &[u8],
+        h_addr: u64,
+        h_seq: u64,
+        numa: &Numa,
+    ) -> Result<(u64, Arc<Extent>)> {
+        let len = entry_len(key.len(), value.len());
+        if len > self.extent_size - X_DATA {
+            return Err(Error::InvalidArgument(format!(
+                "an entry of {len} bytes does not fit a {}-byte Nlog file",
+                self.extent_size
+            )));
+        }
+        let pool = &self.pool;
+        let mut g = self.active[self.pair(node, cluster)]
+            .lock()
+            .expect("active lock");
+        let f = match &*g {
+            Some(f) if f.tail.load(Ordering::Relaxed) + len <= f.size => f.clone(),
+            _ => {
+                let nf = self.new_file(node, cluster, numa)?;
+                if let Some(old) = g.take() {
+                    old.sealed.store(true, Ordering::Release);
+                    if self.durability == Durability::Relaxed {
+                        self.sync_file(&old);
+                    }
+                }
+                *g = Some(nf.clone());
+                nf
+            }
+        };
+        let tail = f.tail.load(Ordering::Relaxed);
+        let off = f.off + tail;
+        let lens = lens_word(key.len(), value.len());
+        let crc = entry_crc(f.seq, off, version, lens, h_addr, h_seq, key, value);
+        pool.store_u64(off + 8, lens);
+        pool.store_u64(off + 16, h_addr);
+        pool.store_u64(off + 24, h_seq);
+        pool.store_u64(off + 32, crc as u64);
+        pool.write(off + ENTRY_HEADER, key);
+        pool.write(off + ENTRY_HEADER + key.len() as u64, value);
+        pool.store_u64(off, (op << OP_SHIFT) | version);
+        // persist: the whole entry, crc included, with one flush + fence
+        // before the index names it (I1). The crc makes a torn entry read
+        // as invalid, and the file lock is held through the fence, so only
+        // the newest entry of a file can be torn (F1, F10).
+        pool.flush(off, len as usize);
+        if self.durability == Durability::Strict {
+            pool.fence();
+        }
+        numa.count_write(node, numa.current());
+        f.tail.store(tail + len, Ordering::Release);
+        Ok((vaddr(node, off), f))
+    }
+
+    /// Flushes and fences what `Relaxed` appends left unfenced in `f`.
+    pub fn sync_file(&self, f: &Extent) {
+        let tail = f.tail.load(Ordering::Acquire);
+        let from = f.synced.load(Ordering::Acquire);
+        if tail > from {
+            self.pool.flush(f.off + from, (tail - from) as usize);
+            self.pool.fence();
+            f.synced.fetch_max(tail, Ordering::AcqRel);
+        }
+    }
+
+    /// Reads the entry header at `off` (no validation beyond lengths).
+    #[inline]
+    pub fn header(&self, off: u64) -> Option<Entry> {
+        let pool = &self.pool;
+        let w0 = pool.load_u64(off);
+        let (klen, vlen) = parse_lens(pool.load_u64(off + 8))?;
+        Some(Entry {
+            off,
+            op: w0 >> OP_SHIFT,
+            version: w0 & VERSION_MASK,
+            klen,
+            vlen,
+            h_addr: pool.load_u64(off + 16),
+            h_seq: pool.load_u64(off + 24),
+            len: entry_len(klen, vlen),
+        })
+    }
+
+    pub fn read_key(&self, e: &Entry, buf: &mut Vec<u8>) {
+        buf.resize(e.klen, 0);
+        self.pool.read(e.off + ENTRY_HEADER, buf);
+    }
+
+    pub fn read_value(&self, e: &Entry, buf: &mut Vec<u8>) {
+        buf.resize(e.vlen, 0);
+        self.pool.read(e.off + ENTRY_HEADER + e.klen as u64, buf);
+    }
+
+    /// Parses and checks the entry at relative position `pos` of `f`:
+    /// `None` at the end of the written part (zero word, bad lengths,
+    /// overrun or bad checksum).
+    pub fn parse(
+        &self,
+        f: &Extent,
+        pos: u64,
+        kbuf: &mut Vec<u8>,
+        vbuf: &mut Vec<u8>,
+    ) -> Option<Entry> {
+        if pos + ENTRY_HEADER > f.size {
+            return None;
+        }
+        let off = f.off + pos;
+        if self.pool.load_u64(off) == 0 {
+            return None;
+        }
+        let e = self.header(off)?;
+        if pos + e.len > f.size || e.version == 0 {
+            return None;
+        }
+        self.read_key(&e, kbuf);
+        self.read_value(&e, vbuf);
+        let crc = entry_crc(
+            f.seq,
+            off,
+            e.version,
+            lens_word(e.klen, e.vlen),
+            e.h_addr,
+            e.h_seq,
+            kbuf,
+            vbuf,
+        );
+        (self.pool.load_u64(off + 32) == crc as u64).then_some(e)
+    }
+
+    /// Marks the entry at `off` invalid (op 00) durably.
+    pub fn mark_invalid(&self, off: u64) {
+        let w = self.pool.atomic_u64(off);
+        let v = w.load(Ordering::Acquire);
+        w.store(v & VERSION_MASK, Ordering::Release);
+        // persist: each mark on its own, oldest first (the caller's order),
+        // so a durable mark always has a durable history (I3).
+        self.pool.persist(off, 8);
+    }
+
+    /// Unlinks and frees file `f` (already out of every DRAM map and past an
+    /// epoch, so no reader holds an address into it).
+    pub fn free_file(&self, f: &Extent) -> Result<()> {
+        let owner = self.root + R_TABLE + 8 * f.slot;
+        let t = self.pool.begin_free(f.off, Link::Pointer { owner })?;
+        self.pool.store_u64(owner, 0);
+        // persist: the unlink before finish_free (allocator protocol); every
+        // entry still live in `f` was relocated durably before this call.
+        self.pool.persist(owner, 8);
+        self.pool.finish_free(t);
+        self.free_slots.lock().expect("slots lock").push(f.slot);
+        self.files_freed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Removes `f` from the DRAM maps (the first step of freeing it).
+    pub fn forget(&self, f: &Extent) {
+        self.files.write().expect("files lock").remove(&f.off);
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq.load(Ordering::Acquire)
+    }
+}

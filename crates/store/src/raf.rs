@@ -1,0 +1,404 @@
+//! The RAF (remote-access-first) cache: a DRAM hash table of hot items
+//! whose replacement favours items that are expensive to read, i.e. remote.
+//!
+//! - **Buckets** of [`WAYS`] items behind one small lock each. An item holds
+//!   key, value, the `v_addr` it was read from (gap F6), its node (where the
+//!   newest copy lives, D6) and its TF.
+//! - **TF (Eq. 2)** in integer tenths: a local access adds 10, a remote one
+//!   `round(10 × remote/local latency)` (16 for the paper's 1.59). When an
+//!   add would overflow 16 bits, every TF in the bucket is halved.
+//! - **Sampling:** every 32nd get of a thread updates TF on a hit, or
+//!   admits the item on a miss, replacing the coldest item of its bucket
+//!   (D4, D5: admission is unconditional, the new TF is the access weight).
+//!   Other gets only probe.
+//! - **Writes keep items current:** an update replaces the cached value,
+//!   `v_addr` and node; a delete drops the item. They run after the index
+//!   update under the bucket lock, and a fill inserts only if the index
+//!   still names the `v_addr` it read, checked under the same lock, so a
+//!   fill can never install a value a write has replaced (F6).
+//! - **Auto-disable (D7)** at the end of each window of operations:
+//!   gets < 10% of operations (write-heavy), hits < 10% of gets, or every
+//!   sampled full bucket's TFs within 25% of each other (uniform). While
+//!   disabled, the sampled gets (1 in 32) still run the cache and count
+//!   their hits, so the next window can re-enable it when skew returns.
+//! - Only items whose key and value total at most [`MAX_ITEM`] bytes are
+//!   cached; larger values are read from the log every time.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use engine::sync::Counter;
+
+pub const WAYS: usize = 4;
+pub const MAX_ITEM: usize = 256;
+const SAMPLE: u32 = 32;
+const LOCAL_WEIGHT: u32 = 10;
+/// Estimated DRAM bytes per item (key and value boxes, fields, slack).
+const ITEM_BYTES: u64 = 96;
+
+struct Item {
+    key: Box<[u8]>,
+    value: Box<[u8]>,
+    vaddr: u64,
+    node: u32,
+    tf: u16,
+}
+
+#[derive(Default)]
+struct Bucket {
+    items: [Option<Item>; WAYS],
+}
+
+pub struct Raf {
+    buckets: Box<[Mutex<Bucket>]>,
+    remote_weight: u32,
+    enabled: AtomicBool,
+    window: u64,
+    ops: Counter,
+    gets: Counter,
+    sampled_gets: Counter,
+    sampled_hits: Counter,
+    hits: Counter,
+    next_window: AtomicU64,
+    pub disables: AtomicU64,
+    pub enables: AtomicU64,
+}
+
+thread_local! {
+    static TICK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// What a probe found.
+pub enum Probe {
+    /// The cached value (copied out).
+    Hit(Vec<u8>),
+    /// Not cached; `fill` after reading the log when `sampled`.
+    Miss { sampled: bool },
+    /// The cache is off for this get.
+    Off,
+}
+
+impl Raf {
+    /// `bytes` 0 makes a cache that is never used.
+    pub fn new(bytes: u64, remote_ratio: f64, window: u64) -> Raf {
+        let n = if bytes == 0 {
+            0
+        } else {
+            (bytes / (ITEM_BYTES * WAYS as u64)).max(1)
+        };
+        Raf {
+            buckets: (0..n).map(|_| Mutex::new(Bucket::default())).collect(),
+            remote_weight: (LOCAL_WEIGHT as f64 * remote_ratio.max(1.0)).round() as u32,
+            enabled: AtomicBool::new(n > 0),
+            window: window.max(1024),
+            ops: Counter::default(),
+            gets: Counter::default(),
+            sampled_gets: Counter::default(),
+            sampled_hits: Counter::default(),
+            hits: Counter::default(),
+            next_window: AtomicU64::new(window.max(1024)),
+            disables: AtomicU64::new(0),
+            enables: AtomicU64::new(0),
+        }
+    }
+
+    pub fn exists(&self) -> bool {
+        !self.buckets.is_empty()
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    pub fn capacity_items(&self) -> u64 {
+        self.buckets.len() as u64 * WAYS as u64
+    }
+
+    #[inline]
+    fn bucket(&self, hash: u64) -> &Mutex<Bucket> {
+        let i = ((hash as u32 as u64) * self.buckets.len() as u64) >> 32;
+        &self.buckets[i as usize]
+    }
+
+    fn weight(&self, item_node: u32, here: u32) -> u32 {
+        if item_node == here {
+            LOCAL_WEIGHT
+        } else {
+            self.remote_weight
+        }
+    }
+
+    /// Counts a non-get operation (for the write-heavy signal).
+    #[inline]
+    pub fn note_op(&self) {
+        if self.exists() {
+            self.ops.add(1);
+        }
+    }
+
+    pub fn probe(&self, key: &[u8], hash: u64, here: u32) -> Probe {
+        if !self.exists() {
+            return Probe::Off;
+        }
+        self.ops.add(1);
+        self.gets.add(1);
+        let sampled = TICK.with(|t| {
+            let v = t.get().wrapping_add(1);
+            t.set(v);
+            v % SAMPLE == 0
+        });
+        if sampled {
+            self.sampled_gets.add(1);
+            self.maybe_end_window();
+        }
+        if !self.is_enabled() && !sampled {
+            return Probe::Off;
+        }
+        let mut b = self.bucket(hash).lock().expect("raf bucket");
+        let w = &mut *b;
+        let Some(pos) = w
+            .items
+            .iter()
+            .position(|it| it.as_ref().is_some_and(|it| &*it.key == key))
+        else {
+            return Probe::Miss { sampled };
+        };
+        if sampled {
+            self.sampled_hits.add(1);
+            let add = self.weight(w.items[pos].as_ref().expect("found").node, here);
+            bump(&mut w.items, pos, add);
+        }
+        self.hits.add(1);
+        Probe::Hit(w.items[pos].as_ref().expect("found").value.to_vec())
+    }
+
+    /// Admits an item read from the log at `vaddr` (after a sampled miss)
+    /// if `still_current()` — the index still names `vaddr` — holds under
+    /// the bucket lock.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fill(
+        &self,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        vaddr: u64,
+        node: u32,
+        here: u32,
+        still_current: impl FnOnce() -> bool,
+    ) {
+        if !self.exists() || key.len() + value.len() > MAX_ITEM {
+            return;
+        }
+        let mut b = self.bucket(hash).lock().expect("raf bucket");
+        if b.items
+            .iter()
+            .any(|it| it.as_ref().is_some_and(|it| &*it.key == key))
+            || !still_current()
+        {
+            return;
+        }
+        let slot = match b.items.iter().position(|it| it.is_none()) {
+            Some(s) => s,
+            None => (0..WAYS)
+                .min_by_key(|&i| b.items[i].as_ref().map_or(0, |it| it.tf))
+                .expect("WAYS > 0"),
+        };
+        b.items[slot] = Some(Item {
+            key: key.into(),
+            value: value.into(),
+            vaddr,
+            node,
+            tf: self.weight(node, here) as u16,
+        });
+    }
+
+    /// A write made `vaddr` (on `node`) the key's newest entry with `value`.
+    pub fn update(&self, key: &[u8], hash: u64, value: &[u8], vaddr: u64, node: u32) {
+        if !self.exists() {
+            return;
+        }
+        let mut b = self.bucket(hash).lock().expect("raf bucket");
+        for it in b.items.iter_mut() {
+            if it.as_ref().is_some_and(|i| &*i.key == key) {
+                if key.len() + value.len() > MAX_ITEM {
+                    *it = None;
+                } else if let Some(i) = it.as_mut() {
+                    i.value = value.into();
+                    i.vaddr = vaddr;
+                    i.node = node;
+                }
+                return;
+            }
+        }
+    }
+
+    /// Drops `key` (deleted, or relocated by GC when `vaddr` matches).
+    pub fn remove(&self, key: &[u8], hash: u64) {
+        if !self.exists() {
+            return;
+        }
+        let mut b = self.bucket(hash).lock().expect("raf bucket");
+        for it in b.items.iter_mut() {
+            if it.as_ref().is_some_and(|i| &*i.key == key) {
+                *it = None;
+            }
+        }
+    }
+
+    /// GC moved the key's entry from `old` to `new` (same value).
+    pub fn relocate(&self, key: &[u8], hash: u64, old: u64, new: u64, node: u32) {
+        if !self.exists() {
+            return;
+        }
+        let mut b = self.bucket(hash).lock().expect("raf bucket");
+        for it in b.items.iter_mut().flatten() {
+            if &*it.key == key && it.vaddr == old {
+                it.vaddr = new;
+                it.node = node;
+            }
+        }
+    }
+
+    fn maybe_end_window(&self) {
+        let ops = self.ops.get().max(0) as u64;
+        let due = self.next_window.load(Ordering::Relaxed);
+        if ops < due
+            || self
+                .next_window
+                .compare_exchange(due, ops + self.window, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let gets = self.gets.get().max(0) as u64;
+        let sg = self.sampled_gets.get().max(0) as u64;
+        let sh = self.sampled_hits.get().max(0) as u64;
+        for c in [
+            &self.ops,
+            &self.gets,
+            &self.sampled_gets,
+            &self.sampled_hits,
+        ] {
+            c.set(0);
+        }
+        self.next_window.store(self.window, Ordering::Relaxed);
+        let write_heavy = gets * 10 < ops;
+        let low_hits = sg >= 16 && sh * 10 < sg;
+        let on = !(write_heavy || low_hits || self.uniform());
+        let was = self.enabled.swap(on, Ordering::Relaxed);
+        if was && !on {
+            self.disables.fetch_add(1, Ordering::Relaxed);
+        } else if !was && on {
+            self.enables.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The "similar TF in every bucket" signal, over a sample of buckets.
+    fn uniform(&self) -> bool {
+        let n = self.buckets.len();
+        let mut full = 0;
+        for k in 0..64usize {
+            let i = k.wrapping_mul(0x9e37_79b9) % n;
+            let Ok(b) = self.buckets[i].try_lock() else {
+                continue;
+            };
+            let tfs: Vec<u16> = b.items.iter().flatten().map(|it| it.tf).collect();
+            if tfs.len() < WAYS {
+                continue;
+            }
+            full += 1;
+            let (lo, hi) = (*tfs.iter().min().unwrap(), *tfs.iter().max().unwrap());
+            if (hi as u32) * 4 > (lo as u32) * 5 {
+                return false;
+            }
+        }
+        full >= 8
+    }
+
+    pub fn stats(&self) -> (u64, u64) {
+        (self.hits.get().max(0) as u64, self.capacity_items())
+    }
+}
+
+fn bump(items: &mut [Option<Item>; WAYS], pos: usize, add: u32) {
+    let cur = items[pos].as_ref().map_or(0, |i| i.tf) as u32;
+    if cur + add > u16::MAX as u32 {
+        for it in items.iter_mut().flatten() {
+            it.tf /= 2;
+        }
+    }
+    if let Some(it) = items[pos].as_mut() {
+        it.tf = (it.tf as u32 + add).min(u16::MAX as u32) as u16;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_hit_update_remove() {
+        let r = Raf::new(1 << 20, 1.59, 1 << 20);
+        assert!(matches!(r.probe(b"k", 7, 0), Probe::Miss { .. }));
+        r.fill(b"k", 7, b"v1", 100, 1, 0, || true);
+        match r.probe(b"k", 7, 0) {
+            Probe::Hit(v) => assert_eq!(v, b"v1"),
+            _ => panic!("expected a hit"),
+        }
+        r.update(b"k", 7, b"v2", 200, 0);
+        match r.probe(b"k", 7, 0) {
+            Probe::Hit(v) => assert_eq!(v, b"v2"),
+            _ => panic!("expected a hit"),
+        }
+        r.remove(b"k", 7);
+        assert!(matches!(r.probe(b"k", 7, 0), Probe::Miss { .. }));
+        // A fill whose v_addr is no longer current is refused.
+        r.fill(b"k", 7, b"old", 100, 0, 0, || false);
+        assert!(matches!(r.probe(b"k", 7, 0), Probe::Miss { .. }));
+    }
+
+    #[test]
+    fn coldest_item_is_replaced_and_remote_weighs_more() {
+        let r = Raf::new(ITEM_BYTES * WAYS as u64, 1.59, 1 << 20);
+        assert_eq!(r.capacity_items(), WAYS as u64);
+        for i in 0..WAYS as u8 {
+            // Node 1 while the reader is on node 0: remote, weight 16.
+            let node = if i == 0 { 0 } else { 1 };
+            r.fill(&[i], 1, b"v", i as u64, node, 0, || true);
+        }
+        r.fill(b"new", 1, b"v", 99, 0, 0, || true);
+        // The local item (TF 10) went, the remote ones (TF 16) stayed.
+        assert!(matches!(r.probe(&[0], 1, 0), Probe::Miss { .. }));
+        assert!(matches!(r.probe(&[1], 1, 0), Probe::Hit(_)));
+    }
+
+    #[test]
+    fn tf_overflow_halves_the_bucket() {
+        let mut items: [Option<Item>; WAYS] = Default::default();
+        for (i, it) in items.iter_mut().enumerate() {
+            *it = Some(Item {
+                key: vec![i as u8].into(),
+                value: vec![].into(),
+                vaddr: 0,
+                node: 0,
+                tf: if i == 0 { u16::MAX - 1 } else { 100 },
+            });
+        }
+        bump(&mut items, 0, 16);
+        assert_eq!(items[1].as_ref().unwrap().tf, 50);
+        assert_eq!(items[0].as_ref().unwrap().tf, (u16::MAX - 1) / 2 + 16);
+    }
+
+    #[test]
+    fn write_heavy_window_disables() {
+        let r = Raf::new(1 << 20, 1.59, 1024);
+        for _ in 0..20_000 {
+            r.note_op();
+        }
+        for i in 0..2048u64 {
+            let _ = r.probe(&i.to_le_bytes(), i, 0);
+        }
+        assert!(!r.is_enabled(), "gets were under 10% of operations");
+        assert!(r.disables.load(Ordering::Relaxed) >= 1);
+    }
+}

@@ -1,0 +1,531 @@
+//! Open: validate, then load the clean-shutdown image or scan the log.
+//!
+//! **Validation first.** The root, every extent-table slot and every file
+//! header are checked before anything is written; a foreign or corrupt pool
+//! is an `Err` and stays untouched.
+//!
+//! **Clean open.** When the pool was closed cleanly and holds an image, the
+//! index, the per-cluster version counters (F8) and every file's tail and
+//! dead bytes come from it. The image is then freed durably before the
+//! store serves a write (F9): a later crash cannot load a stale image.
+//!
+//! **Crash open (log scan).** Clusters are split over threads (one thread
+//! per group of clusters; the thread count is free and need not match the
+//! run that wrote the log). Each thread reads every file of its clusters,
+//! on every node, from the start to the first zero word or bad checksum
+//! (a torn tail, F1/F10), and keeps, per key, the valid entry of highest
+//! version (I5); a `del` winner means absent. Versions restart above the
+//! highest seen, invalid entries included (F8). Garbage past the torn tail
+//! of an active file is zeroed (so a later, shorter entry can never make it
+//! parse), which is the only write of a crash open, and it is idempotent.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use engine::{Error, Result};
+use pmem::{Link, Pool};
+
+use crate::layout::*;
+use crate::nlog::Extent;
+use crate::store::{new_inner, Inner, Options};
+
+const IMAGE_MAGIC: u64 = u64::from_le_bytes(*b"PMHSIMG1");
+
+fn corrupt(m: String) -> Error {
+    Error::Corrupt(m)
+}
+
+struct RootInfo {
+    nodes: u32,
+    clusters: u32,
+    extent: u64,
+    table_len: u64,
+    next_seq: u64,
+}
+
+fn read_root(pool: &Pool, root: u64) -> Result<RootInfo> {
+    let size = pool.block_size(root)?;
+    if size < R_TABLE {
+        return Err(corrupt(format!("root block of {size} bytes is too small")));
+    }
+    let w: Vec<u64> = (0..6).map(|i| pool.load_u64(root + 8 * i)).collect();
+    if w[0] != ROOT_MAGIC {
+        return Err(corrupt("root block is not a store root (bad magic)".into()));
+    }
+    if w[1] != FORMAT {
+        return Err(corrupt(format!("store format {} is not supported", w[1])));
+    }
+    if pool.load_u64(root + R_CHECK) != words_crc(&w) as u64 {
+        return Err(corrupt("store root checksum mismatch".into()));
+    }
+    let (nodes, clusters, extent, table_len) = (w[2], w[3], w[4], w[5]);
+    if nodes == 0 || nodes > MAX_NODES || clusters == 0 || clusters > MAX_CLUSTERS {
+        return Err(corrupt(format!(
+            "bad node/cluster counts {nodes}/{clusters}"
+        )));
+    }
+    if extent < MIN_EXTENT || !extent.is_multiple_of(64) || root_len(table_len) > size {
+        return Err(corrupt(format!(
+            "bad extent size {extent} or table length {table_len}"
+        )));
+    }
+    let next_seq = pool.load_u64(root + R_NEXT_SEQ);
+    if next_seq == 0 {
+        return Err(corrupt("next sequence number is 0".into()));
+    }
+    Ok(RootInfo {
+        nodes: nodes as u32,
+        clusters: clusters as u32,
+        extent,
+        table_len,
+        next_seq,
+    })
+}
+
+/// Reads and checks every file of the extent table.
+fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>, Vec<u64>)> {
+    let mut files = Vec::new();
+    let mut free = Vec::new();
+    let mut seqs = std::collections::HashSet::new();
+    for slot in (0..ri.table_len).rev() {
+        let off = pool.load_u64(root + R_TABLE + 8 * slot);
+        if off == 0 {
+            free.push(slot);
+            continue;
+        }
+        let bad = |m: &str| corrupt(format!("Nlog file in slot {slot} at {off:#x}: {m}"));
+        let size = pool
+            .block_size(off)
+            .map_err(|_| bad("not an allocated block"))?;
+        if size < ri.extent {
+            return Err(bad("block smaller than a file"));
+        }
+        let head: Vec<u64> = (0..4).map(|i| pool.load_u64(off + 8 * i)).collect();
+        if head[0] != EXT_MAGIC || pool.load_u64(off + X_CHECK) != words_crc(&head) as u64 {
+            return Err(bad("bad header"));
+        }
+        let (node, cluster) = (head[1] as u32, (head[1] >> 32) as u32);
+        if node >= ri.nodes || cluster >= ri.clusters || head[3] != slot {
+            return Err(bad("header names another place"));
+        }
+        if head[2] == 0 || head[2] >= ri.next_seq || !seqs.insert(head[2]) {
+            return Err(bad("bad or repeated sequence number"));
+        }
+        files.push(Arc::new(Extent {
+            off,
+            node,
+            cluster,
+            seq: head[2],
+            slot,
+            size: ri.extent,
+            tail: AtomicU64::new(X_DATA),
+            dead: AtomicU64::new(0),
+            synced: AtomicU64::new(X_DATA),
+            sealed: AtomicBool::new(true),
+        }));
+    }
+    Ok((files, free))
+}
+
+/// Builds the store's DRAM state for the pool's root. Returns the state,
+/// how it was found and how many log entries were scanned.
+pub(crate) fn open(
+    pool: Arc<Pool>,
+    root: u64,
+    opts: Options,
+    fresh: bool,
+) -> Result<(Inner, &'static str, u64)> {
+    let ri = read_root(&pool, root)?;
+    let (files, free) = read_files(&pool, root, &ri)?;
+    let image = pool.load_u64(root + R_IMAGE);
+    let image_len = pool.load_u64(root + R_IMAGE_LEN);
+    let s = new_inner(
+        pool.clone(),
+        root,
+        opts,
+        ri.nodes,
+        ri.clusters,
+        ri.extent,
+        ri.table_len,
+        ri.next_seq,
+    );
+    if fresh {
+        s.log.install(files, free);
+        return Ok((s, "created", 0));
+    }
+    let mut from = "log scan";
+    let mut entries = 0;
+    let loaded = if image != 0 && pool.was_clean() {
+        load_image(&s, &files, image, image_len)?
+    } else {
+        false
+    };
+    if loaded {
+        from = "image";
+    } else {
+        entries = scan_log(&s, &files)?;
+    }
+    // The newest file of each (node, cluster) is its active file.
+    let mut newest: HashMap<(u32, u32), Arc<Extent>> = HashMap::new();
+    for f in &files {
+        let e = newest
+            .entry((f.node, f.cluster))
+            .or_insert_with(|| f.clone());
+        if f.seq > e.seq {
+            *e = f.clone();
+        }
+    }
+    for f in newest.values() {
+        f.sealed.store(false, Ordering::Release);
+        let t = f.tail.load(Ordering::Acquire);
+        if !pool.is_read_only() && t + 8 <= f.size && pool.load_u64(f.off + t) != 0 {
+            // persist: garbage past a torn tail is zeroed before any new
+            // entry can be appended there.
+            pool.zero(f.off + t, (f.size - t) as usize);
+            pool.persist(f.off + t, (f.size - t) as usize);
+        }
+        f.synced.store(t, Ordering::Release);
+        s.log.set_active(f.clone());
+    }
+    for f in &files {
+        if !f.sealed.load(Ordering::Acquire) {
+            continue;
+        }
+        f.synced
+            .store(f.tail.load(Ordering::Acquire), Ordering::Release);
+    }
+    s.log.install(files, free);
+    if image != 0 && !pool.is_read_only() {
+        // persist: the image is unlinked durably before the first write,
+        // so a crash from here on scans the log (F9).
+        let t = pool.begin_free(
+            image,
+            Link::Pointer {
+                owner: root + R_IMAGE,
+            },
+        )?;
+        pool.store_u64(root + R_IMAGE, 0);
+        pool.store_u64(root + R_IMAGE_LEN, 0);
+        pool.persist(root + R_IMAGE, 16);
+        pool.finish_free(t);
+    }
+    s.keys.store(s.index.len() as u64, Ordering::Relaxed);
+    Ok((s, from, entries))
+}
+
+fn threads(s: &Inner) -> usize {
+    let n = if s.opts.recovery_threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        s.opts.recovery_threads
+    };
+    n.clamp(1, s.log.clusters as usize)
+}
+
+/// Per-key winner of a cluster scan.
+struct Win {
+    version: u64,
+    va: u64,
+    op: u64,
+    len: u64,
+    file: usize,
+}
+
+/// The crash open: rebuilds index, versions, tails and dead bytes.
+fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
+    let clusters = s.log.clusters as usize;
+    let mut by_cluster: Vec<Vec<usize>> = vec![Vec::new(); clusters];
+    for (i, f) in files.iter().enumerate() {
+        by_cluster[f.cluster as usize].push(i);
+    }
+    let n = threads(s);
+    let next = AtomicU64::new(0);
+    let total = AtomicU64::new(0);
+    let err: Mutex<Option<Error>> = Mutex::new(None);
+    std::thread::scope(|sc| {
+        for _ in 0..n {
+            sc.spawn(|| {
+                let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+                loop {
+                    let c = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    if c >= clusters {
+                        return;
+                    }
+                    let mut win: HashMap<Vec<u8>, Win> = HashMap::new();
+                    let mut max_version = 0;
+                    let mut written = vec![0u64; by_cluster[c].len()];
+                    let mut count = 0;
+                    for (fi, &i) in by_cluster[c].iter().enumerate() {
+                        let f = &files[i];
+                        let mut pos = X_DATA;
+                        while let Some(e) = s.log.parse(f, pos, &mut kbuf, &mut vbuf) {
+                            pos += e.len;
+                            count += 1;
+                            max_version = max_version.max(e.version);
+                            if e.op == OP_INV {
+                                continue;
+                            }
+                            let w = Win {
+                                version: e.version,
+                                va: vaddr(f.node, e.off),
+                                op: e.op,
+                                len: e.len,
+                                file: fi,
+                            };
+                            match win.get_mut(kbuf.as_slice()) {
+                                Some(old) if old.version >= e.version => {}
+                                Some(old) => *old = w,
+                                None => {
+                                    win.insert(kbuf.clone(), w);
+                                }
+                            }
+                        }
+                        f.tail.store(pos, Ordering::Release);
+                        written[fi] = pos - X_DATA;
+                    }
+                    let mut live = vec![0u64; by_cluster[c].len()];
+                    for (k, w) in &win {
+                        if w.op != OP_DEL {
+                            live[w.file] += w.len;
+                            s.index.set(k, w.va);
+                        }
+                    }
+                    for (fi, &i) in by_cluster[c].iter().enumerate() {
+                        files[i]
+                            .dead
+                            .store(written[fi] - live[fi], Ordering::Relaxed);
+                    }
+                    s.versions[c].store(max_version + 1, Ordering::Relaxed);
+                    total.fetch_add(count, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    if let Some(e) = err.lock().expect("err").take() {
+        return Err(e);
+    }
+    Ok(total.load(Ordering::Relaxed))
+}
+
+/// Image layout (one allocator block, linked from root.image):
+///
+/// ```text
+/// 0   magic "PMHSIMG1"
+/// 8   len        bytes of the image
+/// 16  crc32 of bytes 24..len
+/// 24  keys
+/// 32  clusters
+/// 40  table_len
+/// 48  versions[clusters]        next version of each cluster
+///     (tail, dead)[table_len]   per extent-table slot
+///     records: klen, key (padded to 8), v_addr
+/// ```
+pub(crate) fn write_image(s: &Inner) -> Result<()> {
+    let pool = &s.pool;
+    let root = s.log.root;
+    let clusters = s.log.clusters as usize;
+    let tl = s.log.table_len as usize;
+    let mut buf: Vec<u8> = Vec::with_capacity(48 + 8 * clusters + 16 * tl + 24 * s.index.len());
+    let put = |b: &mut Vec<u8>, w: u64| b.extend_from_slice(&w.to_le_bytes());
+    buf.resize(48, 0);
+    for v in s.versions.iter() {
+        put(&mut buf, v.load(Ordering::Acquire));
+    }
+    let mut slots = vec![(0u64, 0u64); tl];
+    for f in s.log.snapshot() {
+        slots[f.slot as usize] = (
+            f.tail.load(Ordering::Acquire),
+            f.dead.load(Ordering::Relaxed),
+        );
+    }
+    for (t, d) in slots {
+        put(&mut buf, t);
+        put(&mut buf, d);
+    }
+    let mut keys = 0u64;
+    s.index.for_each(|k, va| {
+        put(&mut buf, k.len() as u64);
+        buf.extend_from_slice(k);
+        buf.resize(buf.len().next_multiple_of(8), 0);
+        put(&mut buf, va);
+        keys += 1;
+    });
+    let len = buf.len() as u64;
+    buf[0..8].copy_from_slice(&IMAGE_MAGIC.to_le_bytes());
+    buf[8..16].copy_from_slice(&len.to_le_bytes());
+    buf[24..32].copy_from_slice(&keys.to_le_bytes());
+    buf[32..40].copy_from_slice(&(clusters as u64).to_le_bytes());
+    buf[40..48].copy_from_slice(&(tl as u64).to_le_bytes());
+    let crc = crc32fast::hash(&buf[24..]);
+    buf[16..24].copy_from_slice(&(crc as u64).to_le_bytes());
+    let r = match pool.reserve(
+        len,
+        Link::Pointer {
+            owner: root + R_IMAGE,
+        },
+    ) {
+        Ok(r) => r,
+        // No room for an image: the next open scans the log instead.
+        Err(pmem::Error::OutOfSpace(_)) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let off = r.offset();
+    pool.write(off, &buf);
+    // persist: the image before the root links it; the link (with its
+    // length, same line) before commit.
+    pool.persist(off, buf.len());
+    pool.store_u64(root + R_IMAGE_LEN, len);
+    pool.store_u64(root + R_IMAGE, off);
+    pool.persist(root + R_IMAGE, 16);
+    pool.commit(r);
+    Ok(())
+}
+
+/// Loads a clean-shutdown image; `Ok(false)` if it does not check out
+/// (then the caller scans the log).
+fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bool> {
+    let pool = &s.pool;
+    let Ok(size) = pool.block_size(off) else {
+        return Ok(false);
+    };
+    let clusters = s.log.clusters as usize;
+    let tl = s.log.table_len as usize;
+    let head = 48 + 8 * clusters as u64 + 16 * tl as u64;
+    if len > size || len < head || !len.is_multiple_of(8) {
+        return Ok(false);
+    }
+    let mut buf = vec![0u8; len as usize];
+    pool.read(off, &mut buf);
+    let w = |i: usize| u64::from_le_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
+    if w(0) != IMAGE_MAGIC
+        || w(8) != len
+        || w(16) != crc32fast::hash(&buf[24..]) as u64
+        || w(32) != clusters as u64
+        || w(40) != tl as u64
+    {
+        return Ok(false);
+    }
+    let keys = w(24);
+    let mut p = 48;
+    for c in 0..clusters {
+        s.versions[c].store(w(p), Ordering::Relaxed);
+        p += 8;
+    }
+    let by_slot: HashMap<u64, &Arc<Extent>> = files.iter().map(|f| (f.slot, f)).collect();
+    for slot in 0..tl as u64 {
+        let (t, d) = (w(p), w(p + 8));
+        p += 16;
+        if let Some(f) = by_slot.get(&slot) {
+            if t < X_DATA || t > f.size || d > t - X_DATA {
+                return Ok(false);
+            }
+            f.tail.store(t, Ordering::Release);
+            f.dead.store(d, Ordering::Relaxed);
+        } else if t != 0 {
+            return Ok(false);
+        }
+    }
+    let mut recs: Vec<(usize, usize, u64)> = Vec::with_capacity(keys as usize);
+    while p < len as usize {
+        if p + 8 > len as usize {
+            return Ok(false);
+        }
+        let kl = w(p) as usize;
+        let kp = p + 8;
+        let vp = kp + kl.next_multiple_of(8);
+        if kl > MAX_KEY || vp + 8 > len as usize {
+            return Ok(false);
+        }
+        recs.push((kp, kl, w(vp)));
+        p = vp + 8;
+    }
+    if recs.len() as u64 != keys {
+        return Ok(false);
+    }
+    let n = threads(s);
+    let chunk = recs.len().div_ceil(n).max(1);
+    std::thread::scope(|sc| {
+        for part in recs.chunks(chunk) {
+            let buf = &buf;
+            sc.spawn(move || {
+                for &(kp, kl, va) in part {
+                    s.index.set(&buf[kp..kp + kl], va);
+                }
+            });
+        }
+    });
+    Ok(true)
+}
+
+/// The read-only walk behind `Store::check`: returns keys and the PM bytes
+/// reachable from the root.
+pub(crate) fn check(s: &Inner) -> Result<(u64, u64)> {
+    let pool = &s.pool;
+    let root = s.log.root;
+    let ri = read_root(pool, root)?;
+    let (files, _) = read_files(pool, root, &ri)?;
+    let mut reach = pool.block_size(root)?;
+    let image = pool.load_u64(root + R_IMAGE);
+    if image != 0 {
+        reach += pool.block_size(image)?;
+    }
+    let live: HashMap<u64, Arc<Extent>> =
+        s.log.snapshot().into_iter().map(|f| (f.off, f)).collect();
+    let mut win: HashMap<Vec<u8>, (u64, u64, u64)> = HashMap::new();
+    let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+    for f in &files {
+        reach += pool.block_size(f.off)?;
+        let Some(lf) = live.get(&f.off) else {
+            return Err(corrupt(format!(
+                "file {:#x} is linked but not in DRAM",
+                f.off
+            )));
+        };
+        let mut pos = X_DATA;
+        while let Some(e) = s.log.parse(lf, pos, &mut kbuf, &mut vbuf) {
+            pos += e.len;
+            if e.op == OP_INV {
+                continue;
+            }
+            let va = vaddr(f.node, e.off);
+            match win.get_mut(kbuf.as_slice()) {
+                Some(o) if o.0 >= e.version => {}
+                Some(o) => *o = (e.version, va, e.op),
+                None => {
+                    win.insert(kbuf.clone(), (e.version, va, e.op));
+                }
+            }
+        }
+        if pos != lf.tail.load(Ordering::Acquire) {
+            return Err(corrupt(format!(
+                "file {:#x}: entries end at {pos}, the tail says {}",
+                f.off,
+                lf.tail.load(Ordering::Acquire)
+            )));
+        }
+    }
+    let mut keys = 0;
+    for (k, (_, va, op)) in &win {
+        if *op == OP_DEL {
+            if s.index.get(k).is_some() {
+                return Err(corrupt("a deleted key is in the index".into()));
+            }
+            continue;
+        }
+        keys += 1;
+        if s.index.get(k) != Some(*va) {
+            return Err(corrupt(format!(
+                "the index does not name the newest entry of a key ({:?})",
+                String::from_utf8_lossy(k)
+            )));
+        }
+    }
+    if keys != s.index.len() as u64 {
+        return Err(corrupt(format!(
+            "the index holds {} keys, the log {keys}",
+            s.index.len()
+        )));
+    }
+    Ok((keys, reach))
+}

@@ -1,0 +1,159 @@
+//! Range scans through the ordered index, with optional *localized reads*
+//! (§3.6 of the spec): the scanning thread collects `(key, v_addr)` pairs,
+//! hands the value reads to reader threads of the node that holds each
+//! entry, waits for them, and returns the pairs in key order.
+
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use engine::Result;
+
+use crate::layout::{vaddr_node, vaddr_off};
+use crate::store::Inner;
+
+/// A batch of value reads for one node.
+struct Job {
+    /// Pool offsets of the entries, in the caller's order.
+    offs: Vec<(usize, u64)>,
+    pool: Arc<pmem::Pool>,
+    reply: Sender<Vec<(usize, Vec<u8>)>>,
+}
+
+/// Reader threads per node.
+pub(crate) struct Readers {
+    queues: Vec<Mutex<Sender<Job>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Reads per job handed to a reader thread (the paper's repository uses 15).
+const BATCH: usize = 16;
+
+impl Readers {
+    pub(crate) fn new(nodes: u32, per_node: usize) -> Readers {
+        let mut queues = Vec::new();
+        let mut threads = Vec::new();
+        for node in 0..nodes {
+            let (tx, rx) = channel::<Job>();
+            let rx = Arc::new(Mutex::new(rx));
+            for _ in 0..per_node {
+                let rx = rx.clone();
+                let numa = crate::numa::Numa::new(nodes, None, 0);
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("pmhash-scan-n{node}"))
+                        .spawn(move || {
+                            numa.pin_thread(node);
+                            loop {
+                                let job = match rx.lock().expect("reader queue").recv() {
+                                    Ok(j) => j,
+                                    Err(_) => return,
+                                };
+                                let mut out = Vec::with_capacity(job.offs.len());
+                                for (i, off) in job.offs {
+                                    out.push((i, read_value(&job.pool, off)));
+                                }
+                                let _ = job.reply.send(out);
+                            }
+                        })
+                        .expect("spawn scan reader"),
+                );
+            }
+            queues.push(Mutex::new(tx));
+        }
+        Readers {
+            queues,
+            threads: Mutex::new(threads),
+        }
+    }
+}
+
+impl Drop for Readers {
+    fn drop(&mut self) {
+        self.queues.clear();
+        for t in self.threads.lock().expect("readers").drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn read_value(pool: &pmem::Pool, off: u64) -> Vec<u8> {
+    let lens = pool.load_u64(off + 8);
+    let Some((klen, vlen)) = crate::layout::parse_lens(lens) else {
+        return Vec::new();
+    };
+    let mut v = vec![0u8; vlen];
+    pool.read(off + crate::layout::ENTRY_HEADER + klen as u64, &mut v);
+    v
+}
+
+pub(crate) fn scan(
+    s: &Inner,
+    start: &[u8],
+    end: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    // The pin covers the reader threads' reads too: we wait for them.
+    let _p = s.epochs.pin();
+    let mut pairs = Vec::new();
+    s.index.range(start, end, limit, &mut pairs);
+    let here = s.numa.current();
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = pairs
+        .iter()
+        .map(|(k, _)| (k.as_bytes().to_vec(), Vec::new()))
+        .collect();
+    for (_, va) in &pairs {
+        s.numa.count_read(vaddr_node(*va), here);
+    }
+    match &s.readers {
+        Some(r) if pairs.len() > BATCH => {
+            let (tx, rx) = channel();
+            let mut jobs = 0;
+            let mut per_node: Vec<Vec<(usize, u64)>> = vec![Vec::new(); r.queues.len()];
+            for (i, (_, va)) in pairs.iter().enumerate() {
+                let n = vaddr_node(*va) as usize % r.queues.len();
+                per_node[n].push((i, vaddr_off(*va)));
+                if per_node[n].len() == BATCH {
+                    let offs = std::mem::take(&mut per_node[n]);
+                    send(r, n, offs, s, &tx);
+                    jobs += 1;
+                }
+            }
+            for (n, offs) in per_node.into_iter().enumerate() {
+                if !offs.is_empty() {
+                    send(r, n, offs, s, &tx);
+                    jobs += 1;
+                }
+            }
+            for _ in 0..jobs {
+                let got = rx
+                    .recv()
+                    .map_err(|_| engine::Error::Corrupt("a scan reader thread stopped".into()))?;
+                for (i, v) in got {
+                    out[i].1 = v;
+                }
+            }
+        }
+        _ => {
+            for (i, (_, va)) in pairs.iter().enumerate() {
+                out[i].1 = read_value(&s.pool, vaddr_off(*va));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn send(
+    r: &Readers,
+    n: usize,
+    offs: Vec<(usize, u64)>,
+    s: &Inner,
+    tx: &Sender<Vec<(usize, Vec<u8>)>>,
+) {
+    let job = Job {
+        offs,
+        pool: s.pool.clone(),
+        reply: tx.clone(),
+    };
+    let _ = r.queues[n].lock().expect("reader queue").send(job);
+}

@@ -1,0 +1,687 @@
+//! The store: writes go to the writer's node's Nlog, the DRAM index names
+//! each key's newest entry, gets go through the RAF cache.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use engine::sync::Stripes;
+use engine::{Durability, Error, Result};
+use pmem::{Link, Mode, Pool, PoolOptions};
+
+use crate::epoch::Epochs;
+use crate::index::Index;
+use crate::layout::*;
+use crate::nlog::{Extent, Nlog};
+use crate::numa::{detect_nodes, Numa};
+use crate::raf::{Probe, Raf};
+
+/// Pool layout id of a store.
+pub const LAYOUT: &str = "store";
+/// File name of the store's pool inside its directory.
+pub const POOL_FILE: &str = "store.pool";
+
+/// When GC runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcMode {
+    /// A background thread reclaims files past the threshold.
+    Background,
+    /// Only [`Store::gc`] reclaims.
+    Manual,
+}
+
+/// Store options. Layout choices (`nodes`, `clusters`, `extent_size`) are
+/// fixed at create; the rest apply to each open.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Pool mode (`mapped` by default; `dax` on real PM).
+    pub mode: Mode,
+    /// Pool size at create.
+    pub pool_size: u64,
+    /// The pool grows up to this size (0: 16 × `pool_size`).
+    pub max_pool_size: u64,
+    /// Hash clusters per node (the paper's default is 256).
+    pub clusters: u32,
+    /// Bytes per Nlog file (the paper's 8 MB).
+    pub extent_size: u64,
+    /// Log nodes at create; `None`: the real node count, or `numa_emulate`.
+    pub nodes: Option<u32>,
+    /// Virtual nodes on a one-node machine.
+    pub numa_emulate: Option<u32>,
+    /// Busy wait added to each remote log access (ns).
+    pub remote_latency_ns: u64,
+    /// Remote / local read latency, the RAF weight (the paper measured 1.59).
+    pub remote_ratio: f64,
+    pub durability: Durability,
+    /// Reclaim a file once this fraction of its bytes is dead.
+    pub gc_threshold: f64,
+    pub gc: GcMode,
+    /// RAF capacity in bytes (0: no cache).
+    pub raf_bytes: u64,
+    /// Operations per RAF auto-disable window.
+    pub raf_window: u64,
+    /// Threads for crash recovery (0: all CPUs).
+    pub recovery_threads: usize,
+    /// Reader threads per node for scans (0: the scanning thread reads).
+    pub scan_readers: usize,
+    /// Open without writing the pool.
+    pub read_only: bool,
+    /// Fixed pool uuid (reproducible test runs).
+    pub uuid: Option<[u8; 16]>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            mode: Mode::Mapped,
+            pool_size: 256 << 20,
+            max_pool_size: 0,
+            clusters: 256,
+            extent_size: 8 << 20,
+            nodes: None,
+            numa_emulate: None,
+            remote_latency_ns: 0,
+            remote_ratio: 1.59,
+            durability: Durability::Strict,
+            gc_threshold: 0.5,
+            gc: GcMode::Background,
+            raf_bytes: 64 << 20,
+            raf_window: 1 << 20,
+            recovery_threads: 0,
+            scan_readers: 0,
+            read_only: false,
+            uuid: None,
+        }
+    }
+}
+
+/// Figures for `inspect`, the benchmark and tests.
+#[derive(Clone, Debug, Default)]
+pub struct StoreStats {
+    pub keys: u64,
+    pub files: u64,
+    /// Bytes of entries written and not yet reclaimed.
+    pub log_bytes: u64,
+    /// Of those, bytes holding a key's newest value.
+    pub live_bytes: u64,
+    /// `log_bytes / live_bytes` (1.0 for an empty store).
+    pub space_amplification: f64,
+    pub pm_bytes: u64,
+    pub gc_runs: u64,
+    pub files_reclaimed: u64,
+    pub entries_relocated: u64,
+    pub entries_marked: u64,
+    pub raf_enabled: bool,
+    pub raf_hits: u64,
+    pub raf_items: u64,
+    pub local_reads: u64,
+    pub remote_reads: u64,
+    pub local_writes: u64,
+    pub remote_writes: u64,
+    pub nodes: u32,
+    pub clusters: u32,
+    /// How the last open found the index: "created", "image" or "log scan".
+    pub opened_from: &'static str,
+    /// Milliseconds the last open spent recovering.
+    pub open_ms: f64,
+    /// Log entries the last recovery scanned.
+    pub recovered_entries: u64,
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) log: Nlog,
+    pub(crate) index: Index,
+    pub(crate) versions: Box<[AtomicU64]>,
+    pub(crate) stripes: Stripes,
+    pub(crate) raf: Raf,
+    pub(crate) numa: Numa,
+    pub(crate) epochs: Epochs,
+    pub(crate) opts: Options,
+    pub(crate) keys: AtomicU64,
+    pub(crate) gc_lock: Mutex<()>,
+    pub(crate) gc_runs: AtomicU64,
+    pub(crate) relocated: AtomicU64,
+    pub(crate) marked: AtomicU64,
+    pub(crate) closed: AtomicBool,
+    pub(crate) opened_from: &'static str,
+    pub(crate) open_ms: f64,
+    pub(crate) recovered_entries: u64,
+    pub(crate) readers: Option<crate::scan::Readers>,
+}
+
+/// The background GC thread and its stop flag.
+type GcThread = (JoinHandle<()>, Arc<(Mutex<bool>, Condvar)>);
+
+/// A persistent key-value store (see the crate docs).
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+    gc_thread: Mutex<Option<GcThread>>,
+    dir: Option<PathBuf>,
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.len() > MAX_KEY {
+        return Err(Error::InvalidArgument(format!(
+            "key of {} bytes exceeds the {MAX_KEY}-byte limit",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_value(v: &[u8]) -> Result<()> {
+    if v.len() > MAX_VALUE {
+        return Err(Error::InvalidArgument(format!(
+            "value of {} bytes exceeds the {MAX_VALUE}-byte limit",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
+impl Options {
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.clusters == 0 || self.clusters as u64 > MAX_CLUSTERS {
+            return bad(format!("clusters must be 1..={MAX_CLUSTERS}"));
+        }
+        if self.extent_size < MIN_EXTENT || !self.extent_size.is_multiple_of(64) {
+            return bad(format!(
+                "extent_size must be a multiple of 64 of at least {MIN_EXTENT}"
+            ));
+        }
+        if let Some(n) = self.nodes.or(self.numa_emulate) {
+            if n == 0 || n as u64 > MAX_NODES {
+                return bad(format!("nodes must be 1..={MAX_NODES}"));
+            }
+        }
+        if !(self.gc_threshold > 0.0 && self.gc_threshold <= 1.0) {
+            return bad("gc_threshold must be in (0, 1]".into());
+        }
+        Ok(())
+    }
+
+    fn pool_options(&self) -> PoolOptions {
+        PoolOptions {
+            mode: self.mode,
+            size: self.pool_size,
+            max_size: if self.max_pool_size == 0 {
+                self.pool_size.saturating_mul(16)
+            } else {
+                self.max_pool_size
+            },
+            layout: LAYOUT.into(),
+            allow_dax_fallback: true,
+            read_only: self.read_only,
+            uuid: self.uuid,
+        }
+    }
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating the directory and the store if
+    /// they do not exist.
+    pub fn open(dir: &Path, opts: Options) -> Result<Store> {
+        opts.validate()?;
+        let path = dir.join(POOL_FILE);
+        let pool = if path.exists() {
+            Pool::open(&path, &opts.pool_options())?
+        } else {
+            if opts.read_only {
+                return Err(Error::InvalidArgument(format!(
+                    "no store at {} to open read-only",
+                    dir.display()
+                )));
+            }
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::Pool(pmem::Error::Io {
+                    what: "creating the store directory".into(),
+                    path: Some(dir.to_path_buf()),
+                    source: e,
+                })
+            })?;
+            Pool::create(&path, &opts.pool_options())?
+        };
+        let mut s = Store::open_pool(Arc::new(pool), opts)?;
+        s.dir = Some(dir.to_path_buf());
+        Ok(s)
+    }
+
+    /// Opens (or formats, if it has no root) a store in `pool`.
+    pub fn open_pool(pool: Arc<Pool>, opts: Options) -> Result<Store> {
+        opts.validate()?;
+        let t0 = std::time::Instant::now();
+        let fresh = pool.root() == 0;
+        let root = if fresh {
+            create_root(&pool, &opts)?
+        } else {
+            pool.root()
+        };
+        let (inner, from, entries) = crate::recover::open(pool, root, opts, fresh)?;
+        let mut inner = inner;
+        inner.opened_from = from;
+        inner.recovered_entries = entries;
+        inner.open_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let store = Store {
+            inner: Arc::new(inner),
+            gc_thread: Mutex::new(None),
+            dir: None,
+        };
+        if store.inner.opts.gc == GcMode::Background && !store.inner.pool.is_read_only() {
+            store.start_gc();
+        }
+        Ok(store)
+    }
+
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.inner.pool
+    }
+
+    fn start_gc(&self) {
+        let weak = Arc::downgrade(&self.inner);
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop2 = stop.clone();
+        let h = std::thread::Builder::new()
+            .name("pmhash-store-gc".into())
+            .spawn(move || loop {
+                {
+                    let (m, cv) = &*stop2;
+                    let g = m.lock().expect("gc stop lock");
+                    let (g, _) = cv
+                        .wait_timeout(g, std::time::Duration::from_millis(50))
+                        .expect("gc stop lock");
+                    if *g {
+                        return;
+                    }
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                if inner.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                let _ = crate::gc::run(&inner, usize::MAX);
+            })
+            .expect("spawn gc thread");
+        *self.gc_thread.lock().expect("gc thread lock") = Some((h, stop));
+    }
+
+    fn stop_gc(&self) {
+        if let Some((h, stop)) = self.gc_thread.lock().expect("gc thread lock").take() {
+            let (m, cv) = &*stop;
+            *m.lock().expect("gc stop lock") = true;
+            cv.notify_all();
+            let _ = h.join();
+        }
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.inner.pool.is_read_only() {
+            return Err(Error::InvalidArgument("store is open read-only".into()));
+        }
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::InvalidArgument("store is closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Inserts or replaces.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write(key, Some(value), Want::Any).map(|_| ())
+    }
+
+    /// Inserts a new key; `Ok(false)` (nothing written) if it is present.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.write(key, Some(value), Want::Absent)
+    }
+
+    /// Replaces the value of a present key; `Ok(false)` if absent.
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.write(key, Some(value), Want::Present)
+    }
+
+    /// Removes `key`; `Ok(false)` if absent.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.write(key, None, Want::Present)
+    }
+
+    fn write(&self, key: &[u8], value: Option<&[u8]>, want: Want) -> Result<bool> {
+        check_key(key)?;
+        if let Some(v) = value {
+            check_value(v)?;
+        }
+        self.writable()?;
+        let s = &*self.inner;
+        let hash = key_hash(key);
+        let cluster = cluster_of(hash, s.log.clusters);
+        let here = s.numa.current();
+        s.raf.note_op();
+        let _k = s.stripes.lock(hash);
+        let _p = s.epochs.pin();
+        let old = s.index.get(key);
+        match (want, old) {
+            (Want::Absent, Some(_)) | (Want::Present, None) => return Ok(false),
+            _ => {}
+        }
+        let (h_addr, h_seq, old_file) = match old {
+            Some(v) => {
+                let f = s.log.file_at(vaddr_off(v)).ok_or_else(|| {
+                    Error::Corrupt(format!("index names {v:#x}, outside every Nlog file"))
+                })?;
+                (v, f.seq, Some(f))
+            }
+            None => (NONE, 0, None),
+        };
+        let op = match (value, old) {
+            (None, _) => OP_DEL,
+            (Some(_), Some(_)) => OP_UPD,
+            (Some(_), None) => OP_INS,
+        };
+        // D9: one version counter per cluster, drawn under the key's stripe,
+        // so a key's versions grow in the order its writes reach the index
+        // (F2).
+        let version = s.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
+        if version > VERSION_MASK {
+            return Err(Error::OutOfSpace(
+                "cluster version counter exhausted".into(),
+            ));
+        }
+        let v = value.unwrap_or(&[]);
+        // persist: the entry (durable inside append) before the index and
+        // the cache name it, so a reader never returns a value a crash
+        // could take back (I1, CRASH-PATTERNS #6).
+        let (va, file) = s
+            .log
+            .append(here, cluster, op, version, key, v, h_addr, h_seq, &s.numa)?;
+        // The old entry no longer holds the key's newest value.
+        if let Some(f) = &old_file {
+            if let Some(e) = s.log.header(vaddr_off(h_addr)) {
+                f.dead.fetch_add(e.len, Ordering::Relaxed);
+            }
+        }
+        match value {
+            Some(val) => {
+                s.index.set(key, va);
+                s.raf.update(key, hash, val, va, here);
+                if old.is_none() {
+                    s.keys.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            None => {
+                s.index.remove(key);
+                s.raf.remove(key, hash);
+                // A del entry is never live data.
+                file.dead
+                    .fetch_add(entry_len(key.len(), 0), Ordering::Relaxed);
+                s.keys.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        check_key(key)?;
+        let mut out = Vec::new();
+        Ok(self.get_into(key, &mut out).then_some(out))
+    }
+
+    /// Copies the value of `key` into `out`; false if absent.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        if key.len() > MAX_KEY {
+            return false;
+        }
+        let s = &*self.inner;
+        let hash = key_hash(key);
+        let here = s.numa.current();
+        let sampled = match s.raf.probe(key, hash, here) {
+            Probe::Hit(v) => {
+                *out = v;
+                return true;
+            }
+            Probe::Miss { sampled } => sampled,
+            Probe::Off => false,
+        };
+        let _p = s.epochs.pin();
+        let Some(va) = s.index.get(key) else {
+            return false;
+        };
+        let node = vaddr_node(va);
+        s.numa.count_read(node, here);
+        let Some(e) = s.log.header(vaddr_off(va)) else {
+            return false;
+        };
+        s.log.read_value(&e, out);
+        if sampled {
+            s.raf.fill(key, hash, out, va, node, here, || {
+                s.index.get(key) == Some(va)
+            });
+        }
+        true
+    }
+
+    /// Up to `limit` pairs with `start <= key < end` (`end` None: to the
+    /// last key), in key order. Values are read by the reader threads of
+    /// the node that holds each entry when `scan_readers` > 0.
+    pub fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        check_key(start)?;
+        if let Some(e) = end {
+            check_key(e)?;
+        }
+        crate::scan::scan(&self.inner, start, end, limit)
+    }
+
+    /// Makes every completed write durable (a no-op under `Strict`).
+    pub fn sync(&self) -> Result<()> {
+        let s = &*self.inner;
+        if s.opts.durability == Durability::Relaxed && !s.pool.is_read_only() {
+            for f in s.log.snapshot() {
+                let _g = s.log.active[s.log.pair(f.node, f.cluster)]
+                    .lock()
+                    .expect("active lock");
+                s.log.sync_file(&f);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs GC now: reclaims up to `max_files` files past the threshold.
+    /// Returns how many were reclaimed.
+    pub fn gc(&self, max_files: usize) -> Result<usize> {
+        self.writable()?;
+        crate::gc::run(&self.inner, max_files)
+    }
+
+    /// Clean shutdown: writes the index image so the next open skips the
+    /// log scan, then marks the pool clean. The store refuses writes after.
+    pub fn close(&self) -> Result<()> {
+        self.stop_gc();
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if self.inner.pool.is_read_only() {
+            return Ok(());
+        }
+        self.sync()?;
+        crate::recover::write_image(&self.inner)?;
+        self.inner.pool.close()?;
+        Ok(())
+    }
+
+    pub fn len(&self) -> u64 {
+        self.inner.keys.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let s = &*self.inner;
+        let files = s.log.snapshot();
+        let log_bytes: u64 = files.iter().map(|f| f.used()).sum();
+        let dead: u64 = files.iter().map(|f| f.dead.load(Ordering::Relaxed)).sum();
+        let live = log_bytes.saturating_sub(dead);
+        let (lr, rr, lw, rw) = s.numa.counts();
+        let (hits, items) = s.raf.stats();
+        StoreStats {
+            keys: self.len(),
+            files: files.len() as u64,
+            log_bytes,
+            live_bytes: live,
+            space_amplification: if live == 0 {
+                1.0
+            } else {
+                log_bytes as f64 / live as f64
+            },
+            pm_bytes: s.pool.stats().bytes_in_use,
+            gc_runs: s.gc_runs.load(Ordering::Relaxed),
+            files_reclaimed: s.log.files_freed.load(Ordering::Relaxed),
+            entries_relocated: s.relocated.load(Ordering::Relaxed),
+            entries_marked: s.marked.load(Ordering::Relaxed),
+            raf_enabled: s.raf.is_enabled(),
+            raf_hits: hits,
+            raf_items: items,
+            local_reads: lr,
+            remote_reads: rr,
+            local_writes: lw,
+            remote_writes: rw,
+            nodes: s.log.nodes,
+            clusters: s.log.clusters,
+            opened_from: s.opened_from,
+            open_ms: s.open_ms,
+            recovered_entries: s.recovered_entries,
+        }
+    }
+
+    /// Read-only verification: every file and entry parses, the index
+    /// names each key's newest valid entry. Returns keys and reachable PM
+    /// bytes.
+    pub fn check(&self) -> Result<(u64, u64)> {
+        crate::recover::check(&self.inner)
+    }
+
+    /// Visits every pair in key order (not a snapshot).
+    pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) {
+        let s = &*self.inner;
+        let _p = s.epochs.pin();
+        let mut v = Vec::new();
+        s.index.for_each(|k, va| {
+            if let Some(e) = s.log.header(vaddr_off(va)) {
+                s.log.read_value(&e, &mut v);
+                f(k, &v);
+            }
+        });
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.stop_gc();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Any,
+    Absent,
+    Present,
+}
+
+/// Formats the root block of a fresh pool.
+fn create_root(pool: &Pool, opts: &Options) -> Result<u64> {
+    let nodes = opts
+        .nodes
+        .or(opts.numa_emulate)
+        .unwrap_or_else(detect_nodes)
+        .clamp(1, MAX_NODES as u32) as u64;
+    let max = pool.max_size().max(pool.size());
+    let table_len = (max / opts.extent_size + nodes * opts.clusters as u64 + 16).min(1 << 22);
+    let len = root_len(table_len);
+    let r = pool.reserve(len, Link::RootPointer)?;
+    let off = r.offset();
+    pool.zero(off, len as usize);
+    let head = [
+        ROOT_MAGIC,
+        FORMAT,
+        nodes,
+        opts.clusters as u64,
+        opts.extent_size,
+        table_len,
+    ];
+    for (i, w) in head.iter().enumerate() {
+        pool.store_u64(off + 8 * i as u64, *w);
+    }
+    pool.store_u64(off + R_CHECK, words_crc(&head) as u64);
+    pool.store_u64(off + R_NEXT_SEQ, 1);
+    // persist: the whole root before the pool header names it; a crash
+    // before set_root leaves the reservation unlinked, and the allocator
+    // frees it at the next open.
+    pool.persist(off, len as usize);
+    pool.set_root(off)?;
+    pool.commit(r);
+    Ok(off)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn new_inner(
+    pool: Arc<Pool>,
+    root: u64,
+    opts: Options,
+    nodes: u32,
+    clusters: u32,
+    extent_size: u64,
+    table_len: u64,
+    next_seq: u64,
+) -> Inner {
+    let numa = Numa::new(nodes, opts.numa_emulate, opts.remote_latency_ns);
+    let readers =
+        (opts.scan_readers > 0).then(|| crate::scan::Readers::new(nodes, opts.scan_readers));
+    Inner {
+        log: Nlog::new(
+            pool.clone(),
+            root,
+            nodes,
+            clusters,
+            extent_size,
+            table_len,
+            opts.durability,
+            next_seq,
+        ),
+        pool,
+        index: Index::default(),
+        versions: (0..clusters).map(|_| AtomicU64::new(1)).collect(),
+        stripes: Stripes::new(4096),
+        raf: Raf::new(opts.raf_bytes, opts.remote_ratio, opts.raf_window),
+        numa,
+        epochs: Epochs::default(),
+        keys: AtomicU64::new(0),
+        gc_lock: Mutex::new(()),
+        gc_runs: AtomicU64::new(0),
+        relocated: AtomicU64::new(0),
+        marked: AtomicU64::new(0),
+        closed: AtomicBool::new(false),
+        opened_from: "created",
+        open_ms: 0.0,
+        recovered_entries: 0,
+        readers,
+        opts,
+    }
+}
+
+impl Inner {
+    /// The file of `v_addr` if it is the one numbered `seq` (F7: a number
+    /// never comes back, so a freed file is never mistaken for a new one).
+    pub(crate) fn file_with_seq(&self, va: u64, seq: u64) -> Option<Arc<Extent>> {
+        self.log.file_at(vaddr_off(va)).filter(|f| f.seq == seq)
+    }
+}

@@ -70,6 +70,7 @@ const LANE_FREE: u64 = 2;
 const INFO_EXTENT: u64 = 1 << 63;
 const OWNER_ROOT: u64 = u64::MAX;
 const OWNER_NOTHING: u64 = u64::MAX - 1;
+const OWNER_AUX: u64 = u64::MAX - 2;
 
 /// Where a block is linked from. Recovery keeps a block whose reservation or
 /// free was in flight if and only if the link holds.
@@ -86,6 +87,9 @@ pub enum Link {
     Root(u64),
     /// The pool header's root offset is the block itself.
     RootPointer,
+    /// The pool header's auxiliary root offset is the block itself
+    /// ([`Pool::set_aux_root`]).
+    AuxRootPointer,
     /// Never linked: recovery always frees the block.
     Nothing,
 }
@@ -98,6 +102,7 @@ impl Link {
             Link::Tagged { owner, tag } => (owner, block | tag),
             Link::Root(v) => (OWNER_ROOT, v),
             Link::RootPointer => (OWNER_ROOT, block),
+            Link::AuxRootPointer => (OWNER_AUX, block),
             Link::Nothing => (OWNER_NOTHING, 0),
         }
     }
@@ -399,6 +404,7 @@ impl Heap {
         self.rebuild(pool)?;
         let total = pool.size() / CHUNK;
         let root = pool.header_state().root;
+        let aux = pool.header_state().aux;
         let mut fixes = Vec::new();
         for lane in 0..LANES {
             let mut b = [0u8; 64];
@@ -435,6 +441,7 @@ impl Heap {
             }
             let linked = match rec.owner {
                 OWNER_ROOT => root == rec.value,
+                OWNER_AUX => aux == rec.value,
                 OWNER_NOTHING => false,
                 o if o.is_multiple_of(8)
                     && o >= HEADER_LEN as u64

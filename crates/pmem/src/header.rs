@@ -53,6 +53,9 @@ pub struct State {
     pub clean: u64,
     /// How many times the pool was opened for writing.
     pub opens: u64,
+    /// Offset of a second root block, 0 if none: a structure that shares
+    /// the pool with the engine (the store's log beside its hash index).
+    pub aux: u64,
 }
 
 fn crc(bytes: &[u8]) -> u32 {
@@ -166,6 +169,7 @@ impl State {
         b[16..24].copy_from_slice(&self.root.to_le_bytes());
         b[24..32].copy_from_slice(&self.clean.to_le_bytes());
         b[32..40].copy_from_slice(&self.opens.to_le_bytes());
+        b[40..48].copy_from_slice(&self.aux.to_le_bytes());
         let c = crc(&b[0..60]);
         b[60..64].copy_from_slice(&c.to_le_bytes());
         b
@@ -180,8 +184,9 @@ impl State {
             root: le_u64(b, 16),
             clean: le_u64(b, 24),
             opens: le_u64(b, 32),
+            aux: le_u64(b, 40),
         };
-        if s.seq == 0 || le_u32(b, 60) != crc(&b[0..60]) || b[40..60].iter().any(|&c| c != 0) {
+        if s.seq == 0 || le_u32(b, 60) != crc(&b[0..60]) || b[48..60].iter().any(|&c| c != 0) {
             return None;
         }
         Some(s)
@@ -250,6 +255,12 @@ pub fn validate(header: &[u8], file_len: u64, min_size: u64) -> Result<(Identity
             st.root
         )));
     }
+    if st.aux != 0 && (st.aux < chunk || st.aux >= st.size || st.aux % 8 != 0) {
+        return Err(Error::Corrupt(format!(
+            "aux root offset {:#x} outside the heap",
+            st.aux
+        )));
+    }
     if st.clean > 1 {
         return Err(Error::Corrupt(format!(
             "clean flag is {}, expected 0 or 1",
@@ -279,6 +290,7 @@ mod tests {
             root: 0,
             clean: 0,
             opens: 1,
+            aux: 0,
         };
         p[64..128].copy_from_slice(&st.encode());
         p
@@ -302,10 +314,11 @@ mod tests {
             root: 1 << 18,
             clean: 1,
             opens: 1,
+            aux: 1 << 19,
         };
         p[128..192].copy_from_slice(&st2.encode());
         let (_, st, slot) = validate(&p, 1 << 20, 1 << 19).unwrap();
-        assert_eq!((st.seq, slot, st.root), (2, 1, 1 << 18));
+        assert_eq!((st.seq, slot, st.root, st.aux), (2, 1, 1 << 18, 1 << 19));
         p[150] ^= 1; // tear slot B
         let (_, st, slot) = validate(&p, 1 << 20, 1 << 19).unwrap();
         assert_eq!((st.seq, slot), (1, 0));

@@ -126,6 +126,7 @@ pub struct Pool {
     identity: Identity,
     state: Mutex<HeaderState>,
     root: AtomicU64,
+    aux: AtomicU64,
     was_clean: bool,
     sim: Option<Mutex<Sim>>,
     pub(crate) heap: Heap,
@@ -233,6 +234,7 @@ impl Pool {
             root: 0,
             clean: 0,
             opens: 1,
+            aux: 0,
         };
         let pool = Pool {
             map,
@@ -249,6 +251,7 @@ impl Pool {
                 slot: 0,
             }),
             root: AtomicU64::new(0),
+            aux: AtomicU64::new(0),
             was_clean: false,
             sim,
             heap: Heap::empty(),
@@ -356,6 +359,7 @@ impl Pool {
             identity,
             state: Mutex::new(HeaderState { cur: state, slot }),
             root: AtomicU64::new(state.root),
+            aux: AtomicU64::new(state.aux),
             was_clean: state.clean == 1,
             sim: None,
             heap: Heap::empty(),
@@ -437,6 +441,7 @@ impl Pool {
             identity,
             state: Mutex::new(HeaderState { cur: state, slot }),
             root: AtomicU64::new(state.root),
+            aux: AtomicU64::new(state.aux),
             was_clean: state.clean == 1,
             sim: None,
             heap: Heap::empty(),
@@ -534,6 +539,29 @@ impl Pool {
         }
         self.update_state(|s| s.root = off)?;
         self.root.store(off, Ordering::Release);
+        Ok(())
+    }
+
+    /// Offset of the auxiliary root block (0 if none): a second structure
+    /// that shares the pool with the engine at [`root`](Self::root).
+    pub fn aux_root(&self) -> u64 {
+        self.aux.load(Ordering::Acquire)
+    }
+
+    /// Makes `off` the auxiliary root, durably and atomically, as
+    /// [`set_root`](Self::set_root) does for the root; the link step for a
+    /// block reserved with [`crate::Link::AuxRootPointer`].
+    pub fn set_aux_root(&self, off: u64) -> Result<()> {
+        if off != 0 {
+            if off < alloc::CHUNK || !off.is_multiple_of(8) {
+                return Err(Error::InvalidArgument(format!(
+                    "aux root offset {off:#x} must be 8-aligned and inside the heap"
+                )));
+            }
+            self.check_range(off, 8)?;
+        }
+        self.update_state(|s| s.aux = off)?;
+        self.aux.store(off, Ordering::Release);
         Ok(())
     }
 

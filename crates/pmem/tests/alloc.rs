@@ -443,7 +443,7 @@ fn process_crash_between_steps_follows_the_link_rule() {
         /// begin_free and the unlink persisted; not finished.
         Unlinked,
     }
-    for link_kind in 0..4 {
+    for link_kind in 0..5 {
         for step in [
             Step::Reserved,
             Step::Linked,
@@ -467,7 +467,8 @@ fn process_crash_between_steps_follows_the_link_rule() {
                         value: tag_value,
                     },
                     2 => Link::RootPointer,
-                    _ => Link::Root(off),
+                    3 => Link::Root(off),
+                    _ => Link::AuxRootPointer,
                 };
                 let set_link = |pool: &Pool, off: u64| match link_kind {
                     0 => {
@@ -478,14 +479,16 @@ fn process_crash_between_steps_follows_the_link_rule() {
                         pool.store_u64(owner, tag_value);
                         pool.persist(owner, 8);
                     }
-                    _ => pool.set_root(off).unwrap(),
+                    2 | 3 => pool.set_root(off).unwrap(),
+                    _ => pool.set_aux_root(off).unwrap(),
                 };
                 let clear_link = |pool: &Pool| match link_kind {
                     0 | 1 => {
                         pool.store_u64(owner, 0);
                         pool.persist(owner, 8);
                     }
-                    _ => pool.set_root(table).unwrap(),
+                    2 | 3 => pool.set_root(table).unwrap(),
+                    _ => pool.set_aux_root(0).unwrap(),
                 };
                 // Root(v) needs the offset before reserving: learn it from
                 // an identical reservation, cancelled.

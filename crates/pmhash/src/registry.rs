@@ -12,6 +12,8 @@ pub fn all() -> Vec<EngineSpec> {
         pass::spec_var(),
         rophi::spec(),
         store::spec(),
+        store::store_spec!(hmeh::spec, "store-hash", false),
+        store::store_spec!(hmeh::spec, "store-both", true),
     ];
     // The persistent engines behind a DRAM cuckoo filter: pools of the
     // inner engine's layout (`find_layout` meets the unfiltered one first).

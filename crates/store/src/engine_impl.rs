@@ -5,7 +5,8 @@
 //! Sizing follows `EngineConfig::initial_capacity`: a small capacity (the
 //! crash checker's) gets 4 clusters of 4 KiB files, so that files fill,
 //! seal and are garbage-collected within a short run; a large one gets the
-//! paper's 256 clusters of 8 MB files. GC runs inline (every 64 writes)
+//! paper's 8 MB files and 16..=256 clusters, as many as the expected data
+//! fills. GC runs inline (every 64 writes)
 //! rather than on a background thread, so that runs are deterministic.
 //! `PMHASH_NUMA_EMULATE=N` sets virtual nodes (the benchmark's
 //! `--numa-emulate`).
@@ -16,17 +17,61 @@ use std::sync::Arc;
 use engine::{CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Result, Stats};
 use pmem::Pool;
 
-use crate::store::{GcMode, Options, Store, LAYOUT};
+use crate::store::{GcMode, IndexKind, Options, Store, LAYOUT};
 
 pub struct StoreEngine {
+    name: &'static str,
     store: Store,
     writes: AtomicU64,
+    /// Small (crash-checker) sizing: writes rotate over the nodes.
+    spread: bool,
 }
 
 pub fn spec() -> EngineSpec {
     EngineSpec {
         name: "store",
-        about: "NStore-style key-value store: per-node hash-clustered logs, DRAM ordered index, RAF cache, GC",
+        about: "NStore-style key-value store: per-node hash-clustered logs, DRAM index (hash + ordered tree), RAF cache, GC",
+        kind: EngineKind::Persistent {
+            layout: LAYOUT,
+            create: open,
+            open,
+        },
+        reference: false,
+    }
+}
+
+/// A store whose point index is the persistent engine `inner` (option b,
+/// or c with the ordered tree): `store::store_spec!(hmeh::spec, "store-hash", false)`.
+#[macro_export]
+macro_rules! store_spec {
+    ($inner:path, $name:literal, $ordered:expr) => {
+        $crate::engine_impl::spec_named(
+            $name,
+            if $ordered {
+                "store with a persistent hash index in the pool plus the ordered tree (index option c)"
+            } else {
+                "store with a persistent hash index in the pool: instant open, no scans (index option b)"
+            },
+            |pool, cfg| {
+                let kind = if $ordered {
+                    $crate::IndexKind::Both($inner())
+                } else {
+                    $crate::IndexKind::Hash($inner())
+                };
+                $crate::engine_impl::open_with(pool, cfg, $name, kind)
+            },
+        )
+    };
+}
+
+/// How an engine form is opened (and created: the store formats a fresh pool).
+pub type OpenFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
+
+/// The spec of a store engine form opened by `open`.
+pub fn spec_named(name: &'static str, about: &'static str, open: OpenFn) -> EngineSpec {
+    EngineSpec {
+        name,
+        about,
         kind: EngineKind::Persistent {
             layout: LAYOUT,
             create: open,
@@ -44,7 +89,15 @@ pub fn options_for(cfg: &EngineConfig) -> Options {
         .and_then(|v| v.parse::<u32>().ok())
         .filter(|&n| n > 0);
     Options {
-        clusters: if small { 4 } else { 256 },
+        // Enough clusters that their active files hold about the data
+        // (the paper's 256 × 8 MB per node is 2 GiB of files for any size).
+        clusters: if small {
+            4
+        } else {
+            (cfg.initial_capacity.saturating_mul(64) >> 23)
+                .next_power_of_two()
+                .clamp(16, 256) as u32
+        },
         extent_size: if small { 4096 } else { 8 << 20 },
         nodes: Some(emulate.unwrap_or(if small { 2 } else { 1 })),
         numa_emulate: Some(emulate.unwrap_or(if small { 2 } else { 1 })),
@@ -52,21 +105,48 @@ pub fn options_for(cfg: &EngineConfig) -> Options {
         gc: GcMode::Manual,
         raf_bytes: if small { 16 << 10 } else { 64 << 20 },
         recovery_threads: cfg.threads.max(1),
+        expected_keys: cfg.initial_capacity,
         ..Options::default()
     }
 }
 
 fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
-    let store = Store::open_pool(pool, options_for(cfg))?;
+    open_with(pool, cfg, "store", IndexKind::Dram)
+}
+
+/// Opens (or creates) the engine form with point index `index`.
+pub fn open_with(
+    pool: Arc<Pool>,
+    cfg: &EngineConfig,
+    name: &'static str,
+    index: IndexKind,
+) -> Result<Box<dyn Engine>> {
+    let mut opts = options_for(cfg);
+    opts.index = index;
+    let spread = opts.extent_size < (1 << 20) && opts.nodes.unwrap_or(1) > 1;
+    let store = Store::open_pool(pool, opts)?;
     Ok(Box::new(StoreEngine {
+        name,
         store,
         writes: AtomicU64::new(0),
+        spread,
     }))
 }
 
 impl StoreEngine {
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Runs a write, on a rotating node under small sizing, so that one
+    /// thread's keys get entries on every node's log (the cross-node
+    /// version order is then crash-checked too).
+    fn on_node<R>(&self, f: impl FnOnce() -> R) -> R {
+        if !self.spread {
+            return f();
+        }
+        let n = self.writes.load(Ordering::Relaxed) / 5;
+        crate::numa::Numa::as_node(n as u32, f)
     }
 
     fn after_write(&self) -> Result<()> {
@@ -87,13 +167,11 @@ fn val(v: &[u8]) -> u64 {
 
 impl Engine for StoreEngine {
     fn name(&self) -> &str {
-        "store"
+        self.name
     }
 
     fn insert(&self, key: u64, value: u64) -> Result<bool> {
-        let r = self
-            .store
-            .insert(&key.to_be_bytes(), &value.to_le_bytes())?;
+        let r = self.on_node(|| self.store.insert(&key.to_be_bytes(), &value.to_le_bytes()))?;
         self.after_write()?;
         Ok(r)
     }
@@ -106,21 +184,19 @@ impl Engine for StoreEngine {
     }
 
     fn update(&self, key: u64, value: u64) -> Result<bool> {
-        let r = self
-            .store
-            .update(&key.to_be_bytes(), &value.to_le_bytes())?;
+        let r = self.on_node(|| self.store.update(&key.to_be_bytes(), &value.to_le_bytes()))?;
         self.after_write()?;
         Ok(r)
     }
 
     fn remove(&self, key: u64) -> Result<bool> {
-        let r = self.store.delete(&key.to_be_bytes())?;
+        let r = self.on_node(|| self.store.delete(&key.to_be_bytes()))?;
         self.after_write()?;
         Ok(r)
     }
 
     fn upsert(&self, key: u64, value: u64) -> Result<()> {
-        self.store.put(&key.to_be_bytes(), &value.to_le_bytes())?;
+        self.on_node(|| self.store.put(&key.to_be_bytes(), &value.to_le_bytes()))?;
         self.after_write()
     }
 

@@ -9,7 +9,7 @@
 //! and mark the history invalid **oldest first, one persist each**, so a
 //! durable mark always has a durable history (I3). Then, if the index names
 //! E, E is live: it is copied to the active file of the same (node,
-//! cluster) with a new version and no history, and the index is switched
+//! cluster) with a new version whose history is E itself, and the index is switched
 //! to the copy while the stripe is held (F3: no foreground write can slip
 //! between). Otherwise E is stale (or a `del`): it is marked invalid after
 //! its history.
@@ -20,8 +20,10 @@
 //!
 //! Why no delete comes back: a `del` entry disappears (by its mark, or with
 //! its file) only after every older entry of its key is invalid or gone,
-//! and a relocated copy has no history, so nothing older than it can win a
-//! recovery either.
+//! and a relocated copy's history is the original it replaced: a crash
+//! after the copy but before the original's file is freed leaves both
+//! valid, and whatever later supersedes the copy then marks the original
+//! too (while the original's file lives; F7 stops the walk after).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,7 +40,7 @@ fn candidates(s: &Inner) -> Vec<Arc<Extent>> {
         .log
         .snapshot()
         .into_iter()
-        .filter(|f| f.sealed.load(Ordering::Acquire))
+        .filter(|f| f.sealed.load(Ordering::Acquire) && f.accounted.load(Ordering::Acquire))
         .filter_map(|f| {
             let used = f.used();
             if used == 0 {
@@ -76,6 +78,7 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
     let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
     let mut pos = X_DATA;
     let tail = f.tail.load(Ordering::Acquire);
+    let persistent = s.index.is_persistent();
     let mut touched: Vec<Arc<Extent>> = Vec::new();
     while pos < tail {
         let Some(e) = log.parse(f, pos, &mut kbuf, &mut vbuf) else {
@@ -85,28 +88,39 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
         if e.op == OP_INV {
             continue;
         }
+        if e.h_seq == crate::pindex::OVF_MARK {
+            reclaim_ovf(s, f, &e, &vbuf, &mut touched)?;
+            continue;
+        }
         let hash = key_hash(&kbuf);
         let _k = s.stripes.lock(hash);
         let here_va = vaddr(f.node, e.off);
-        mark_history(s, &e);
+        // With a persistent point index, recovery never reads op bits, so
+        // marks would only cost fences: stale entries die with their file.
+        if !persistent {
+            mark_history(s, &e);
+        }
         let cur = s.index.get(&kbuf);
         if e.op != OP_DEL && cur == Some(here_va) {
             let cluster = f.cluster;
             let version = s.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
             // persist: the copy (durable in append; fenced below under
             // Relaxed) before the index names it and before the file is
-            // freed; it has no history, whose entries are all invalid now.
+            // freed. Its history is E (whose own history is all invalid
+            // now), so that E is marked with the copy if a crash keeps
+            // this file alive past the copy.
             let (va, nf) = log.append(
-                f.node, cluster, OP_INS, version, &kbuf, &vbuf, NONE, 0, &s.numa,
+                f.node, cluster, OP_INS, version, &kbuf, &vbuf, here_va, f.seq, &s.numa,
             )?;
-            s.index.set(&kbuf, va);
+            s.index
+                .set(&kbuf, hash, va, &mut |h, p| s.append_ovf(h, p))?;
             s.raf.relocate(&kbuf, hash, here_va, va, f.node);
             f.dead.fetch_add(e.len, Ordering::Relaxed);
             s.relocated.fetch_add(1, Ordering::Relaxed);
             if !touched.iter().any(|t| Arc::ptr_eq(t, &nf)) {
                 touched.push(nf);
             }
-        } else {
+        } else if !persistent {
             if s.opts.durability == Durability::Relaxed {
                 // The entry that supersedes E must be durable before E's
                 // mark is, or a crash could leave the key with neither.
@@ -123,10 +137,63 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
             log.sync_file(t);
         }
     }
+    if let crate::index::Point::Engine(p) = s.index.point() {
+        // persist: the engine's slots for the relocated copies before the
+        // file goes (under Relaxed they may still be in flight).
+        p.engine.sync()?;
+    }
     // Phase B: out of the maps, past an epoch, then freed.
     log.forget(f);
     s.epochs.synchronize();
     log.free_file(f)
+}
+
+/// Phase A/B for an overflow entry of the persistent index: copied if its
+/// hash slot still names it, else marked invalid.
+fn reclaim_ovf(
+    s: &Inner,
+    f: &Arc<Extent>,
+    e: &crate::nlog::Entry,
+    payload: &[u8],
+    touched: &mut Vec<Arc<Extent>>,
+) -> Result<()> {
+    let h = e.h_addr;
+    let _k = s.stripes.lock(h);
+    let here_va = vaddr(f.node, e.off);
+    let live = match s.index.point() {
+        crate::index::Point::Engine(p) if p.names_ovf(h, here_va) => Some(p),
+        _ => None,
+    };
+    // Not named: it dies with its file (no mark needed, see reclaim).
+    if let Some(p) = live {
+        {
+            let version = s.versions[f.cluster as usize].fetch_add(1, Ordering::AcqRel);
+            // persist: the copy before the slot names it (engine update).
+            let (va, nf) = s.log.append(
+                f.node,
+                f.cluster,
+                OP_INS,
+                version,
+                b"",
+                payload,
+                h,
+                crate::pindex::OVF_MARK,
+                &s.numa,
+            )?;
+            p.relocate_ovf(h, here_va, va)?;
+            s.relocated.fetch_add(1, Ordering::Relaxed);
+            if !touched.iter().any(|t| Arc::ptr_eq(t, &nf)) {
+                touched.push(nf);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn key_at(s: &Inner, e: &crate::nlog::Entry) -> Vec<u8> {
+    let mut k = Vec::new();
+    s.log.read_key(e, &mut k);
+    k
 }
 
 /// Marks the valid history of `e` invalid, oldest first.
@@ -142,6 +209,12 @@ fn mark_history(s: &Inner, e: &crate::nlog::Entry) {
             break;
         };
         if p.op == OP_INV || p.version >= ver {
+            break;
+        }
+        // Never mark the entry the index names, nor what lies behind it
+        // (that history belongs to a live entry): an orphan — an entry
+        // whose index update a crash cut off — points at the live one.
+        if s.index.get(&key_at(s, &p)) == Some(h) {
             break;
         }
         chain.push(p.off);

@@ -1,21 +1,36 @@
-//! The DRAM ordered index: key → `v_addr` of the key's newest entry.
+//! The DRAM index: key → `v_addr` of the key's newest entry, in two parts.
 //!
-//! A concurrent skip list (`crossbeam-skiplist`): lock-free reads and
-//! ordered range scans. Keys up to 23 bytes are stored inline (the 8-byte
-//! fast path allocates nothing beyond the skip-list node); values are
-//! atomics, so an update of a present key is one store, not a new node.
-//! Writers of one key are serialised by the store's stripe locks.
+//! - **Point index**: a concurrent hash table (`scc::HashIndex`, lock-free
+//!   reads). Gets, puts and deletes go through it, so a point operation
+//!   costs one or two cache misses, not a tree descent.
+//! - **Ordered index**: the set of keys in a concurrent B+-tree
+//!   (`scc::TreeIndex`), for scans. It holds keys only; a scan reads each
+//!   key's `v_addr` from the point index, so updates never touch the tree.
+//!   Inserts and deletes reach it through per-stripe change queues that a
+//!   background thread applies, and a scan first applies whatever is still
+//!   queued (so it sees every write that completed before it began). At
+//!   open the tree is built from the point index in the background; scans
+//!   wait for it.
+//!
+//! Changes of one key are queued in one queue (picked by the key's hash),
+//! under the key's stripe lock, so they are applied in the order they
+//! happened. Writers of one key are serialised by the store's stripes.
 
-use std::borrow::Borrow;
-use std::cmp::Ordering as CmpOrdering;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
-use crossbeam_skiplist::SkipMap;
+use scc::ebr::Guard;
+use scc::{HashIndex, TreeIndex};
 
 const INLINE: usize = 23;
+const QUEUES: usize = 64;
+/// A queue this long asks the background thread to apply it.
+const NUDGE: usize = 1 << 12;
 
-/// A key as the index holds it.
+/// A key as the index holds it: up to 23 bytes inline (the 8-byte fast
+/// path allocates nothing), longer keys boxed.
 #[derive(Clone)]
 pub enum IKey {
     Inline { len: u8, bytes: [u8; INLINE] },
@@ -52,87 +67,329 @@ impl PartialEq for IKey {
 }
 impl Eq for IKey {}
 impl PartialOrd for IKey {
-    fn partial_cmp(&self, o: &Self) -> Option<CmpOrdering> {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(o))
     }
 }
 impl Ord for IKey {
-    fn cmp(&self, o: &Self) -> CmpOrdering {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.as_bytes().cmp(o.as_bytes())
     }
 }
-impl Borrow<[u8]> for IKey {
+impl Hash for IKey {
+    // Must equal `[u8]`'s hash: lookups pass `&[u8]`.
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.as_bytes().hash(h)
+    }
+}
+impl std::borrow::Borrow<[u8]> for IKey {
     fn borrow(&self) -> &[u8] {
         self.as_bytes()
     }
 }
 
+/// A fast, seeded hasher for the point index (keys are not attacker-chosen
+/// inside a process; the seed is random per index anyway).
+#[derive(Clone)]
+pub struct KeyHasher(u64);
+
+impl BuildHasher for KeyHasher {
+    type Hasher = KeyHasherState;
+    fn build_hasher(&self) -> KeyHasherState {
+        KeyHasherState(self.0)
+    }
+}
+
+pub struct KeyHasherState(u64);
+
+impl Hasher for KeyHasherState {
+    fn finish(&self) -> u64 {
+        engine::hash::fmix64(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.0 =
+                engine::hash::fmix64(self.0 ^ u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.0 = engine::hash::fmix64(self.0 ^ u64::from_le_bytes(b) ^ 0xff);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = self.0.wrapping_add(n as u64).rotate_left(17);
+    }
+}
+
 #[derive(Default)]
+struct Queue {
+    pending: Mutex<Vec<(IKey, bool)>>,
+    /// Held while a drained batch is applied, so batches of one queue are
+    /// applied in order.
+    apply: Mutex<()>,
+    pushed: AtomicU64,
+    applied: AtomicU64,
+}
+
+/// Where point lookups go.
+pub enum Point {
+    /// A DRAM hash table, rebuilt at every open (option (a)).
+    Dram(HashIndex<IKey, u64, KeyHasher>),
+    /// A persistent hash engine in the pool (options (b) and (c)).
+    Engine(crate::pindex::PIndex),
+}
+
+/// Appends an OVF entry for a hash slot (see `pindex`).
+pub type OvfFn<'a> = &'a mut dyn FnMut(u64, &[u8]) -> engine::Result<u64>;
+
 pub struct Index {
-    map: SkipMap<IKey, AtomicU64>,
+    point: Point,
+    /// `None`: no ordered index (option (b)); scans are refused.
+    tree: Option<TreeIndex<IKey, ()>>,
+    queues: Box<[Queue]>,
+    /// The tree has been built from the point index (after an open).
+    built: AtomicBool,
+    /// Set when a queue grew past `NUDGE`.
+    pub nudge: AtomicBool,
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Index::new(None, true)
+    }
 }
 
 impl Index {
-    #[inline]
-    pub fn get(&self, key: &[u8]) -> Option<u64> {
-        self.map.get(key).map(|e| e.value().load(Ordering::Acquire))
+    /// A DRAM point index (`engine` None) or a persistent one, with or
+    /// without the ordered tree.
+    pub fn new(engine: Option<crate::pindex::PIndex>, ordered: bool) -> Index {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x1234, |d| d.as_nanos() as u64);
+        Index {
+            point: match engine {
+                None => Point::Dram(HashIndex::with_hasher(KeyHasher(engine::hash::fmix64(
+                    seed,
+                )))),
+                Some(p) => Point::Engine(p),
+            },
+            tree: ordered.then(TreeIndex::new),
+            queues: (0..QUEUES).map(|_| Queue::default()).collect(),
+            built: AtomicBool::new(false),
+            nudge: AtomicBool::new(false),
+        }
     }
 
-    /// Sets `key` to `v`; the caller holds the key's stripe.
-    pub fn set(&self, key: &[u8], v: u64) {
-        match self.map.get(key) {
-            Some(e) => e.value().store(v, Ordering::Release),
-            None => {
-                self.map.insert(IKey::new(key), AtomicU64::new(v));
+    pub fn point(&self) -> &Point {
+        &self.point
+    }
+
+    pub fn is_persistent(&self) -> bool {
+        matches!(self.point, Point::Engine(_))
+    }
+
+    pub fn has_tree(&self) -> bool {
+        self.tree.is_some()
+    }
+
+    #[inline]
+    pub fn get(&self, key: &[u8]) -> Option<u64> {
+        match &self.point {
+            Point::Dram(m) => m.peek_with(key, |_, v| *v),
+            Point::Engine(p) => p.get(key, crate::layout::key_hash(key)),
+        }
+    }
+
+    fn queue(&self, hash: u64) -> &Queue {
+        &self.queues[(hash >> 40) as usize % QUEUES]
+    }
+
+    fn push(&self, hash: u64, key: &[u8], insert: bool) {
+        if self.tree.is_none() {
+            return;
+        }
+        let q = self.queue(hash);
+        let mut p = q.pending.lock().expect("index queue");
+        p.push((IKey::new(key), insert));
+        q.pushed.fetch_add(1, Ordering::Release);
+        if p.len() >= NUDGE {
+            self.nudge.store(true, Ordering::Release);
+        }
+    }
+
+    /// Sets `key` (hash `hash`) to `v`; the caller holds the key's stripe.
+    /// Returns whether the key was new.
+    pub fn set(&self, key: &[u8], hash: u64, v: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
+        let new = match &self.point {
+            Point::Dram(m) => {
+                if let Some(e) = m.get(key) {
+                    e.update(v);
+                    false
+                } else {
+                    let _ = m.insert(IKey::new(key), v);
+                    true
+                }
+            }
+            Point::Engine(p) => p.set(key, hash, v, ovf)?,
+        };
+        if new {
+            self.push(hash, key, true);
+        }
+        Ok(new)
+    }
+
+    /// Removes `key`; the caller holds the key's stripe.
+    pub fn remove(&self, key: &[u8], hash: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
+        let r = match &self.point {
+            Point::Dram(m) => m.remove(key),
+            Point::Engine(p) => p.remove(key, hash, ovf)?,
+        };
+        if r {
+            self.push(hash, key, false);
+        }
+        Ok(r)
+    }
+
+    /// Fills the DRAM point index at open (no queueing: the tree is built
+    /// from the point index afterwards).
+    pub fn load(&self, key: &[u8], v: u64) {
+        if let Point::Dram(m) = &self.point {
+            if let Some(e) = m.get(key) {
+                e.update(v);
+            } else {
+                let _ = m.insert(IKey::new(key), v);
             }
         }
     }
 
-    /// Removes `key`; the caller holds the key's stripe.
-    pub fn remove(&self, key: &[u8]) -> Option<u64> {
-        self.map
-            .remove(key)
-            .map(|e| e.value().load(Ordering::Acquire))
+    /// Builds the tree from the point index (once, after open).
+    pub fn build_tree(&self) {
+        if self.built.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(t) = &self.tree {
+            self.for_each(|k, _| {
+                let _ = t.insert(IKey::new(k), ());
+            });
+        }
+        self.built.store(true, Ordering::Release);
     }
 
-    pub fn len(&self) -> usize {
-        self.map.len()
+    pub fn is_built(&self) -> bool {
+        self.built.load(Ordering::Acquire)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+    /// Applies queued changes to the tree (no-op before it is built).
+    pub fn apply_pending(&self) {
+        let Some(tree) = &self.tree else { return };
+        if !self.is_built() {
+            return;
+        }
+        self.nudge.store(false, Ordering::Relaxed);
+        for q in self.queues.iter() {
+            if q.pushed.load(Ordering::Acquire) == q.applied.load(Ordering::Acquire) {
+                continue;
+            }
+            let _a = q.apply.lock().expect("index apply");
+            let batch = std::mem::take(&mut *q.pending.lock().expect("index queue"));
+            for (k, ins) in &batch {
+                if *ins {
+                    let _ = tree.insert(k.clone(), ());
+                } else {
+                    tree.remove(k.as_bytes());
+                }
+            }
+            q.applied.fetch_add(batch.len() as u64, Ordering::Release);
+        }
     }
 
-    /// Up to `limit` pairs with `start <= key < end` (`end` None: no bound),
-    /// in key order.
+    /// Waits until the tree holds every change queued before this call.
+    fn catch_up(&self) {
+        let want: Vec<u64> = self
+            .queues
+            .iter()
+            .map(|q| q.pushed.load(Ordering::Acquire))
+            .collect();
+        loop {
+            if !self.is_built() {
+                // The builder runs in the background; help it instead of
+                // waiting (building twice is harmless: inserts are idempotent).
+                self.build_tree();
+            }
+            self.apply_pending();
+            if self
+                .queues
+                .iter()
+                .zip(&want)
+                .all(|(q, w)| q.applied.load(Ordering::Acquire) >= *w)
+            {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Up to `limit` present keys with `start <= key < end` (`end` None: no
+    /// bound), in key order, with their `v_addr`s.
     pub fn range(
         &self,
         start: &[u8],
         end: Option<&[u8]>,
         limit: usize,
         out: &mut Vec<(IKey, u64)>,
-    ) {
+    ) -> engine::Result<()> {
+        let Some(tree) = &self.tree else {
+            return Err(engine::Error::InvalidArgument(
+                "this store has no ordered index (index option b): scans are not available".into(),
+            ));
+        };
+        self.catch_up();
         let hi = match end {
             Some(e) => Bound::Excluded(e),
             None => Bound::Unbounded,
         };
-        for e in self
-            .map
-            .range::<[u8], _>((Bound::Included(start), hi))
-            .take(limit)
-        {
-            out.push((e.key().clone(), e.value().load(Ordering::Acquire)));
+        let g = Guard::new();
+        for (k, _) in tree.range::<[u8], _>((Bound::Included(start), hi), &g) {
+            if out.len() >= limit {
+                break;
+            }
+            if let Some(v) = self.get(k.as_bytes()) {
+                out.push((k.clone(), v));
+            }
         }
+        Ok(())
     }
 
+    /// Every pair, in no particular order.
     pub fn for_each(&self, mut f: impl FnMut(&[u8], u64)) {
-        for e in self.map.iter() {
-            f(e.key().as_bytes(), e.value().load(Ordering::Acquire));
+        match &self.point {
+            Point::Dram(m) => {
+                let g = Guard::new();
+                for (k, v) in m.iter(&g) {
+                    f(k.as_bytes(), *v);
+                }
+            }
+            Point::Engine(p) => p.for_each(&mut f),
         }
     }
 
-    pub fn clear(&self) {
-        self.map.clear();
+    /// Number of keys (walks the table: not for hot paths).
+    pub fn len(&self) -> usize {
+        match &self.point {
+            Point::Dram(m) => m.len(),
+            Point::Engine(p) => {
+                let mut n = 0;
+                p.for_each(&mut |_, _| n += 1);
+                n
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -141,22 +398,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn orders_by_bytes_across_inline_and_heap_keys() {
+    fn scans_see_queued_changes_in_key_order() {
         let ix = Index::default();
+        ix.build_tree();
         let long = vec![b'b'; 40];
-        ix.set(b"c", 3);
-        ix.set(&long, 2);
-        ix.set(b"a", 1);
-        ix.set(b"a", 4);
+        let h = |k: &[u8]| crate::layout::key_hash(k);
+        let mut no = |_: u64, _: &[u8]| -> engine::Result<u64> { unreachable!() };
+        ix.set(b"c", h(b"c"), 3, &mut no).unwrap();
+        ix.set(&long, h(&long), 2, &mut no).unwrap();
+        ix.set(b"a", h(b"a"), 1, &mut no).unwrap();
+        ix.set(b"a", h(b"a"), 4, &mut no).unwrap();
         let mut out = Vec::new();
-        ix.range(b"", None, 10, &mut out);
+        ix.range(b"", None, 10, &mut out).unwrap();
         let keys: Vec<&[u8]> = out.iter().map(|(k, _)| k.as_bytes()).collect();
         assert_eq!(keys, vec![&b"a"[..], &long[..], &b"c"[..]]);
         assert_eq!(out[0].1, 4);
         out.clear();
-        ix.range(b"b", Some(b"c"), 10, &mut out);
+        ix.range(b"b", Some(b"c"), 10, &mut out).unwrap();
         assert_eq!(out.len(), 1);
-        assert_eq!(ix.remove(b"a"), Some(4));
+        assert!(ix.remove(b"a", h(b"a"), &mut no).unwrap());
         assert_eq!(ix.get(b"a"), None);
+        out.clear();
+        ix.range(b"", None, 10, &mut out).unwrap();
+        assert_eq!(out.len(), 2);
+        // Delete then re-insert: the queue keeps the order.
+        assert!(ix.remove(b"c", h(b"c"), &mut no).unwrap());
+        ix.set(b"c", h(b"c"), 9, &mut no).unwrap();
+        out.clear();
+        ix.range(b"c", None, 10, &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].1, 9);
+    }
+
+    #[test]
+    fn tree_is_built_from_a_loaded_point_index() {
+        let ix = Index::default();
+        for i in 0u64..100 {
+            ix.load(&i.to_be_bytes(), i);
+        }
+        let mut out = Vec::new();
+        ix.range(
+            &10u64.to_be_bytes(),
+            Some(&20u64.to_be_bytes()),
+            100,
+            &mut out,
+        )
+        .unwrap();
+        let got: Vec<u64> = out.iter().map(|(_, v)| *v).collect();
+        assert_eq!(got, (10..20).collect::<Vec<_>>());
     }
 }

@@ -1,7 +1,8 @@
 //! The store's on-PM format. Everything lives in one pool (`store.pool`);
 //! offsets are pool offsets. All words are little-endian `u64`.
 //!
-//! # Root block (linked as the pool root)
+//! # Root block (linked as the pool's *aux* root; the pool root belongs to
+//! the persistent hash engine of index options (b) and (c))
 //!
 //! ```text
 //! 0    magic       "PMHSTOR1"
@@ -10,12 +11,17 @@
 //! 24   clusters    hash clusters per node (1..=65536)
 //! 32   extent      bytes per Nlog file, header line included (multiple of 64, >= 4096)
 //! 40   table_len   extent table slots
-//! 48   check       crc32 of bytes 0..48 (low 32 bits)
-//! 56   (zero)
+//! 48   index       0: DRAM point index + ordered tree (a); 1: persistent hash
+//!                  engine (b); 2: both (c)
+//! 56   check       crc32 of bytes 0..56 and 96..112 (low 32 bits)
 //! 64   next_seq    every extent sequence number below it may have been used;
 //!                  bumped and persisted before a new extent takes a number (F7)
 //! 72   image       offset of the clean-shutdown image block, 0 if none
 //! 80   image_len   bytes of the image
+//! 88   vbase       versions below it may have been used (options b and c,
+//!                  which do not scan the log): each open starts its
+//!                  counters here and persists vbase + 2^40 first (F8)
+//! 96   engine      layout id of the hash engine (16 bytes, zero padded)
 //! 128  table[table_len]  offset of each Nlog file (extent), 0 = empty slot
 //! ```
 //!
@@ -53,10 +59,15 @@ pub const R_NODES: u64 = 16;
 pub const R_CLUSTERS: u64 = 24;
 pub const R_EXTENT: u64 = 32;
 pub const R_TABLE_LEN: u64 = 40;
-pub const R_CHECK: u64 = 48;
+pub const R_INDEX: u64 = 48;
+pub const R_CHECK: u64 = 56;
 pub const R_NEXT_SEQ: u64 = 64;
 pub const R_IMAGE: u64 = 72;
 pub const R_IMAGE_LEN: u64 = 80;
+pub const R_VBASE: u64 = 88;
+pub const R_ENGINE: u64 = 96;
+/// Versions each open of a store without log scan reserves.
+pub const VBASE_STEP: u64 = 1 << 40;
 pub const R_TABLE: u64 = 128;
 
 pub const EXT_MAGIC: u64 = u64::from_le_bytes(*b"PMHNLOG1");
@@ -143,6 +154,25 @@ pub fn entry_crc(
     h.update(key);
     h.update(value);
     h.finalize()
+}
+
+/// The root's checked words: bytes 0..56 and the engine name.
+pub fn root_check_words(pool: &pmem::Pool, root: u64) -> Vec<u64> {
+    let mut w: Vec<u64> = (0..7).map(|i| pool.load_u64(root + 8 * i)).collect();
+    w.push(pool.load_u64(root + R_ENGINE));
+    w.push(pool.load_u64(root + R_ENGINE + 8));
+    w
+}
+
+/// The 16-byte engine name as two words.
+pub fn name_words(name: &str) -> [u64; 2] {
+    let mut b = [0u8; 16];
+    let n = name.len().min(16);
+    b[..n].copy_from_slice(&name.as_bytes()[..n]);
+    [
+        u64::from_le_bytes(b[..8].try_into().expect("8")),
+        u64::from_le_bytes(b[8..].try_into().expect("8")),
+    ]
 }
 
 /// crc32 of a run of words (root and file headers).

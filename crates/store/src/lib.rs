@@ -24,6 +24,7 @@ pub mod index;
 pub mod layout;
 pub mod nlog;
 pub mod numa;
+pub mod pindex;
 pub mod raf;
 pub mod recover;
 mod scan;
@@ -31,4 +32,4 @@ mod store;
 
 pub use engine_impl::spec;
 pub use layout::{MAX_KEY, MAX_VALUE};
-pub use store::{GcMode, Options, Store, StoreStats, LAYOUT, POOL_FILE};
+pub use store::{GcMode, IndexKind, Options, Store, StoreStats, LAYOUT, POOL_FILE};

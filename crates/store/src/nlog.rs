@@ -34,6 +34,9 @@ pub struct Extent {
     pub synced: AtomicU64,
     /// Full: no more appends.
     pub sealed: AtomicBool,
+    /// `tail` and `dead` are known (false after a persistent-index open
+    /// until the accounting pass has read the file).
+    pub accounted: AtomicBool,
 }
 
 impl Extent {
@@ -208,6 +211,7 @@ impl Nlog {
             dead: AtomicU64::new(0),
             synced: AtomicU64::new(X_DATA),
             sealed: AtomicBool::new(false),
+            accounted: AtomicBool::new(true),
         });
         self.files
             .write()

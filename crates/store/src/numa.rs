@@ -86,6 +86,8 @@ pub struct Numa {
 }
 
 thread_local! {
+    /// A node forced on this thread by [`Numa::as_node`].
+    static FORCED: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
     static CPU_CACHE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((0, 0)) };
 }
 
@@ -118,11 +120,24 @@ impl Numa {
         self.emulate.is_none() && self.nodes > 1
     }
 
+    /// Runs `f` as if the calling thread were on `node` (the crash
+    /// checker's engine form uses it to spread one thread's writes over
+    /// every node's log, so that a key's entries cross nodes).
+    pub fn as_node<R>(node: u32, f: impl FnOnce() -> R) -> R {
+        let prev = FORCED.with(|c| c.replace(Some(node)));
+        let r = f();
+        FORCED.with(|c| c.set(prev));
+        r
+    }
+
     /// The calling thread's node, in `0..nodes`.
     #[inline]
     pub fn current(&self) -> u32 {
         if self.nodes == 1 {
             return 0;
+        }
+        if let Some(n) = FORCED.with(|c| c.get()) {
+            return n % self.nodes;
         }
         if let Some(n) = self.emulate {
             return (thread_index() as u32 % n.max(1)) % self.nodes;

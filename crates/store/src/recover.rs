@@ -26,9 +26,12 @@ use std::sync::{Arc, Mutex};
 use engine::{Error, Result};
 use pmem::{Link, Pool};
 
+use crate::index::Index;
 use crate::layout::*;
 use crate::nlog::Extent;
+use crate::pindex::PIndex;
 use crate::store::{new_inner, Inner, Options};
+use engine::{EngineConfig, EngineKind};
 
 const IMAGE_MAGIC: u64 = u64::from_le_bytes(*b"PMHSIMG1");
 
@@ -42,6 +45,8 @@ struct RootInfo {
     extent: u64,
     table_len: u64,
     next_seq: u64,
+    index: u64,
+    engine: [u64; 2],
 }
 
 fn read_root(pool: &Pool, root: u64) -> Result<RootInfo> {
@@ -49,7 +54,7 @@ fn read_root(pool: &Pool, root: u64) -> Result<RootInfo> {
     if size < R_TABLE {
         return Err(corrupt(format!("root block of {size} bytes is too small")));
     }
-    let w: Vec<u64> = (0..6).map(|i| pool.load_u64(root + 8 * i)).collect();
+    let w = root_check_words(pool, root);
     if w[0] != ROOT_MAGIC {
         return Err(corrupt("root block is not a store root (bad magic)".into()));
     }
@@ -60,6 +65,9 @@ fn read_root(pool: &Pool, root: u64) -> Result<RootInfo> {
         return Err(corrupt("store root checksum mismatch".into()));
     }
     let (nodes, clusters, extent, table_len) = (w[2], w[3], w[4], w[5]);
+    if w[6] > 2 {
+        return Err(corrupt(format!("unknown index kind {}", w[6])));
+    }
     if nodes == 0 || nodes > MAX_NODES || clusters == 0 || clusters > MAX_CLUSTERS {
         return Err(corrupt(format!(
             "bad node/cluster counts {nodes}/{clusters}"
@@ -80,7 +88,58 @@ fn read_root(pool: &Pool, root: u64) -> Result<RootInfo> {
         extent,
         table_len,
         next_seq,
+        index: w[6],
+        engine: [w[7], w[8]],
     })
+}
+
+fn engine_name(w: [u64; 2]) -> String {
+    let mut b = Vec::with_capacity(16);
+    b.extend_from_slice(&w[0].to_le_bytes());
+    b.extend_from_slice(&w[1].to_le_bytes());
+    String::from_utf8_lossy(&b)
+        .trim_end_matches('\0')
+        .to_string()
+}
+
+/// Opens (or, after a crash inside create, creates) the persistent hash
+/// engine of index options (b) and (c), after checking that the options
+/// name the index the store was created with.
+fn open_engine(pool: &Arc<Pool>, ri: &RootInfo, opts: &Options) -> Result<Option<PIndex>> {
+    let made = match ri.index {
+        0 => "dram".to_string(),
+        1 => format!("hash:{}", engine_name(ri.engine)),
+        _ => format!("both:{}", engine_name(ri.engine)),
+    };
+    let asked = opts.index.describe();
+    if made != asked {
+        return Err(Error::InvalidArgument(format!(
+            "the store was created with index {made}; it was opened with {asked}"
+        )));
+    }
+    let Some(spec) = opts.index.spec() else {
+        return Ok(None);
+    };
+    let EngineKind::Persistent { create, open, .. } = spec.kind else {
+        return Err(Error::InvalidArgument(format!(
+            "{} is not a persistent engine",
+            spec.name
+        )));
+    };
+    let cfg = EngineConfig {
+        durability: opts.durability,
+        initial_capacity: opts.expected_keys.max(16),
+        threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+    };
+    let e = if pool.root() == 0 {
+        if pool.is_read_only() {
+            return Err(corrupt("the store's hash index was never created".into()));
+        }
+        create(pool.clone(), &cfg)?
+    } else {
+        open(pool.clone(), &cfg)?
+    };
+    Ok(Some(PIndex::new(e, pool.clone())))
 }
 
 /// Reads and checks every file of the extent table.
@@ -123,6 +182,7 @@ fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>
             dead: AtomicU64::new(0),
             synced: AtomicU64::new(X_DATA),
             sealed: AtomicBool::new(true),
+            accounted: AtomicBool::new(true),
         }));
     }
     Ok((files, free))
@@ -140,10 +200,14 @@ pub(crate) fn open(
     let (files, free) = read_files(&pool, root, &ri)?;
     let image = pool.load_u64(root + R_IMAGE);
     let image_len = pool.load_u64(root + R_IMAGE_LEN);
+    let pidx = open_engine(&pool, &ri, &opts)?;
+    let persistent = pidx.is_some();
+    let index = Index::new(pidx, opts.index.ordered());
     let s = new_inner(
         pool.clone(),
         root,
         opts,
+        index,
         ri.nodes,
         ri.clusters,
         ri.extent,
@@ -153,6 +217,9 @@ pub(crate) fn open(
     if fresh {
         s.log.install(files, free);
         return Ok((s, "created", 0));
+    }
+    if persistent {
+        return open_persistent(s, files, free, ri.clusters);
     }
     let mut from = "log scan";
     let mut entries = 0;
@@ -212,6 +279,81 @@ pub(crate) fn open(
     }
     s.keys.store(s.index.len() as u64, Ordering::Relaxed);
     Ok((s, from, entries))
+}
+
+/// Open with a persistent point index: nothing to rebuild. Every file is
+/// sealed (its tail is learned by the background accounting pass, which
+/// GC waits for), and version counters start at a fresh reserved range.
+fn open_persistent(
+    s: Inner,
+    files: Vec<Arc<Extent>>,
+    free: Vec<u64>,
+    clusters: u32,
+) -> Result<(Inner, &'static str, u64)> {
+    let pool = &s.pool;
+    let root = s.log.root;
+    let base = pool.load_u64(root + R_VBASE).max(1);
+    if base > VERSION_MASK - VBASE_STEP {
+        return Err(corrupt("version base exhausted".into()));
+    }
+    if !pool.is_read_only() {
+        // persist: the next open's base before this run draws a version
+        // from [base, base + STEP) (F8 without a log scan).
+        pool.store_u64(root + R_VBASE, base + VBASE_STEP);
+        pool.persist(root + R_VBASE, 8);
+    }
+    for c in 0..clusters as usize {
+        s.versions[c].store(base, Ordering::Relaxed);
+    }
+    for f in &files {
+        f.accounted.store(false, Ordering::Release);
+        f.tail.store(f.size, Ordering::Release);
+    }
+    s.log.install(files, free);
+    let keys = match s.index.point() {
+        crate::index::Point::Engine(p) => p.engine.len(),
+        crate::index::Point::Dram(_) => 0,
+    };
+    s.keys.store(keys, Ordering::Relaxed);
+    Ok((s, "hash index", 0))
+}
+
+/// The background accounting pass after a persistent-index open: finds
+/// each file's tail and live bytes (an entry is live if the index names
+/// it), so GC can pick files. Returns whether work remains.
+pub(crate) fn account_one(s: &Inner) -> bool {
+    let Some(f) = s
+        .log
+        .snapshot()
+        .into_iter()
+        .find(|f| !f.accounted.load(Ordering::Acquire))
+    else {
+        return false;
+    };
+    let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+    let mut pos = X_DATA;
+    let mut live = 0;
+    let _p = s.epochs.pin();
+    while let Some(e) = s.log.parse(&f, pos, &mut kbuf, &mut vbuf) {
+        pos += e.len;
+        if e.op == OP_INV || e.op == OP_DEL {
+            continue;
+        }
+        let va = vaddr(f.node, e.off);
+        let is_live = if e.h_seq == crate::pindex::OVF_MARK {
+            matches!(s.index.point(), crate::index::Point::Engine(p) if p.names_ovf(e.h_addr, va))
+        } else {
+            s.index.get(&kbuf) == Some(va)
+        };
+        if is_live {
+            live += e.len;
+        }
+    }
+    f.tail.store(pos, Ordering::Release);
+    f.synced.store(pos, Ordering::Release);
+    f.dead.store(pos - X_DATA - live, Ordering::Relaxed);
+    f.accounted.store(true, Ordering::Release);
+    true
 }
 
 fn threads(s: &Inner) -> usize {
@@ -288,7 +430,7 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
                     for (k, w) in &win {
                         if w.op != OP_DEL {
                             live[w.file] += w.len;
-                            s.index.set(k, w.va);
+                            s.index.load(k, w.va);
                         }
                     }
                     for (fi, &i) in by_cluster[c].iter().enumerate() {
@@ -450,12 +592,89 @@ fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bo
             let buf = &buf;
             sc.spawn(move || {
                 for &(kp, kl, va) in part {
-                    s.index.set(&buf[kp..kp + kl], va);
+                    s.index.load(&buf[kp..kp + kl], va);
                 }
             });
         }
     });
     Ok(true)
+}
+
+/// `check` with a persistent point index: every file parses to its end,
+/// the engine passes its own check, and every pair it names resolves to a
+/// valid entry of that key (through overflow entries where hashes collide).
+fn check_persistent(
+    s: &Inner,
+    p: &PIndex,
+    files: &[Arc<Extent>],
+    live: &HashMap<u64, Arc<Extent>>,
+    mut reach: u64,
+) -> Result<(u64, u64)> {
+    let pool = &s.pool;
+    let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+    for f in files {
+        reach += pool.block_size(f.off)?;
+        let Some(lf) = live.get(&f.off) else {
+            return Err(corrupt(format!(
+                "file {:#x} is linked but not in DRAM",
+                f.off
+            )));
+        };
+        let mut pos = X_DATA;
+        while let Some(e) = s.log.parse(lf, pos, &mut kbuf, &mut vbuf) {
+            pos += e.len;
+        }
+        if lf.accounted.load(Ordering::Acquire) && pos != lf.tail.load(Ordering::Acquire) {
+            return Err(corrupt(format!(
+                "file {:#x}: entries end before its tail",
+                f.off
+            )));
+        }
+    }
+    reach += p.engine.check()?.reachable_bytes;
+    // An entry named by the index: parses in a live file, holds `key`.
+    let valid =
+        |va: u64, key: Option<&[u8]>, kbuf: &mut Vec<u8>, vbuf: &mut Vec<u8>| -> Result<()> {
+            let off = vaddr_off(va);
+            let f = s
+                .log
+                .file_at(off)
+                .ok_or_else(|| corrupt(format!("index names {va:#x}, outside every file")))?;
+            let e = s
+                .log
+                .parse(&f, off - f.off, kbuf, vbuf)
+                .ok_or_else(|| corrupt(format!("index names {va:#x}, not a valid entry")))?;
+            if e.op == OP_INV || e.op == OP_DEL || key.is_some_and(|k| k != kbuf.as_slice()) {
+                return Err(corrupt(format!(
+                    "index names {va:#x}, an entry of another key or a dead one"
+                )));
+            }
+            Ok(())
+        };
+    let mut keys = 0;
+    for (h, v) in p.values() {
+        if v & crate::pindex::OVF_TAG != 0 {
+            valid(v & !crate::pindex::OVF_TAG, Some(b""), &mut kbuf, &mut vbuf)?;
+            for (k, va) in p.ovf_pairs(v) {
+                if key_hash(&k) != h {
+                    return Err(corrupt(
+                        "an overflow entry lists a key of another slot".into(),
+                    ));
+                }
+                valid(va, Some(&k), &mut kbuf, &mut vbuf)?;
+                keys += 1;
+            }
+        } else {
+            valid(v, None, &mut kbuf, &mut vbuf)?;
+            if key_hash(&kbuf) != h {
+                return Err(corrupt(format!(
+                    "slot {h:#x} names an entry of another hash"
+                )));
+            }
+            keys += 1;
+        }
+    }
+    Ok((keys, reach))
 }
 
 /// The read-only walk behind `Store::check`: returns keys and the PM bytes
@@ -472,6 +691,9 @@ pub(crate) fn check(s: &Inner) -> Result<(u64, u64)> {
     }
     let live: HashMap<u64, Arc<Extent>> =
         s.log.snapshot().into_iter().map(|f| (f.off, f)).collect();
+    if let crate::index::Point::Engine(p) = s.index.point() {
+        return check_persistent(s, p, &files, &live, reach);
+    }
     let mut win: HashMap<Vec<u8>, (u64, u64, u64)> = HashMap::new();
     let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
     for f in &files {

@@ -96,7 +96,7 @@ pub(crate) fn scan(
     // The pin covers the reader threads' reads too: we wait for them.
     let _p = s.epochs.pin();
     let mut pairs = Vec::new();
-    s.index.range(start, end, limit, &mut pairs);
+    s.index.range(start, end, limit, &mut pairs)?;
     let here = s.numa.current();
     let mut out: Vec<(Vec<u8>, Vec<u8>)> = pairs
         .iter()

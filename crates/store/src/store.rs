@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use engine::sync::Stripes;
-use engine::{Durability, Error, Result};
+use engine::{Durability, EngineSpec, Error, Result};
 use pmem::{Link, Mode, Pool, PoolOptions};
 
 use crate::epoch::Epochs;
@@ -21,6 +21,53 @@ use crate::raf::{Probe, Raf};
 pub const LAYOUT: &str = "store";
 /// File name of the store's pool inside its directory.
 pub const POOL_FILE: &str = "store.pool";
+
+/// What the store's point index is (the spec's options a, b, c).
+#[derive(Clone, Copy)]
+pub enum IndexKind {
+    /// (a) DRAM hash table for point operations plus the ordered tree for
+    /// scans, rebuilt at open from the shutdown image or the log.
+    Dram,
+    /// (b) A persistent hash engine in the same pool: open takes what the
+    /// engine's open takes. No ordered index: scans are refused.
+    Hash(EngineSpec),
+    /// (c) The persistent hash engine plus the ordered tree, built in the
+    /// background after open (scans wait for it).
+    Both(EngineSpec),
+}
+
+impl IndexKind {
+    pub fn code(&self) -> u64 {
+        match self {
+            IndexKind::Dram => 0,
+            IndexKind::Hash(_) => 1,
+            IndexKind::Both(_) => 2,
+        }
+    }
+    pub fn spec(&self) -> Option<EngineSpec> {
+        match self {
+            IndexKind::Dram => None,
+            IndexKind::Hash(s) | IndexKind::Both(s) => Some(*s),
+        }
+    }
+    pub fn ordered(&self) -> bool {
+        !matches!(self, IndexKind::Hash(_))
+    }
+    /// `"dram"`, `"hash:E"` or `"both:E"`.
+    pub fn describe(&self) -> String {
+        match self {
+            IndexKind::Dram => "dram".into(),
+            IndexKind::Hash(s) => format!("hash:{}", s.name),
+            IndexKind::Both(s) => format!("both:{}", s.name),
+        }
+    }
+}
+
+impl std::fmt::Debug for IndexKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
 
 /// When GC runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +114,10 @@ pub struct Options {
     pub scan_readers: usize,
     /// Open without writing the pool.
     pub read_only: bool,
+    /// The point index (fixed at create).
+    pub index: IndexKind,
+    /// Expected number of keys: sizes the persistent hash engine.
+    pub expected_keys: u64,
     /// Fixed pool uuid (reproducible test runs).
     pub uuid: Option<[u8; 16]>,
 }
@@ -92,6 +143,8 @@ impl Default for Options {
             scan_readers: 0,
             read_only: false,
             uuid: None,
+            index: IndexKind::Dram,
+            expected_keys: 1 << 20,
         }
     }
 }
@@ -253,11 +306,11 @@ impl Store {
     pub fn open_pool(pool: Arc<Pool>, opts: Options) -> Result<Store> {
         opts.validate()?;
         let t0 = std::time::Instant::now();
-        let fresh = pool.root() == 0;
+        let fresh = pool.aux_root() == 0;
         let root = if fresh {
             create_root(&pool, &opts)?
         } else {
-            pool.root()
+            pool.aux_root()
         };
         let (inner, from, entries) = crate::recover::open(pool, root, opts, fresh)?;
         let mut inner = inner;
@@ -269,9 +322,10 @@ impl Store {
             gc_thread: Mutex::new(None),
             dir: None,
         };
-        if store.inner.opts.gc == GcMode::Background && !store.inner.pool.is_read_only() {
-            store.start_gc();
+        if fresh {
+            store.inner.index.build_tree();
         }
+        store.start_background();
         Ok(store)
     }
 
@@ -283,34 +337,52 @@ impl Store {
         &self.inner.pool
     }
 
-    fn start_gc(&self) {
+    /// The maintenance thread: builds the ordered index after an open,
+    /// applies its queued changes, and runs GC in `GcMode::Background`.
+    fn start_background(&self) {
         let weak = Arc::downgrade(&self.inner);
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stop2 = stop.clone();
         let h = std::thread::Builder::new()
-            .name("pmhash-store-gc".into())
-            .spawn(move || loop {
-                {
-                    let (m, cv) = &*stop2;
-                    let g = m.lock().expect("gc stop lock");
-                    let (g, _) = cv
-                        .wait_timeout(g, std::time::Duration::from_millis(50))
-                        .expect("gc stop lock");
-                    if *g {
+            .name("pmhash-store".into())
+            .spawn(move || {
+                let mut tick = 0u64;
+                loop {
+                    {
+                        let (m, cv) = &*stop2;
+                        let g = m.lock().expect("gc stop lock");
+                        let (g, _) = cv
+                            .wait_timeout(g, std::time::Duration::from_millis(2))
+                            .expect("gc stop lock");
+                        if *g {
+                            return;
+                        }
+                    }
+                    let Some(inner) = weak.upgrade() else { return };
+                    if inner.closed.load(Ordering::Acquire) {
                         return;
                     }
+                    inner.index.build_tree();
+                    inner.index.apply_pending();
+                    for _ in 0..8 {
+                        if !crate::recover::account_one(&inner) {
+                            break;
+                        }
+                    }
+                    tick += 1;
+                    if tick.is_multiple_of(25)
+                        && inner.opts.gc == GcMode::Background
+                        && !inner.pool.is_read_only()
+                    {
+                        let _ = crate::gc::run(&inner, usize::MAX);
+                    }
                 }
-                let Some(inner) = weak.upgrade() else { return };
-                if inner.closed.load(Ordering::Acquire) {
-                    return;
-                }
-                let _ = crate::gc::run(&inner, usize::MAX);
             })
             .expect("spawn gc thread");
         *self.gc_thread.lock().expect("gc thread lock") = Some((h, stop));
     }
 
-    fn stop_gc(&self) {
+    fn stop_background(&self) {
         if let Some((h, stop)) = self.gc_thread.lock().expect("gc thread lock").take() {
             let (m, cv) = &*stop;
             *m.lock().expect("gc stop lock") = true;
@@ -405,14 +477,14 @@ impl Store {
         }
         match value {
             Some(val) => {
-                s.index.set(key, va);
+                s.index.set(key, hash, va, &mut |h, p| s.append_ovf(h, p))?;
                 s.raf.update(key, hash, val, va, here);
                 if old.is_none() {
                     s.keys.fetch_add(1, Ordering::Relaxed);
                 }
             }
             None => {
-                s.index.remove(key);
+                s.index.remove(key, hash, &mut |h, p| s.append_ovf(h, p))?;
                 s.raf.remove(key, hash);
                 // A del entry is never live data.
                 file.dead
@@ -491,6 +563,9 @@ impl Store {
                 s.log.sync_file(&f);
             }
         }
+        if let crate::index::Point::Engine(p) = s.index.point() {
+            p.engine.sync()?;
+        }
         Ok(())
     }
 
@@ -504,7 +579,7 @@ impl Store {
     /// Clean shutdown: writes the index image so the next open skips the
     /// log scan, then marks the pool clean. The store refuses writes after.
     pub fn close(&self) -> Result<()> {
-        self.stop_gc();
+        self.stop_background();
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -512,8 +587,14 @@ impl Store {
             return Ok(());
         }
         self.sync()?;
-        crate::recover::write_image(&self.inner)?;
-        self.inner.pool.close()?;
+        match self.inner.index.point() {
+            // The engine's clean close is the store's: nothing to rebuild.
+            crate::index::Point::Engine(p) => p.engine.close()?,
+            crate::index::Point::Dram(_) => {
+                crate::recover::write_image(&self.inner)?;
+                self.inner.pool.close()?;
+            }
+        }
         Ok(())
     }
 
@@ -570,7 +651,7 @@ impl Store {
         crate::recover::check(&self.inner)
     }
 
-    /// Visits every pair in key order (not a snapshot).
+    /// Visits every pair, in no particular order (not a snapshot).
     pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) {
         let s = &*self.inner;
         let _p = s.epochs.pin();
@@ -586,7 +667,7 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        self.stop_gc();
+        self.stop_background();
     }
 }
 
@@ -607,7 +688,7 @@ fn create_root(pool: &Pool, opts: &Options) -> Result<u64> {
     let max = pool.max_size().max(pool.size());
     let table_len = (max / opts.extent_size + nodes * opts.clusters as u64 + 16).min(1 << 22);
     let len = root_len(table_len);
-    let r = pool.reserve(len, Link::RootPointer)?;
+    let r = pool.reserve(len, Link::AuxRootPointer)?;
     let off = r.offset();
     pool.zero(off, len as usize);
     let head = [
@@ -617,17 +698,25 @@ fn create_root(pool: &Pool, opts: &Options) -> Result<u64> {
         opts.clusters as u64,
         opts.extent_size,
         table_len,
+        opts.index.code(),
     ];
     for (i, w) in head.iter().enumerate() {
         pool.store_u64(off + 8 * i as u64, *w);
     }
-    pool.store_u64(off + R_CHECK, words_crc(&head) as u64);
+    let name = name_words(opts.index.spec().map_or("", |s| s.name));
+    pool.store_u64(off + R_ENGINE, name[0]);
+    pool.store_u64(off + R_ENGINE + 8, name[1]);
+    pool.store_u64(
+        off + R_CHECK,
+        words_crc(&root_check_words(pool, off)) as u64,
+    );
     pool.store_u64(off + R_NEXT_SEQ, 1);
+    pool.store_u64(off + R_VBASE, 1);
     // persist: the whole root before the pool header names it; a crash
-    // before set_root leaves the reservation unlinked, and the allocator
-    // frees it at the next open.
+    // before set_aux_root leaves the reservation unlinked, and the
+    // allocator frees it at the next open.
     pool.persist(off, len as usize);
-    pool.set_root(off)?;
+    pool.set_aux_root(off)?;
     pool.commit(r);
     Ok(off)
 }
@@ -637,6 +726,7 @@ pub(crate) fn new_inner(
     pool: Arc<Pool>,
     root: u64,
     opts: Options,
+    index: Index,
     nodes: u32,
     clusters: u32,
     extent_size: u64,
@@ -654,11 +744,18 @@ pub(crate) fn new_inner(
             clusters,
             extent_size,
             table_len,
-            opts.durability,
+            // With a persistent point index the log always fences: the
+            // engine may persist a slot at any time (Relaxed), and a slot
+            // must never name an entry that is not durable.
+            if index.is_persistent() {
+                Durability::Strict
+            } else {
+                opts.durability
+            },
             next_seq,
         ),
         pool,
-        index: Index::default(),
+        index,
         versions: (0..clusters).map(|_| AtomicU64::new(1)).collect(),
         stripes: Stripes::new(4096),
         raf: Raf::new(opts.raf_bytes, opts.remote_ratio, opts.raf_window),
@@ -679,6 +776,27 @@ pub(crate) fn new_inner(
 }
 
 impl Inner {
+    /// Appends an overflow entry for hash slot `h` (see `pindex`) on this
+    /// thread's node; returns its `v_addr`.
+    pub(crate) fn append_ovf(&self, h: u64, payload: &[u8]) -> Result<u64> {
+        let cluster = cluster_of(h, self.log.clusters);
+        let version = self.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
+        // persist: the OVF entry is durable (inside append) before the
+        // engine slot names it.
+        let (va, _) = self.log.append(
+            self.numa.current(),
+            cluster,
+            OP_INS,
+            version,
+            b"",
+            payload,
+            h,
+            crate::pindex::OVF_MARK,
+            &self.numa,
+        )?;
+        Ok(va)
+    }
+
     /// The file of `v_addr` if it is the one numbered `seq` (F7: a number
     /// never comes back, so a freed file is never mistaken for a new one).
     pub(crate) fn file_with_seq(&self, va: u64, seq: u64) -> Option<Arc<Extent>> {

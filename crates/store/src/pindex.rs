@@ -1,0 +1,338 @@
+//! The persistent point index (index options (b) and (c)): one of our hash
+//! engines, in the same pool as the log, maps `key_hash(key)` to the
+//! `v_addr` of the key's newest entry. The store then opens in the time the
+//! engine takes (no log scan, no image).
+//!
+//! - **Verified reads.** A get reads the entry the engine names and
+//!   compares its key with the one asked for.
+//! - **Collisions.** Keys whose 64-bit hashes are equal share one engine
+//!   slot. When that happens the slot names an *overflow entry* (OVF) in the
+//!   log instead, tagged with [`OVF_TAG`]: an entry with an empty key,
+//!   `h_addr` = the slot, `h_seq` = [`OVF_MARK`], and as value the list of
+//!   `(key, v_addr)` of every key in the slot. A change to such a slot
+//!   appends a new OVF entry and repoints the slot (one engine update).
+//!   All keys of a slot share a stripe lock (stripes are picked by the
+//!   hash), so slot changes are serialised.
+//! - **Commit point.** The engine update is the commit: a log entry the
+//!   engine does not name (an *orphan*, left by a crash between the append
+//!   and the engine update) is never returned and GC treats it as dead.
+
+use engine::{Engine, Error, Result};
+use pmem::Pool;
+
+use crate::layout::*;
+
+/// Tag bit of an engine value that names an OVF entry.
+pub const OVF_TAG: u64 = 1 << 63;
+/// `h_seq` of an OVF entry (real file numbers stay far below it).
+pub const OVF_MARK: u64 = u64::MAX;
+
+pub struct PIndex {
+    pub engine: Box<dyn Engine>,
+    pool: std::sync::Arc<Pool>,
+}
+
+/// Where a key stands in its slot.
+enum Slot {
+    Empty,
+    /// The slot names one entry: its key and `v_addr`.
+    One(Vec<u8>, u64),
+    /// The slot names an OVF entry listing these pairs.
+    Many(Vec<(Vec<u8>, u64)>),
+}
+
+impl PIndex {
+    pub fn new(engine: Box<dyn Engine>, pool: std::sync::Arc<Pool>) -> PIndex {
+        PIndex { engine, pool }
+    }
+
+    fn key_at(&self, va: u64) -> Option<Vec<u8>> {
+        let off = vaddr_off(va);
+        let (klen, _) = parse_lens(self.pool.load_u64(off + 8))?;
+        let mut k = vec![0u8; klen];
+        self.pool.read(off + ENTRY_HEADER, &mut k);
+        Some(k)
+    }
+
+    fn key_is(&self, va: u64, key: &[u8]) -> bool {
+        let off = vaddr_off(va);
+        match parse_lens(self.pool.load_u64(off + 8)) {
+            Some((klen, _)) if klen == key.len() => {
+                let mut k = [0u8; 64];
+                if klen <= 64 {
+                    self.pool.read(off + ENTRY_HEADER, &mut k[..klen]);
+                    &k[..klen] == key
+                } else {
+                    self.key_at(va).is_some_and(|k| k == key)
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// The pairs an OVF entry lists.
+    pub fn ovf_pairs(&self, va: u64) -> Vec<(Vec<u8>, u64)> {
+        let off = vaddr_off(va & !OVF_TAG);
+        let Some((klen, vlen)) = parse_lens(self.pool.load_u64(off + 8)) else {
+            return Vec::new();
+        };
+        let mut v = vec![0u8; vlen];
+        self.pool.read(off + ENTRY_HEADER + klen as u64, &mut v);
+        decode_pairs(&v)
+    }
+
+    fn slot(&self, h: u64) -> Slot {
+        match self.engine.get(h) {
+            None => Slot::Empty,
+            Some(v) if v & OVF_TAG != 0 => Slot::Many(self.ovf_pairs(v)),
+            Some(v) => Slot::One(self.key_at(v).unwrap_or_default(), v),
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, key: &[u8], h: u64) -> Option<u64> {
+        let v = self.engine.get(h)?;
+        if v & OVF_TAG == 0 {
+            return self.key_is(v, key).then_some(v);
+        }
+        self.ovf_pairs(v)
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, va)| va)
+    }
+
+    /// Points `key` at `va`. `ovf` appends an OVF entry for slot `h` with
+    /// the given payload and returns its `v_addr`. The caller holds the
+    /// slot's stripe. Returns whether the key was new.
+    pub fn set(
+        &self,
+        key: &[u8],
+        h: u64,
+        va: u64,
+        ovf: &mut dyn FnMut(u64, &[u8]) -> Result<u64>,
+    ) -> Result<bool> {
+        // persist: the entry `va` is durable (the caller appended it); the
+        // engine's own persist is the commit.
+        match self.slot(h) {
+            Slot::Empty => {
+                if !self.engine.insert(h, va)? {
+                    return Err(Error::Corrupt(format!(
+                        "hash slot {h:#x} filled while its stripe was held"
+                    )));
+                }
+                Ok(true)
+            }
+            Slot::One(k, _) if k == key => {
+                self.engine.update(h, va)?;
+                Ok(false)
+            }
+            Slot::One(k, old) => {
+                let o = ovf(h, &encode_pairs(&[(k, old), (key.to_vec(), va)]))?;
+                self.engine.update(h, o | OVF_TAG)?;
+                Ok(true)
+            }
+            Slot::Many(mut pairs) => {
+                let new = match pairs.iter_mut().find(|(k, _)| k == key) {
+                    Some(p) => {
+                        p.1 = va;
+                        false
+                    }
+                    None => {
+                        pairs.push((key.to_vec(), va));
+                        true
+                    }
+                };
+                let o = ovf(h, &encode_pairs(&pairs))?;
+                self.engine.update(h, o | OVF_TAG)?;
+                Ok(new)
+            }
+        }
+    }
+
+    /// Removes `key`; returns whether it was present.
+    pub fn remove(
+        &self,
+        key: &[u8],
+        h: u64,
+        ovf: &mut dyn FnMut(u64, &[u8]) -> Result<u64>,
+    ) -> Result<bool> {
+        match self.slot(h) {
+            Slot::Empty => Ok(false),
+            Slot::One(k, _) if k == key => self.engine.remove(h),
+            Slot::One(..) => Ok(false),
+            Slot::Many(mut pairs) => {
+                let Some(i) = pairs.iter().position(|(k, _)| k == key) else {
+                    return Ok(false);
+                };
+                pairs.remove(i);
+                if pairs.len() == 1 {
+                    self.engine.update(h, pairs[0].1)?;
+                } else {
+                    let o = ovf(h, &encode_pairs(&pairs))?;
+                    self.engine.update(h, o | OVF_TAG)?;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// GC moved OVF entry `old` of slot `h` to `new`, if the slot still
+    /// names `old`.
+    pub fn relocate_ovf(&self, h: u64, old: u64, new: u64) -> Result<bool> {
+        if self.engine.get(h) != Some(old | OVF_TAG) {
+            return Ok(false);
+        }
+        self.engine.update(h, new | OVF_TAG)
+    }
+
+    /// Whether slot `h` names the OVF entry at `va`.
+    pub fn names_ovf(&self, h: u64, va: u64) -> bool {
+        self.engine.get(h) == Some(va | OVF_TAG)
+    }
+
+    /// Every (key, v_addr), in no order.
+    pub fn for_each(&self, f: &mut dyn FnMut(&[u8], u64)) {
+        let mut pairs = Vec::new();
+        self.engine.for_each(&mut |_, v| pairs.push(v));
+        for v in pairs {
+            if v & OVF_TAG != 0 {
+                for (k, va) in self.ovf_pairs(v) {
+                    f(&k, va);
+                }
+            } else if let Some(k) = self.key_at(v) {
+                f(&k, v);
+            }
+        }
+    }
+
+    /// Every engine value (entries and tagged OVF entries).
+    pub fn values(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        self.engine.for_each(&mut |h, v| out.push((h, v)));
+        out
+    }
+}
+
+pub fn encode_pairs(pairs: &[(Vec<u8>, u64)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (k, va) in pairs {
+        b.extend_from_slice(&(k.len() as u16).to_le_bytes());
+        b.extend_from_slice(k);
+        b.extend_from_slice(&va.to_le_bytes());
+    }
+    b
+}
+
+pub fn decode_pairs(mut b: &[u8]) -> Vec<(Vec<u8>, u64)> {
+    let mut out = Vec::new();
+    while b.len() >= 2 {
+        let kl = u16::from_le_bytes([b[0], b[1]]) as usize;
+        if b.len() < 2 + kl + 8 {
+            break;
+        }
+        let k = b[2..2 + kl].to_vec();
+        let va = u64::from_le_bytes(b[2 + kl..10 + kl].try_into().expect("8 bytes"));
+        out.push((k, va));
+        b = &b[10 + kl..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_round_trip() {
+        let p = vec![(b"".to_vec(), 1), (vec![7u8; 300], u64::MAX >> 1)];
+        assert_eq!(decode_pairs(&encode_pairs(&p)), p);
+    }
+}
+
+#[cfg(test)]
+mod collision_tests {
+    use super::*;
+    use engine::{EngineConfig, EngineKind};
+
+    /// Writes a bare entry (lengths and key: all `PIndex` reads) and
+    /// returns its `v_addr`.
+    fn entry(pool: &Pool, off: u64, key: &[u8]) -> u64 {
+        pool.store_u64(off + 8, lens_word(key.len(), 0));
+        pool.write(off + ENTRY_HEADER, key);
+        vaddr(0, off)
+    }
+
+    #[test]
+    fn colliding_hashes_share_a_slot_through_overflow_entries() {
+        let opts = engine::testkit::test_pool_options(
+            "slotarray",
+            b"pindex-collision",
+            pmem::Mode::Volatile,
+            4 << 20,
+            0,
+            1,
+        );
+        let pool = engine::testkit::mem_pool(&opts);
+        let EngineKind::Persistent { create, .. } = engine::slotarray::spec().kind else {
+            panic!("slotarray is persistent")
+        };
+        let e = create(pool.clone(), &EngineConfig::default()).unwrap();
+        let p = PIndex::new(e, pool.clone());
+        // A scratch area for entries, past what the engine uses.
+        let r = pool.reserve(1 << 20, pmem::Link::Nothing).unwrap();
+        let base = r.offset();
+        let mut next = base;
+        let mut ovf_log: Vec<Vec<(Vec<u8>, u64)>> = Vec::new();
+        let mut ovf = |_: u64, payload: &[u8]| -> engine::Result<u64> {
+            // An OVF entry: empty key, the payload as value.
+            let off = next;
+            next += 4096;
+            pool.store_u64(off + 8, lens_word(0, payload.len()));
+            pool.write(off + ENTRY_HEADER, payload);
+            ovf_log.push(decode_pairs(payload));
+            Ok(vaddr(0, off))
+        };
+        const H: u64 = 42;
+        let a = entry(&pool, base + 512 * 1024, b"alpha");
+        let b = entry(&pool, base + 513 * 1024, b"beta");
+        let c = entry(&pool, base + 514 * 1024, b"gamma");
+        assert!(p.set(b"alpha", H, a, &mut ovf).unwrap());
+        assert_eq!(p.get(b"alpha", H), Some(a));
+        assert_eq!(
+            p.get(b"beta", H),
+            None,
+            "a different key in the slot is absent"
+        );
+        assert!(
+            p.set(b"beta", H, b, &mut ovf).unwrap(),
+            "collision: new key"
+        );
+        assert!(p.set(b"gamma", H, c, &mut ovf).unwrap());
+        assert_eq!(p.get(b"alpha", H), Some(a));
+        assert_eq!(p.get(b"beta", H), Some(b));
+        assert_eq!(p.get(b"gamma", H), Some(c));
+        let a2 = entry(&pool, base + 515 * 1024, b"alpha");
+        assert!(
+            !p.set(b"alpha", H, a2, &mut ovf).unwrap(),
+            "update in a shared slot"
+        );
+        assert_eq!(p.get(b"alpha", H), Some(a2));
+        let mut seen = Vec::new();
+        p.for_each(&mut |k, v| seen.push((k.to_vec(), v)));
+        seen.sort();
+        assert_eq!(seen.len(), 3);
+        assert!(p.remove(b"beta", H, &mut ovf).unwrap());
+        assert!(!p.remove(b"beta", H, &mut ovf).unwrap());
+        assert_eq!(p.get(b"beta", H), None);
+        assert!(p.remove(b"gamma", H, &mut ovf).unwrap());
+        // One key left: the slot names its entry directly again.
+        assert_eq!(p.engine.get(H), Some(a2));
+        assert!(p.remove(b"alpha", H, &mut ovf).unwrap());
+        assert_eq!(p.engine.get(H), None);
+        assert_eq!(
+            ovf_log.len(),
+            4,
+            "one overflow entry per change of a shared slot"
+        );
+    }
+}

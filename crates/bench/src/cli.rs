@@ -22,7 +22,11 @@ pub struct BenchArgs {
     pub engines: Vec<String>,
 
     /// Workloads: insert, get-pos, get-neg, get-batch, update, delete, ycsb-a ..
-    /// ycsb-f (YCSB E's scans are emulated by consecutive gets)
+    /// ycsb-f (YCSB E's scans are emulated by consecutive gets, except on the
+    /// store, which scans); store engine only: put100, put95-get5,
+    /// put50-get50, get100, get50-upd50, upd100, delete100 (NStore's) and
+    /// recovery (log scan with each --threads value as recovery threads,
+    /// and the clean reopen)
     #[arg(
         long = "workload",
         value_name = "W[,W..]",
@@ -95,6 +99,19 @@ pub struct BenchArgs {
     /// small value makes the insert workload grow the table.
     #[arg(long, value_name = "N", value_parser = parse_count)]
     pub initial_capacity: Option<u64>,
+
+    /// Bytes per key in the store engine's runs (Viper's setup: 16)
+    #[arg(long, value_name = "BYTES", default_value_t = 8)]
+    pub key_size: usize,
+
+    /// Bytes per value in the store engine's runs (Viper's setup: 200)
+    #[arg(long, value_name = "BYTES", default_value_t = 8)]
+    pub value_size: usize,
+
+    /// Virtual NUMA nodes for the store engine: thread i works on node
+    /// i mod N, and log accesses are counted local or remote
+    #[arg(long, value_name = "N")]
+    pub numa_emulate: Option<u32>,
 }
 
 #[derive(Parser)]
@@ -158,6 +175,42 @@ impl BenchArgs {
         if self.repeat == 0 {
             return Err("--repeat must be at least 1".to_string());
         }
+        let has_store = engines.iter().any(crate::store_run::is_store);
+        if let Some(w) = workloads.iter().find(|w| w.store_only()) {
+            if !has_store {
+                return Err(format!(
+                    "workload {} runs only on the store engine (--engine store)",
+                    w.name()
+                ));
+            }
+        }
+        if !(8..=store::MAX_KEY).contains(&self.key_size) {
+            return Err(format!(
+                "--key-size must be between 8 and {}, got {}",
+                store::MAX_KEY,
+                self.key_size
+            ));
+        }
+        if !(8..=store::MAX_VALUE).contains(&self.value_size) {
+            return Err(format!(
+                "--value-size must be between 8 and {}, got {}",
+                store::MAX_VALUE,
+                self.value_size
+            ));
+        }
+        if let Some(n) = self.numa_emulate {
+            if !(1..=64).contains(&n) {
+                return Err(format!("--numa-emulate must be between 1 and 64, got {n}"));
+            }
+        }
+        let store_options =
+            self.key_size != 8 || self.value_size != 8 || self.numa_emulate.is_some();
+        if store_options && !has_store {
+            return Err(
+                "--key-size, --value-size and --numa-emulate apply only to the store engine (--engine store)"
+                    .to_string(),
+            );
+        }
         let pool_dir = match &self.pool {
             Some(dir) if dir.is_dir() => dir.clone(),
             Some(dir) => return Err(format!("--pool {}: not a directory", dir.display())),
@@ -178,6 +231,9 @@ impl BenchArgs {
             seed: self.seed,
             repeat: self.repeat,
             initial_capacity: self.initial_capacity,
+            key_size: self.key_size,
+            value_size: self.value_size,
+            numa_emulate: self.numa_emulate,
         })
     }
 }
@@ -251,8 +307,7 @@ pub fn run_cli(args: &BenchArgs, registry: &[EngineSpec]) -> Result<Report, Stri
     let cfg = args.to_config(registry)?;
     let _restore = LatencyGuard(pmem::persist::write_latency_ns());
     pmem::persist::set_write_latency_ns(args.pm_write_latency);
-    let total = cfg.engines.len() * cfg.workloads.len() * cfg.threads.len() * cfg.repeat;
-    let report = runner::run(&cfg, &mut Progress::new(total))?;
+    let report = runner::run(&cfg, &mut Progress::new(cfg.runs()))?;
     print!("{}", report.table());
     if let Some(path) = &args.json {
         std::fs::write(path, report.to_json() + "\n")
@@ -326,6 +381,9 @@ mod tests {
         assert!(err(&["--durability", "maybe"]).contains("--durability"));
         assert!(err(&["--repeat", "0"]).contains("--repeat"));
         assert!(err(&["--pool", "/no/such/dir"]).contains("not a directory"));
+        assert!(err(&["--workload", "put100"]).contains("only on the store engine"));
+        assert!(err(&["--key-size", "16"]).contains("only to the store engine"));
+        assert!(err(&["--numa-emulate", "2"]).contains("only to the store engine"));
         let cfg = with(&["--engine", "dashmap,hashbrown,dashmap"]).unwrap();
         let names: Vec<&str> = cfg.engines.iter().map(|s| s.name).collect();
         assert_eq!(names, ["dashmap", "hashbrown"]);

@@ -2,14 +2,17 @@
 //!
 //! YCSB-style workloads (insert, positive and negative gets, update,
 //! delete, YCSB A–F) over any registered engine and the DRAM baselines,
+//! plus the store's own (NStore's put/get/update/delete mixes, recovery),
 //! with uniform, zipfian and latest request distributions, any number of
 //! threads, sampled latency percentiles, persist counters per operation,
 //! a table on stdout, JSON and an SVG chart.
 //!
 //! One file per concept: [`keys`] (distinct random keys), [`dist`]
 //! (distributions), [`workload`] (workloads and YCSB mixes), [`baselines`]
-//! (hashbrown, dashmap), [`runner`] (building, loading, timing, checking),
-//! [`report`] (table and JSON), [`chart`] (SVG), [`cli`] (options).
+//! (hashbrown, dashmap), [`target`] (what the threads drive), [`runner`]
+//! (building, loading, timing, checking), [`store_run`] (the store engine:
+//! byte keys and values, real scans, recovery, its figures), [`report`]
+//! (table and JSON), [`chart`] (SVG), [`cli`] (options).
 
 #![forbid(unsafe_code)]
 
@@ -23,8 +26,10 @@ mod progress;
 pub mod report;
 mod rng;
 pub mod runner;
+pub mod store_run;
+pub mod target;
 pub mod workload;
 
 pub use baselines::baselines;
 pub use cli::{run_cli, BenchArgs};
-pub use report::{Latency, Report, RunResult};
+pub use report::{Latency, Recovery, Report, RunResult, StoreFigures};

@@ -4,7 +4,9 @@
 //! JSON shape: `{"machine": {...}, "runs": [...]}` with one run object per
 //! engine × workload × threads. With `--repeat R > 1` each run object is
 //! the median of its R repetitions by Mops/s and carries all R of them
-//! (same fields, in the order they ran) under `"repeats"`.
+//! (same fields, in the order they ran) under `"repeats"`. Runs of the
+//! store engine add the fields of [`StoreFigures`] (and `"recovery"` for
+//! the recovery workload) to their run object, and a second table.
 
 use serde::Serialize;
 
@@ -74,6 +76,10 @@ pub struct RunResult {
     /// `open`): what the restart did (recovery time, filter rebuild).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub reopen_detail: std::collections::BTreeMap<String, String>,
+    /// The store's figures (store engine only; flattened into the run
+    /// object).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreFigures>,
     /// Every repetition, when `--repeat` was above 1.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repeats: Vec<RunResult>,
@@ -83,6 +89,54 @@ pub struct RunResult {
     /// Wall time of the timed section in seconds (not in JSON).
     #[serde(skip)]
     pub seconds: f64,
+}
+
+/// The store's own figures after a run (`StoreStats`), for the store engine.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StoreFigures {
+    pub key_size: usize,
+    pub value_size: usize,
+    /// Log nodes (virtual ones with `--numa-emulate`).
+    pub nodes: u32,
+    /// Log bytes written and not reclaimed, over the bytes holding a key's
+    /// newest value.
+    pub space_amplification: f64,
+    pub log_bytes: u64,
+    pub live_bytes: u64,
+    /// Log reads and appends of the timed section (of writing the log, for
+    /// `recovery`) on the accessing thread's node (local) or another
+    /// (remote); RAF cache hits read no log. GC copies count as writes.
+    pub local_reads: u64,
+    pub remote_reads: u64,
+    pub local_writes: u64,
+    pub remote_writes: u64,
+    pub raf_hits: u64,
+    pub gc_runs: u64,
+    pub files_reclaimed: u64,
+    /// The crash and clean reopens of the recovery workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+}
+
+/// What the recovery workload measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Recovery {
+    /// Recovery threads of the log scan.
+    pub threads: usize,
+    /// Log entries the scan read.
+    pub entries: u64,
+    /// Keys recovered.
+    pub keys: u64,
+    /// Milliseconds the store's open spent recovering (the log scan; the
+    /// pool mapping not counted).
+    pub ms: f64,
+    /// The whole `Store::open`, pool mapping included.
+    pub wall_ms: f64,
+    pub entries_per_s: f64,
+    pub ms_per_million_entries: f64,
+    /// Milliseconds the open of the cleanly closed store took (index image).
+    pub clean_reopen_ms: f64,
+    pub clean_ms_per_million_keys: f64,
 }
 
 /// Everything one `pmhash bench` invocation measured.
@@ -131,7 +185,7 @@ impl Report {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
-    /// The table printed on stdout.
+    /// The table printed on stdout (and one for the store's runs, if any).
     pub fn table(&self) -> String {
         let head = [
             "engine",
@@ -147,11 +201,11 @@ impl Report {
             "load",
             "reopen ms",
         ];
-        let rows: Vec<[String; 12]> = self
+        let rows: Vec<Vec<String>> = self
             .runs
             .iter()
             .map(|r| {
-                [
+                vec![
                     r.engine.clone(),
                     r.workload.clone(),
                     r.threads.to_string(),
@@ -168,34 +222,85 @@ impl Report {
                 ]
             })
             .collect();
-        let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
-        for row in &rows {
-            for (w, cell) in width.iter_mut().zip(row) {
-                *w = (*w).max(cell.len());
-            }
-        }
-        let line = |cells: &[String]| -> String {
-            let parts: Vec<String> = cells
-                .iter()
-                .zip(&width)
-                .enumerate()
-                .map(|(i, (c, &w))| {
-                    if i < 2 {
-                        format!("{c:<w$}")
-                    } else {
-                        format!("{c:>w$}")
-                    }
-                })
-                .collect();
-            parts.join("  ").trim_end().to_string() + "\n"
-        };
-        let mut out = line(&head.map(String::from));
-        out += &line(&width.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>());
-        for row in &rows {
-            out += &line(row);
+        let mut out = render(&head, &rows);
+        let store: Vec<Vec<String>> = self
+            .runs
+            .iter()
+            .filter_map(|r| {
+                let s = r.store.as_ref()?;
+                let rec = s.recovery.as_ref();
+                let opt = |f: fn(&Recovery) -> f64| {
+                    rec.map_or("-".to_string(), |x| format!("{:.1}", f(x)))
+                };
+                Some(vec![
+                    r.engine.clone(),
+                    r.workload.clone(),
+                    r.threads.to_string(),
+                    format!("{}/{}", s.key_size, s.value_size),
+                    s.nodes.to_string(),
+                    format!("{:.3}", s.space_amplification),
+                    s.local_reads.to_string(),
+                    s.remote_reads.to_string(),
+                    s.local_writes.to_string(),
+                    s.remote_writes.to_string(),
+                    rec.map_or("-".to_string(), |x| x.entries.to_string()),
+                    opt(|x| x.ms),
+                    opt(|x| x.ms_per_million_entries),
+                ])
+            })
+            .collect();
+        if !store.is_empty() {
+            let head = [
+                "engine",
+                "workload",
+                "thr",
+                "key/val B",
+                "nodes",
+                "space amp",
+                "local rd",
+                "remote rd",
+                "local wr",
+                "remote wr",
+                "recovered",
+                "recovery ms",
+                "ms/M entries",
+            ];
+            out += "\n";
+            out += &render(&head, &store);
         }
         out
     }
+}
+
+/// A table: the first two columns left-aligned, the others right-aligned.
+fn render(head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: &[String]| -> String {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&width)
+            .enumerate()
+            .map(|(i, (c, &w))| {
+                if i < 2 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
+            .collect();
+        parts.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    out += &line(&width.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>());
+    for row in rows {
+        out += &line(row);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -220,6 +325,7 @@ mod tests {
             ratio_to_hashbrown: None,
             reopen_ms: None,
             reopen_detail: Default::default(),
+            store: None,
             repeats: Vec::new(),
             len_after: 10,
             seconds: 1.0,

@@ -20,6 +20,10 @@
 //! miss, updates must find their key, and `len()` after the run must equal
 //! what the workload implies. A wrong answer fails the benchmark with a
 //! message instead of producing a number.
+//!
+//! The threads drive a [`Target`]: an engine, or for the store engine the
+//! store itself ([`crate::store_run`]), which builds its own instance and
+//! adds its figures but shares the loading, timing and checking here.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +38,8 @@ use crate::machine::Machine;
 use crate::progress::Progress;
 use crate::report::{Latency, Report, RunResult};
 use crate::rng::{mix64, Rng};
+use crate::store_run;
+use crate::target::{EngineTarget, Target};
 use crate::workload::{Workload, YcsbOp, MAX_SCAN};
 
 /// One operation in this many is timed for the latency percentiles.
@@ -65,6 +71,57 @@ pub struct BenchConfig {
     pub repeat: usize,
     /// Keys the engines are sized for (`None`: `keys`).
     pub initial_capacity: Option<u64>,
+    /// Bytes per key of the store's runs (8 or more).
+    pub key_size: usize,
+    /// Bytes per value of the store's runs (8 or more).
+    pub value_size: usize,
+    /// Virtual NUMA nodes of the store (`None`: the machine's nodes).
+    pub numa_emulate: Option<u32>,
+}
+
+impl BenchConfig {
+    /// Whether `workload` runs on `spec`: the store workloads only on the
+    /// store engine, the others on every engine.
+    pub fn runs_on(workload: Workload, spec: &EngineSpec) -> bool {
+        !workload.store_only() || store_run::is_store(spec)
+    }
+
+    /// Runs this plan makes (engine × workload × threads × repetitions,
+    /// without the skipped pairs).
+    pub fn runs(&self) -> usize {
+        let pairs = self
+            .engines
+            .iter()
+            .flat_map(|s| self.workloads.iter().map(move |&w| (w, s)))
+            .filter(|(w, s)| BenchConfig::runs_on(*w, s))
+            .count();
+        pairs * self.threads.len() * self.repeat
+    }
+
+    /// What `run` leaves out, as a note ("put100, recovery run only on the
+    /// store engine; skipped for level, hmeh"), or `None`.
+    pub fn skipped(&self) -> Option<String> {
+        let works: Vec<&str> = self
+            .workloads
+            .iter()
+            .filter(|w| w.store_only())
+            .map(|w| w.name())
+            .collect();
+        let others: Vec<&str> = self
+            .engines
+            .iter()
+            .filter(|s| !store_run::is_store(s))
+            .map(|s| s.name)
+            .collect();
+        (!works.is_empty() && !others.is_empty()).then(|| {
+            format!(
+                "note: {} {} only on the store engine; skipped for {}",
+                works.join(", "),
+                if works.len() == 1 { "runs" } else { "run" },
+                others.join(", ")
+            )
+        })
+    }
 }
 
 /// Runs every engine × workload × threads × repetition of `cfg`, ticking
@@ -87,11 +144,17 @@ pub fn run(cfg: &BenchConfig, progress: &mut Progress) -> Result<Report, String>
         None
     };
     let inputs = Inputs { keys, zipf };
+    if let Some(note) = cfg.skipped() {
+        progress.warn(&note);
+    }
 
     let mut effective_mode: Option<pmem::Mode> = None;
     let mut groups = Vec::new();
     for spec in &cfg.engines {
         for &workload in &cfg.workloads {
+            if !BenchConfig::runs_on(workload, spec) {
+                continue;
+            }
             for &threads in &cfg.threads {
                 let mut group = Vec::with_capacity(cfg.repeat);
                 for rep in 0..cfg.repeat {
@@ -128,10 +191,13 @@ fn to_usize(n: u64) -> Result<usize, String> {
 }
 
 /// What every run shares: the keys and the precomputed zipfian generator.
-struct Inputs {
-    keys: KeySet,
+pub(crate) struct Inputs {
+    pub(crate) keys: KeySet,
     zipf: Option<Zipfian>,
 }
+
+/// A run's result, the pool mode it got, and why `dax` fell back if it did.
+pub(crate) type Ran = (RunResult, Option<pmem::Mode>, Option<String>);
 
 /// Removes the pool file when dropped, so it goes on every path out.
 struct PoolFile(PathBuf);
@@ -234,13 +300,21 @@ fn chunk(n: u64, parts: usize, t: usize) -> (u64, u64) {
     (at(t), at(t + 1))
 }
 
-/// Inserts every loaded key, untimed, on as many threads as there are
-/// cores (at most 8).
-fn load(engine: &dyn Engine, keys: &[u64]) -> Result<(), String> {
+/// Applies `op` to every key of `keys`, untimed, on as many threads as
+/// there are cores (at most 8); `op` returning false is an error ("`what`
+/// of key K `refused`").
+pub(crate) fn for_all_keys(
+    target: &dyn Target,
+    keys: &[u64],
+    what: &str,
+    refused: &str,
+    op: impl Fn(&dyn Target, u64) -> engine::Result<bool> + Sync,
+) -> Result<(), String> {
     let parts = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
     let n = keys.len() as u64;
+    let op = &op;
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..parts)
             .map(|t| {
@@ -248,13 +322,8 @@ fn load(engine: &dyn Engine, keys: &[u64]) -> Result<(), String> {
                 let slice = &keys[a as usize..b as usize];
                 s.spawn(move || -> Result<(), String> {
                     for &k in slice {
-                        if !engine
-                            .insert(k, load_value(k))
-                            .map_err(|e| format!("load: {e}"))?
-                        {
-                            return Err(format!(
-                                "load: insert of new key {k:#x} reported a duplicate"
-                            ));
+                        if !op(target, k).map_err(|e| format!("{what}: {e}"))? {
+                            return Err(format!("{what}: key {k:#x} {refused}"));
                         }
                     }
                     Ok(())
@@ -265,11 +334,19 @@ fn load(engine: &dyn Engine, keys: &[u64]) -> Result<(), String> {
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err("load: a thread panicked".to_string()))
+                    .unwrap_or_else(|_| Err(format!("{what}: a thread panicked")))
             })
             .collect::<Result<Vec<()>, String>>()
     })?;
-    let len = engine.len();
+    Ok(())
+}
+
+/// Inserts every loaded key, untimed (see [`for_all_keys`]).
+pub(crate) fn load(target: &dyn Target, keys: &[u64]) -> Result<(), String> {
+    for_all_keys(target, keys, "load", "reported a duplicate", |t, k| {
+        t.insert(k, load_value(k))
+    })?;
+    let (n, len) = (keys.len() as u64, target.len());
     if len != n {
         return Err(format!("after loading {n} keys, len() = {len}"));
     }
@@ -289,7 +366,7 @@ struct Outcome {
 
 /// Everything a worker reads.
 struct Job<'a> {
-    engine: &'a dyn Engine,
+    target: &'a dyn Target,
     inputs: &'a Inputs,
     workload: Workload,
     dist: Dist,
@@ -300,34 +377,34 @@ struct Job<'a> {
     claimed: AtomicU64,
 }
 
-fn run_one(
+/// What the timed section of a run measured.
+pub(crate) struct Measured {
+    /// Wall time from the first thread's start to the last one's end.
+    pub(crate) seconds: f64,
+    /// Operations done.
+    pub(crate) done: u64,
+    pub(crate) flushes: u64,
+    pub(crate) fences: u64,
+    /// Latency samples (ns).
+    pub(crate) samples: Vec<u64>,
+    /// `len()` after the run (checked against the workload).
+    pub(crate) len_after: u64,
+}
+
+/// Times `workload` on `threads` threads over `target` (loaded by the
+/// caller when the workload preloads), and checks every answer and `len()`
+/// after the run.
+pub(crate) fn measure(
+    target: &dyn Target,
     cfg: &BenchConfig,
-    spec: &EngineSpec,
     workload: Workload,
     threads: usize,
     inputs: &Inputs,
     rep: usize,
-) -> Result<(RunResult, Option<pmem::Mode>, Option<String>), String> {
-    let ctx = |e: String| {
-        format!(
-            "{} / {} / {threads} threads: {e}",
-            spec.name,
-            workload.name()
-        )
-    };
+) -> Result<Measured, String> {
     let ops = workload.op_count(cfg.keys, cfg.ops);
-    let extra = if workload.inserts_during_run() {
-        ops
-    } else {
-        0
-    };
-    let inst = instantiate(cfg, spec, threads, cfg.keys + extra).map_err(ctx)?;
-    let engine = inst.engine.as_ref();
-    if workload.preloads() {
-        load(engine, &inputs.keys.loaded).map_err(ctx)?;
-    }
     let job = Job {
-        engine,
+        target,
         inputs,
         workload,
         dist: workload.request_dist(cfg.dist),
@@ -349,10 +426,10 @@ fn run_one(
             .map(|h| h.join())
             .collect::<Result<Vec<_>, _>>()
     })
-    .map_err(|_| ctx("a worker thread panicked".to_string()))?;
+    .map_err(|_| "a worker thread panicked".to_string())?;
 
     for o in &outcomes {
-        o.result.clone().map_err(ctx)?;
+        o.result.clone()?;
     }
     let start = outcomes
         .iter()
@@ -366,19 +443,109 @@ fn run_one(
     let (flushes, fences) = outcomes.iter().fold((0, 0), |(f, n), o| {
         (f + o.counters.flushes, n + o.counters.fences)
     });
-    let mut samples: Vec<u64> = outcomes.into_iter().flat_map(|o| o.samples).collect();
+    let samples: Vec<u64> = outcomes.into_iter().flat_map(|o| o.samples).collect();
 
     let expected_len = match workload {
-        Workload::Delete => cfg.keys - ops,
+        Workload::Delete | Workload::Delete100 => cfg.keys - ops,
         _ => cfg.keys + inserted,
     };
-    let stats = engine.stats();
-    let len_after = engine.len();
+    let len_after = target.len();
     if len_after != expected_len {
-        return Err(ctx(format!(
+        return Err(format!(
             "len() = {len_after} after the run, expected {expected_len}"
-        )));
+        ));
     }
+    Ok(Measured {
+        seconds,
+        done,
+        flushes,
+        fences,
+        samples,
+        len_after,
+    })
+}
+
+/// The fields of a run's result that every engine has, from `m`; the
+/// engine's own figures are left empty for the caller.
+pub(crate) fn new_result(
+    engine: &str,
+    workload: Workload,
+    threads: usize,
+    keys: u64,
+    m: Measured,
+) -> RunResult {
+    let Measured {
+        seconds,
+        done,
+        flushes,
+        fences,
+        mut samples,
+        len_after,
+    } = m;
+    let per_op = |x: u64| {
+        if done == 0 {
+            0.0
+        } else {
+            x as f64 / done as f64
+        }
+    };
+    RunResult {
+        engine: engine.to_string(),
+        workload: workload.name().to_string(),
+        threads,
+        keys,
+        ops: done,
+        mops: done as f64 / seconds / 1e6,
+        lat_ns: Latency::from_samples(&mut samples),
+        flushes_per_op: per_op(flushes),
+        fences_per_op: per_op(fences),
+        load_factor: 0.0,
+        pm_bytes: 0,
+        dram_bytes: 0,
+        detail: Default::default(),
+        ratio_to_hashbrown: None,
+        reopen_ms: None,
+        reopen_detail: Default::default(),
+        store: None,
+        repeats: Vec::new(),
+        len_after,
+        seconds,
+    }
+}
+
+fn run_one(
+    cfg: &BenchConfig,
+    spec: &EngineSpec,
+    workload: Workload,
+    threads: usize,
+    inputs: &Inputs,
+    rep: usize,
+) -> Result<Ran, String> {
+    let ctx = |e: String| {
+        format!(
+            "{} / {} / {threads} threads: {e}",
+            spec.name,
+            workload.name()
+        )
+    };
+    if store_run::is_store(spec) {
+        return store_run::run_one(cfg, spec, workload, threads, inputs, rep).map_err(ctx);
+    }
+    let ops = workload.op_count(cfg.keys, cfg.ops);
+    let extra = if workload.inserts_during_run() {
+        ops
+    } else {
+        0
+    };
+    let inst = instantiate(cfg, spec, threads, cfg.keys + extra).map_err(ctx)?;
+    let engine = inst.engine.as_ref();
+    let target = EngineTarget(engine);
+    if workload.preloads() {
+        load(&target, &inputs.keys.loaded).map_err(ctx)?;
+    }
+    let m = measure(&target, cfg, workload, threads, inputs, rep).map_err(ctx)?;
+    let stats = engine.stats();
+    let len_after = m.len_after;
     inst.engine
         .close()
         .map_err(|e| ctx(format!("close: {e}")))?;
@@ -389,48 +556,25 @@ fn run_one(
         _file,
     } = inst;
     drop(engine);
-    let (reopen_ms, reopen_detail) = match (spec.kind, mode, &_file) {
-        (EngineKind::Persistent { open, layout, .. }, Some(m), Some(f))
-            if matches!(m, pmem::Mode::Mapped | pmem::Mode::Dax) =>
-        {
+    let mut result = new_result(spec.name, workload, threads, cfg.keys, m);
+    if let (EngineKind::Persistent { open, layout, .. }, Some(m), Some(f)) =
+        (spec.kind, mode, &_file)
+    {
+        if matches!(m, pmem::Mode::Mapped | pmem::Mode::Dax) {
             let (ms, detail) =
                 reopen(cfg, open, layout, m, &f.0, threads, len_after).map_err(ctx)?;
-            (Some(ms), detail.into_iter().collect())
+            result.reopen_ms = Some(ms);
+            result.reopen_detail = detail.into_iter().collect();
         }
-        _ => (None, Default::default()),
+    }
+    result.load_factor = if stats.load_factor.is_finite() {
+        stats.load_factor
+    } else {
+        0.0
     };
-    let per_op = |x: u64| {
-        if done == 0 {
-            0.0
-        } else {
-            x as f64 / done as f64
-        }
-    };
-    let result = RunResult {
-        engine: spec.name.to_string(),
-        workload: workload.name().to_string(),
-        threads,
-        keys: cfg.keys,
-        ops: done,
-        mops: done as f64 / seconds / 1e6,
-        lat_ns: Latency::from_samples(&mut samples),
-        flushes_per_op: per_op(flushes),
-        fences_per_op: per_op(fences),
-        load_factor: if stats.load_factor.is_finite() {
-            stats.load_factor
-        } else {
-            0.0
-        },
-        pm_bytes: stats.pm_bytes,
-        dram_bytes: stats.dram_bytes,
-        detail: stats.detail.iter().cloned().collect(),
-        ratio_to_hashbrown: None,
-        reopen_ms,
-        reopen_detail,
-        repeats: Vec::new(),
-        len_after,
-        seconds,
-    };
+    result.pm_bytes = stats.pm_bytes;
+    result.dram_bytes = stats.dram_bytes;
+    result.detail = stats.detail.into_iter().collect();
     Ok((result, mode, fallback))
 }
 
@@ -526,7 +670,7 @@ fn engine_err(what: &str, key: u64, e: engine::Error) -> String {
 fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
     let keys = &job.inputs.keys;
     let n = keys.loaded.len() as u64;
-    let engine = job.engine;
+    let target = job.target;
     // Disjoint slice of the key space (insert, delete) or share of the ops.
     let (lo, hi) = chunk(job.ops, job.threads, t);
     let count = hi - lo;
@@ -539,7 +683,14 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
     // add a cache miss (and a TLB miss) per operation that belongs to the
     // harness, not to the engine.
     let stream: Vec<u64> = match (&picker, job.workload) {
-        (Ok(p), Workload::GetPos | Workload::GetBatch | Workload::Update) => {
+        (
+            Ok(p),
+            Workload::GetPos
+            | Workload::Get100
+            | Workload::GetBatch
+            | Workload::Update
+            | Workload::Upd100,
+        ) => {
             let mut p = p.clone();
             (0..count)
                 .map(|_| keys.loaded[p.pick(&mut rng, n) as usize])
@@ -560,25 +711,33 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
     let result = match picker {
         Err(e) => Err(e),
         Ok(mut picker) => match job.workload {
-            Workload::Insert => timed(count, &mut samples, |i| {
+            Workload::Insert | Workload::Put100 => {
+                let put = job.workload == Workload::Put100;
+                timed(count, &mut samples, |i| {
+                    let k = keys.loaded[(lo + i) as usize];
+                    let done = if put {
+                        target.put(k, load_value(k)).map(|()| true)
+                    } else {
+                        target.insert(k, load_value(k))
+                    };
+                    match done {
+                        Ok(true) => Ok(()),
+                        Ok(false) => Err(format!("insert of new key {k:#x} reported a duplicate")),
+                        Err(e) => Err(engine_err("insert", k, e)),
+                    }
+                })
+            }
+            Workload::Delete | Workload::Delete100 => timed(count, &mut samples, |i| {
                 let k = keys.loaded[(lo + i) as usize];
-                match engine.insert(k, load_value(k)) {
-                    Ok(true) => Ok(()),
-                    Ok(false) => Err(format!("insert of new key {k:#x} reported a duplicate")),
-                    Err(e) => Err(engine_err("insert", k, e)),
-                }
-            }),
-            Workload::Delete => timed(count, &mut samples, |i| {
-                let k = keys.loaded[(lo + i) as usize];
-                match engine.remove(k) {
+                match target.remove(k) {
                     Ok(true) => Ok(()),
                     Ok(false) => Err(format!("delete of loaded key {k:#x} found nothing")),
                     Err(e) => Err(engine_err("delete", k, e)),
                 }
             }),
-            Workload::GetPos => timed(count, &mut samples, |i| {
+            Workload::GetPos | Workload::Get100 => timed(count, &mut samples, |i| {
                 let k = stream[i as usize];
-                match engine.get(k) {
+                match target.get(k) {
                     Some(v) if v == load_value(k) => Ok(()),
                     Some(v) => Err(format!(
                         "get of key {k:#x} returned {v:#x}, stored {:#x}",
@@ -588,7 +747,7 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
                 }
             }),
             Workload::GetBatch => batched(&stream, &mut samples, |ks, out| {
-                engine.get_many(ks, out);
+                target.get_many(ks, out);
                 for (k, v) in ks.iter().zip(out.iter()) {
                     match v {
                         Some(v) if *v == load_value(*k) => {}
@@ -605,20 +764,20 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
             }),
             Workload::GetNeg => timed(count, &mut samples, |i| {
                 let k = stream[i as usize];
-                match engine.get(k) {
+                match target.get(k) {
                     None => Ok(()),
                     Some(v) => Err(format!("get of absent key {k:#x} returned {v:#x}")),
                 }
             }),
-            Workload::Update => timed(count, &mut samples, |i| {
+            Workload::Update | Workload::Upd100 => timed(count, &mut samples, |i| {
                 let k = stream[i as usize];
-                match engine.update(k, i) {
+                match target.update(k, i) {
                     Ok(true) => Ok(()),
                     Ok(false) => Err(format!("update of loaded key {k:#x} found nothing")),
                     Err(e) => Err(engine_err("update", k, e)),
                 }
             }),
-            _ => ycsb(
+            _ => mixed(
                 job,
                 &mut picker,
                 &mut rng,
@@ -642,11 +801,11 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
     }
 }
 
-/// The YCSB mixes. Reads and updates pick an index among the keys visible
-/// so far (loaded, then inserted by this run); a key whose insert another
-/// thread has claimed but not finished may be missed, so misses are only
-/// errors below the loaded count.
-fn ycsb(
+/// The YCSB (and NStore) mixes. Reads, updates and puts pick an index
+/// among the keys visible so far (loaded, then inserted by this run); a key
+/// whose insert another thread has claimed but not finished may be missed,
+/// so misses are only errors below the loaded count.
+fn mixed(
     job: &Job<'_>,
     picker: &mut Picker,
     rng: &mut Rng,
@@ -655,9 +814,9 @@ fn ycsb(
     inserted: &mut u64,
 ) -> Result<(), String> {
     let keys = &job.inputs.keys;
-    let engine = job.engine;
+    let target = job.target;
     let n = keys.loaded.len() as u64;
-    let mix = job.workload.mix().ok_or("not a YCSB workload")?;
+    let mix = job.workload.mix().ok_or("not a mixed workload")?;
     let grows = mix.insert > 0;
     let claimed = &job.claimed;
     let visible = || {
@@ -669,7 +828,7 @@ fn ycsb(
     };
     let read = |idx: u64| -> Result<Option<u64>, String> {
         let k = keys.in_insert_order(idx);
-        match engine.get(k) {
+        match target.get(k) {
             None if idx < n => Err(format!("get of loaded key {k:#x} found nothing")),
             v => Ok(v),
         }
@@ -679,16 +838,22 @@ fn ycsb(
         YcsbOp::Update => {
             let idx = picker.pick(rng, visible());
             let k = keys.in_insert_order(idx);
-            match engine.update(k, i) {
+            match target.update(k, i) {
                 Ok(false) if idx < n => Err(format!("update of loaded key {k:#x} found nothing")),
                 Ok(_) => Ok(()),
                 Err(e) => Err(engine_err("update", k, e)),
             }
         }
+        YcsbOp::Put => {
+            // Overwrites a visible key (never adds one, so len() holds).
+            let idx = picker.pick(rng, visible());
+            let k = keys.in_insert_order(idx);
+            target.put(k, i).map_err(|e| engine_err("put", k, e))
+        }
         YcsbOp::Insert => {
             let j = claimed.fetch_add(1, Ordering::Relaxed);
             let k = *keys.fresh.get(j as usize).ok_or("ran out of fresh keys")?;
-            match engine.insert(k, load_value(k)) {
+            match target.insert(k, load_value(k)) {
                 Ok(true) => {
                     *inserted += 1;
                     Ok(())
@@ -698,17 +863,26 @@ fn ycsb(
             }
         }
         YcsbOp::Scan => {
-            // Emulated scan: consecutive gets in the key array.
             let vis = visible();
             let first = picker.pick(rng, vis);
             let len = 1 + rng.below(MAX_SCAN);
-            (first..(first + len).min(vis)).try_for_each(|idx| read(idx).map(drop))
+            let k = keys.in_insert_order(first);
+            match target.scan(k, len as usize) {
+                // A real range scan from the key: a loaded key comes first.
+                Some(Ok(got)) if first < n && got.first != Some(k) => Err(format!(
+                    "scan from loaded key {k:#x} started at {:x?} ({} pairs)",
+                    got.first, got.count
+                )),
+                Some(r) => r.map(drop).map_err(|e| engine_err("scan", k, e)),
+                // Emulated scan: consecutive gets in the key array.
+                None => (first..(first + len).min(vis)).try_for_each(|idx| read(idx).map(drop)),
+            }
         }
         YcsbOp::ReadModifyWrite => {
             let idx = picker.pick(rng, visible());
             let k = keys.in_insert_order(idx);
             match read(idx)? {
-                Some(v) => engine
+                Some(v) => target
                     .update(k, v.wrapping_add(1))
                     .map(drop)
                     .map_err(|e| engine_err("update", k, e)),

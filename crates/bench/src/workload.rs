@@ -1,10 +1,15 @@
 //! The workloads `--workload` accepts, and the YCSB operation mixes.
 //!
-//! Our engines have no range scans, so YCSB E's "short scan" is *emulated
-//! by gets*: a scan of length `1..=100` (uniform) is that many consecutive
-//! gets from a start index in the key array (loaded keys, then the keys the
-//! run inserted), stopping at its end. A scan counts as one operation, as
-//! in YCSB.
+//! The hash engines have no range scans, so on them YCSB E's "short scan"
+//! is *emulated by gets*: a scan of length `1..=100` (uniform) is that many
+//! consecutive gets from a start index in the key array (loaded keys, then
+//! the keys the run inserted), stopping at its end. The store runs a real
+//! range scan of that length from the start key (`Store::scan`). A scan
+//! counts as one operation, as in YCSB.
+//!
+//! The store workloads are NStore's (put100, put95-get5, put50-get50,
+//! get100, get50-upd50, upd100, delete100) and `recovery`; they run only
+//! on the store engine (see [`crate::store_run`]).
 
 use crate::dist::Dist;
 use crate::rng::Rng;
@@ -40,6 +45,23 @@ pub enum Workload {
     YcsbE,
     /// 50% read, 50% read-modify-write.
     YcsbF,
+    /// NStore: puts of every key into a fresh store (ops = keys).
+    Put100,
+    /// NStore: 95% put (overwrite a loaded key), 5% get.
+    Put95Get5,
+    /// NStore: 50% put (overwrite a loaded key), 50% get.
+    Put50Get50,
+    /// NStore: gets of loaded keys (values checked).
+    Get100,
+    /// NStore: 50% get, 50% update.
+    Get50Upd50,
+    /// NStore: updates of loaded keys.
+    Upd100,
+    /// NStore: deletes of distinct loaded keys (ops = at most keys).
+    Delete100,
+    /// Store recovery: the log scan after a crash (with each `--threads`
+    /// value as recovery threads) and the clean reopen.
+    Recovery,
 }
 
 /// One operation of a YCSB mix.
@@ -50,6 +72,8 @@ pub enum YcsbOp {
     Insert,
     Scan,
     ReadModifyWrite,
+    /// Overwrite of a present key (the store's `put`; `upsert` elsewhere).
+    Put,
 }
 
 /// Percentages of each operation in a YCSB workload; they add up to 100.
@@ -60,6 +84,7 @@ pub struct Mix {
     pub insert: u32,
     pub scan: u32,
     pub rmw: u32,
+    pub put: u32,
 }
 
 impl Mix {
@@ -70,6 +95,14 @@ impl Mix {
             insert,
             scan,
             rmw,
+            put: 0,
+        }
+    }
+
+    const fn put_get(put: u32, read: u32) -> Mix {
+        Mix {
+            put,
+            ..Mix::new(read, 0, 0, 0, 0)
         }
     }
 
@@ -82,6 +115,7 @@ impl Mix {
             (self.update, YcsbOp::Update),
             (self.insert, YcsbOp::Insert),
             (self.scan, YcsbOp::Scan),
+            (self.put, YcsbOp::Put),
         ] {
             if x < pct {
                 return op;
@@ -94,7 +128,7 @@ impl Mix {
 
 impl Workload {
     /// Every workload, in the order of the help text.
-    pub const ALL: [Workload; 12] = [
+    pub const ALL: [Workload; 20] = [
         Workload::Insert,
         Workload::GetPos,
         Workload::GetNeg,
@@ -107,6 +141,14 @@ impl Workload {
         Workload::YcsbD,
         Workload::YcsbE,
         Workload::YcsbF,
+        Workload::Put100,
+        Workload::Put95Get5,
+        Workload::Put50Get50,
+        Workload::Get100,
+        Workload::Get50Upd50,
+        Workload::Upd100,
+        Workload::Delete100,
+        Workload::Recovery,
     ];
 
     /// The workloads run when `--workload` is not given.
@@ -133,6 +175,14 @@ impl Workload {
             Workload::YcsbD => "ycsb-d",
             Workload::YcsbE => "ycsb-e",
             Workload::YcsbF => "ycsb-f",
+            Workload::Put100 => "put100",
+            Workload::Put95Get5 => "put95-get5",
+            Workload::Put50Get50 => "put50-get50",
+            Workload::Get100 => "get100",
+            Workload::Get50Upd50 => "get50-upd50",
+            Workload::Upd100 => "upd100",
+            Workload::Delete100 => "delete100",
+            Workload::Recovery => "recovery",
         }
     }
 
@@ -159,8 +209,27 @@ impl Workload {
             Workload::YcsbD => Some(Mix::new(95, 0, 5, 0, 0)),
             Workload::YcsbE => Some(Mix::new(0, 0, 5, 95, 0)),
             Workload::YcsbF => Some(Mix::new(50, 0, 0, 0, 50)),
+            Workload::Put95Get5 => Some(Mix::put_get(95, 5)),
+            Workload::Put50Get50 => Some(Mix::put_get(50, 50)),
+            Workload::Get50Upd50 => Some(Mix::new(50, 50, 0, 0, 0)),
             _ => None,
         }
+    }
+
+    /// Whether the workload runs only on the store engine (NStore's
+    /// workloads and `recovery`).
+    pub fn store_only(self) -> bool {
+        matches!(
+            self,
+            Workload::Put100
+                | Workload::Put95Get5
+                | Workload::Put50Get50
+                | Workload::Get100
+                | Workload::Get50Upd50
+                | Workload::Upd100
+                | Workload::Delete100
+                | Workload::Recovery
+        )
     }
 
     /// Whether the run adds keys beyond the loaded ones (YCSB D and E).
@@ -169,9 +238,9 @@ impl Workload {
     }
 
     /// Whether the keys are loaded, untimed, before the timed section
-    /// (every workload but `insert`).
+    /// (every workload but `insert` and `put100`).
     pub fn preloads(self) -> bool {
-        self != Workload::Insert
+        !matches!(self, Workload::Insert | Workload::Put100)
     }
 
     /// The distribution reads and updates use: YCSB D always reads the
@@ -185,11 +254,12 @@ impl Workload {
     }
 
     /// Number of operations a run performs for `--keys keys --ops ops`:
-    /// `insert` does exactly `keys`, `delete` at most `keys`.
+    /// `insert`, `put100` and `recovery` do exactly `keys`, `delete` and
+    /// `delete100` at most `keys`.
     pub fn op_count(self, keys: u64, ops: u64) -> u64 {
         match self {
-            Workload::Insert => keys,
-            Workload::Delete => ops.min(keys),
+            Workload::Insert | Workload::Put100 | Workload::Recovery => keys,
+            Workload::Delete | Workload::Delete100 => ops.min(keys),
             _ => ops,
         }
     }
@@ -213,7 +283,7 @@ mod tests {
         for w in Workload::ALL {
             if let Some(m) = w.mix() {
                 assert_eq!(
-                    m.read + m.update + m.insert + m.scan + m.rmw,
+                    m.read + m.update + m.insert + m.scan + m.rmw + m.put,
                     100,
                     "{}",
                     w.name()
@@ -231,6 +301,11 @@ mod tests {
             .filter(|_| f.choose(&mut rng) == YcsbOp::ReadModifyWrite)
             .count();
         assert!((4_700..5_300).contains(&rmw), "{rmw}");
+        let p = Workload::Put95Get5.mix().unwrap();
+        let puts = (0..10_000)
+            .filter(|_| p.choose(&mut rng) == YcsbOp::Put)
+            .count();
+        assert!((9_300..9_700).contains(&puts), "{puts}");
     }
 
     #[test]
@@ -241,5 +316,26 @@ mod tests {
         assert_eq!(Workload::YcsbA.op_count(10, 99), 99);
         assert_eq!(Workload::YcsbD.request_dist(Dist::Uniform), Dist::Latest);
         assert!(Workload::YcsbE.inserts_during_run() && !Workload::YcsbF.inserts_during_run());
+        assert_eq!(Workload::Put100.op_count(10, 99), 10);
+        assert_eq!(Workload::Delete100.op_count(10, 4), 4);
+        assert!(!Workload::Put100.preloads() && Workload::Get100.preloads());
+        let store_only: Vec<&str> = Workload::ALL
+            .iter()
+            .filter(|w| w.store_only())
+            .map(|w| w.name())
+            .collect();
+        assert_eq!(
+            store_only,
+            [
+                "put100",
+                "put95-get5",
+                "put50-get50",
+                "get100",
+                "get50-upd50",
+                "upd100",
+                "delete100",
+                "recovery"
+            ]
+        );
     }
 }

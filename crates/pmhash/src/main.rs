@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Benchmark engines and DRAM baselines (YCSB-style workloads).
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Crash-test an engine: recover many simulated crash states and check
     /// each against the durability contract. Exits non-zero on any violation.
     Crashtest(CrashArgs),

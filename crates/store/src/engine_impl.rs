@@ -177,10 +177,13 @@ impl Engine for StoreEngine {
     }
 
     fn get(&self, key: u64) -> Option<u64> {
-        let mut out = Vec::with_capacity(8);
-        self.store
-            .get_into(&key.to_be_bytes(), &mut out)
-            .then(|| val(&out))
+        thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+        BUF.with(|b| {
+            let mut out = b.borrow_mut();
+            self.store
+                .get_into(&key.to_be_bytes(), &mut out)
+                .then(|| val(&out))
+        })
     }
 
     fn update(&self, key: u64, value: u64) -> Result<bool> {

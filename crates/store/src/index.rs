@@ -3,14 +3,15 @@
 //! - **Point index**: a concurrent hash table (`scc::HashIndex`, lock-free
 //!   reads). Gets, puts and deletes go through it, so a point operation
 //!   costs one or two cache misses, not a tree descent.
-//! - **Ordered index**: the set of keys in a concurrent B+-tree
-//!   (`scc::TreeIndex`), for scans. It holds keys only; a scan reads each
+//! - **Ordered index**: the set of keys in a concurrent skip list
+//!   (a `crossbeam-skiplist` set), for scans. It holds keys only; a scan reads each
 //!   key's `v_addr` from the point index, so updates never touch the tree.
 //!   Inserts and deletes reach it through per-stripe change queues that a
 //!   background thread applies, and a scan first applies whatever is still
-//!   queued (so it sees every write that completed before it began). At
-//!   open the tree is built from the point index in the background; scans
-//!   wait for it.
+//!   queued (so it sees every write that completed before it began). The
+//!   tree is built from the point index by the first scan (option a), or by
+//!   the background thread right after open (option c, `eager`); until a
+//!   build starts, writers queue nothing.
 //!
 //! Changes of one key are queued in one queue (picked by the key's hash),
 //! under the key's stripe lock, so they are applied in the order they
@@ -18,11 +19,12 @@
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crossbeam_skiplist::SkipSet;
 use scc::ebr::Guard;
-use scc::{HashIndex, TreeIndex};
+use scc::HashIndex;
 
 const INLINE: usize = 23;
 const QUEUES: usize = 64;
@@ -148,37 +150,52 @@ pub type OvfFn<'a> = &'a mut dyn FnMut(u64, &[u8]) -> engine::Result<u64>;
 pub struct Index {
     point: Point,
     /// `None`: no ordered index (option (b)); scans are refused.
-    tree: Option<TreeIndex<IKey, ()>>,
+    tree: Option<SkipSet<IKey>>,
     queues: Box<[Queue]>,
-    /// The tree has been built from the point index (after an open).
+    /// The tree has been built from the point index.
     built: AtomicBool,
+    /// A build has started: from now on writers queue their changes.
+    building: AtomicBool,
+    build_lock: Mutex<()>,
+    /// Build the tree right after open (option c) rather than at the first
+    /// scan (option a).
+    pub eager: bool,
     /// Set when a queue grew past `NUDGE`.
     pub nudge: AtomicBool,
 }
 
 impl Default for Index {
     fn default() -> Self {
-        Index::new(None, true)
+        Index::new(None, true, false, 0)
     }
 }
 
 impl Index {
     /// A DRAM point index (`engine` None) or a persistent one, with or
     /// without the ordered tree.
-    pub fn new(engine: Option<crate::pindex::PIndex>, ordered: bool) -> Index {
+    pub fn new(
+        engine: Option<crate::pindex::PIndex>,
+        ordered: bool,
+        eager: bool,
+        capacity: usize,
+    ) -> Index {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x1234, |d| d.as_nanos() as u64);
         Index {
             point: match engine {
-                None => Point::Dram(HashIndex::with_hasher(KeyHasher(engine::hash::fmix64(
-                    seed,
-                )))),
+                None => Point::Dram(HashIndex::with_capacity_and_hasher(
+                    capacity,
+                    KeyHasher(engine::hash::fmix64(seed)),
+                )),
                 Some(p) => Point::Engine(p),
             },
-            tree: ordered.then(TreeIndex::new),
+            tree: ordered.then(SkipSet::new),
             queues: (0..QUEUES).map(|_| Queue::default()).collect(),
             built: AtomicBool::new(false),
+            building: AtomicBool::new(false),
+            build_lock: Mutex::new(()),
+            eager,
             nudge: AtomicBool::new(false),
         }
     }
@@ -209,6 +226,13 @@ impl Index {
 
     fn push(&self, hash: u64, key: &[u8], insert: bool) {
         if self.tree.is_none() {
+            return;
+        }
+        // Before a build starts nothing is queued: the build reads the
+        // point index. The fence pairs with the builder's: either this
+        // writer sees `building`, or the build sees its change.
+        fence(Ordering::SeqCst);
+        if !self.building.load(Ordering::SeqCst) {
             return;
         }
         let q = self.queue(hash);
@@ -270,9 +294,15 @@ impl Index {
         if self.built.load(Ordering::Acquire) {
             return;
         }
+        let _b = self.build_lock.lock().expect("index build lock");
+        if self.built.load(Ordering::Acquire) {
+            return;
+        }
+        self.building.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if let Some(t) = &self.tree {
             self.for_each(|k, _| {
-                let _ = t.insert(IKey::new(k), ());
+                t.insert(IKey::new(k));
             });
         }
         self.built.store(true, Ordering::Release);
@@ -297,7 +327,7 @@ impl Index {
             let batch = std::mem::take(&mut *q.pending.lock().expect("index queue"));
             for (k, ins) in &batch {
                 if *ins {
-                    let _ = tree.insert(k.clone(), ());
+                    tree.insert(k.clone());
                 } else {
                     tree.remove(k.as_bytes());
                 }
@@ -351,11 +381,11 @@ impl Index {
             Some(e) => Bound::Excluded(e),
             None => Bound::Unbounded,
         };
-        let g = Guard::new();
-        for (k, _) in tree.range::<[u8], _>((Bound::Included(start), hi), &g) {
+        for e in tree.range::<[u8], _>((Bound::Included(start), hi)) {
             if out.len() >= limit {
                 break;
             }
+            let k = e.value();
             if let Some(v) = self.get(k.as_bytes()) {
                 out.push((k.clone(), v));
             }

@@ -188,6 +188,19 @@ fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>
     Ok((files, free))
 }
 
+/// Checks a read-only pool the way a writable open would, without building
+/// anything: the root, every file header, and (options b and c) the hash
+/// engine's own open.
+pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<()> {
+    let root = pool.aux_root();
+    if root == 0 {
+        return Ok(());
+    }
+    let ri = read_root(&pool, root)?;
+    read_files(&pool, root, &ri)?;
+    open_engine(&pool, &ri, opts).map(|_| ())
+}
+
 /// Builds the store's DRAM state for the pool's root. Returns the state,
 /// how it was found and how many log entries were scanned.
 pub(crate) fn open(
@@ -202,7 +215,12 @@ pub(crate) fn open(
     let image_len = pool.load_u64(root + R_IMAGE_LEN);
     let pidx = open_engine(&pool, &ri, &opts)?;
     let persistent = pidx.is_some();
-    let index = Index::new(pidx, opts.index.ordered());
+    let index = Index::new(
+        pidx,
+        opts.index.ordered(),
+        matches!(opts.index, crate::store::IndexKind::Both(_)),
+        opts.expected_keys.min(1 << 30) as usize,
+    );
     let s = new_inner(
         pool.clone(),
         root,

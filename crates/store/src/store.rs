@@ -158,7 +158,8 @@ pub struct StoreStats {
     pub log_bytes: u64,
     /// Of those, bytes holding a key's newest value.
     pub live_bytes: u64,
-    /// `log_bytes / live_bytes` (1.0 for an empty store).
+    /// `log_bytes / live_bytes`: 1.0 for an empty log, infinite when the log
+    /// holds only dead entries (JSON writes it as null).
     pub space_amplification: f64,
     pub pm_bytes: u64,
     pub gc_runs: u64,
@@ -280,6 +281,15 @@ impl Store {
         opts.validate()?;
         let path = dir.join(POOL_FILE);
         let pool = if path.exists() {
+            if !opts.read_only {
+                // A writable pool open updates the pool header (clean flag,
+                // open count) at once; check the store read-only first, so
+                // a store that will be refused leaves its file untouched.
+                let mut ro = opts.pool_options();
+                ro.read_only = true;
+                let probe = Pool::open(&path, &ro)?;
+                crate::recover::validate(Arc::new(probe), &opts)?;
+            }
             Pool::open(&path, &opts.pool_options())?
         } else {
             if opts.read_only {
@@ -305,6 +315,12 @@ impl Store {
     /// Opens (or formats, if it has no root) a store in `pool`.
     pub fn open_pool(pool: Arc<Pool>, opts: Options) -> Result<Store> {
         opts.validate()?;
+        if pool.layout() != LAYOUT {
+            return Err(Error::InvalidArgument(format!(
+                "the pool holds a {:?}, not a store",
+                pool.layout()
+            )));
+        }
         let t0 = std::time::Instant::now();
         let fresh = pool.aux_root() == 0;
         let root = if fresh {
@@ -322,9 +338,6 @@ impl Store {
             gc_thread: Mutex::new(None),
             dir: None,
         };
-        if fresh {
-            store.inner.index.build_tree();
-        }
         store.start_background();
         Ok(store)
     }
@@ -362,7 +375,9 @@ impl Store {
                     if inner.closed.load(Ordering::Acquire) {
                         return;
                     }
-                    inner.index.build_tree();
+                    if inner.index.eager {
+                        inner.index.build_tree();
+                    }
                     inner.index.apply_pending();
                     for _ in 0..8 {
                         if !crate::recover::account_one(&inner) {
@@ -619,10 +634,11 @@ impl Store {
             files: files.len() as u64,
             log_bytes,
             live_bytes: live,
-            space_amplification: if live == 0 {
-                1.0
-            } else {
-                log_bytes as f64 / live as f64
+            // Undefined (infinite) when the log holds only dead entries.
+            space_amplification: match (log_bytes, live) {
+                (0, _) => 1.0,
+                (_, 0) => f64::INFINITY,
+                (l, v) => l as f64 / v as f64,
             },
             pm_bytes: s.pool.stats().bytes_in_use,
             gc_runs: s.gc_runs.load(Ordering::Relaxed),

@@ -1,0 +1,462 @@
+//! Runs of the store engine (`--engine store`): the store is driven
+//! directly, with byte keys and values of `--key-size` / `--value-size`
+//! bytes (8/8 by default; Viper's setup is 16/200), real range scans for
+//! YCSB E, and `--numa-emulate` virtual nodes passed in its options.
+//!
+//! Every workload runs here, through the runner's loading, timing and
+//! checking ([`runner::measure`]) on a [`StoreTarget`]; the run adds the
+//! store's figures: space amplification, local and remote log reads and
+//! writes, GC and cache counts, and the clean reopen. `recovery` is the
+//! store's own: it writes the keys and updates every other one (with GC
+//! off, so the log holds exactly 1.5 entries a key), drops the store
+//! without closing it, and times the log scan of the next open with as
+//! many recovery threads as the run's thread count; then it closes and
+//! times the clean reopen from the index image.
+//!
+//! Key `k` (a u64 of the key set) is stored as its 8 big-endian bytes (so
+//! scans run in numeric order, as with the engine form) followed by filler
+//! bytes derived from `k`; value `v` as its 8 little-endian bytes followed
+//! by constant filler. A value of the wrong length reads as a wrong value.
+//!
+//! The store's options: 256 hash clusters (the paper's), files sized to
+//! the data (about half of what one (node, cluster) pair will write, 4 KiB
+//! to the paper's 8 MiB), a background GC thread (manual for recovery), a
+//! 64 MiB RAF cache, and the pool sized to the data.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use engine::{EngineKind, EngineSpec};
+use store::{GcMode, Options, Store, StoreStats};
+
+use crate::keys::load_value;
+use crate::report::{Recovery, StoreFigures};
+use crate::rng::GAMMA;
+use crate::runner::{self, BenchConfig, Inputs, Measured, Ran};
+use crate::target::{Scanned, Target};
+use crate::workload::Workload;
+
+/// Hash clusters per node (the paper's default).
+const CLUSTERS: u32 = 256;
+const MIB: u64 = 1 << 20;
+/// Largest pool the benchmark lets the store grow to.
+const MAX_POOL: u64 = 20 << 30;
+
+/// Whether `spec` is the store engine `store` (driven directly here). Other
+/// engine forms of the store (other point indexes, under other names) run
+/// through their `Engine` like any engine.
+pub fn is_store(spec: &EngineSpec) -> bool {
+    let own = store::spec();
+    spec.name == own.name
+        && matches!(spec.kind, EngineKind::Persistent { layout, .. } if layout == store::LAYOUT)
+}
+
+/// The store as a benchmark [`Target`].
+pub(crate) struct StoreTarget {
+    store: Store,
+    key_size: usize,
+    value_size: usize,
+    scans: AtomicU64,
+}
+
+/// A thread's key, value and read buffers.
+#[derive(Default)]
+struct Buffers {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    out: Vec<u8>,
+}
+
+thread_local! {
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+/// Writes key `k` of `size` bytes into `buf`.
+#[inline]
+fn encode_key(buf: &mut Vec<u8>, k: u64, size: usize) {
+    buf.clear();
+    buf.extend_from_slice(&k.to_be_bytes());
+    let fill = k.wrapping_mul(GAMMA).to_le_bytes();
+    buf.extend(fill.iter().cycle().take(size - 8));
+}
+
+/// Writes value `v` of `size` bytes into `buf`.
+#[inline]
+fn encode_value(buf: &mut Vec<u8>, v: u64, size: usize) {
+    buf.clear();
+    buf.extend_from_slice(&v.to_le_bytes());
+    buf.resize(size, 0x5A);
+}
+
+impl StoreTarget {
+    fn new(store: Store, cfg: &BenchConfig) -> StoreTarget {
+        StoreTarget {
+            store,
+            key_size: cfg.key_size,
+            value_size: cfg.value_size,
+            scans: AtomicU64::new(0),
+        }
+    }
+
+    /// Runs `f` on the encoded key (and value, when given).
+    #[inline]
+    fn with<R>(&self, k: u64, v: Option<u64>, f: impl FnOnce(&Store, &mut Buffers) -> R) -> R {
+        BUFFERS.with(|b| {
+            let mut b = b.borrow_mut();
+            encode_key(&mut b.key, k, self.key_size);
+            if let Some(v) = v {
+                encode_value(&mut b.value, v, self.value_size);
+            }
+            f(&self.store, &mut b)
+        })
+    }
+
+    fn decode(&self, value: &[u8]) -> u64 {
+        let mut w = [0u8; 8];
+        let n = value.len().min(8);
+        w[..n].copy_from_slice(&value[..n]);
+        let v = u64::from_le_bytes(w);
+        if value.len() == self.value_size {
+            v
+        } else {
+            !v
+        }
+    }
+}
+
+impl Target for StoreTarget {
+    fn insert(&self, key: u64, value: u64) -> engine::Result<bool> {
+        self.with(key, Some(value), |s, b| s.insert(&b.key, &b.value))
+    }
+
+    fn put(&self, key: u64, value: u64) -> engine::Result<()> {
+        self.with(key, Some(value), |s, b| s.put(&b.key, &b.value))
+    }
+
+    fn update(&self, key: u64, value: u64) -> engine::Result<bool> {
+        self.with(key, Some(value), |s, b| s.update(&b.key, &b.value))
+    }
+
+    fn remove(&self, key: u64) -> engine::Result<bool> {
+        self.with(key, None, |s, b| s.delete(&b.key))
+    }
+
+    fn get(&self, key: u64) -> Option<u64> {
+        self.with(key, None, |s, b| {
+            s.get_into(&b.key, &mut b.out).then(|| self.decode(&b.out))
+        })
+    }
+
+    fn get_many(&self, keys: &[u64], out: &mut [Option<u64>]) {
+        for (k, o) in keys.iter().zip(out.iter_mut()) {
+            *o = self.get(*k);
+        }
+    }
+
+    fn scan(&self, start: u64, limit: usize) -> Option<engine::Result<Scanned>> {
+        self.scans.fetch_add(1, Ordering::Relaxed);
+        Some(self.with(start, None, |s, b| {
+            let pairs = s.scan(&b.key, None, limit)?;
+            Ok(Scanned {
+                count: pairs.len(),
+                first: pairs
+                    .first()
+                    .and_then(|(k, _)| Some(u64::from_be_bytes(k.get(..8)?.try_into().ok()?))),
+            })
+        }))
+    }
+
+    fn len(&self) -> u64 {
+        self.store.len()
+    }
+}
+
+/// The store's directory under `--pool`, removed when dropped.
+struct StoreDir(PathBuf);
+
+impl StoreDir {
+    fn new(cfg: &BenchConfig) -> StoreDir {
+        // Runs of one process may overlap (tests): each gets its own.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = cfg.pool_dir.join(format!(
+            "pmhash-bench-{}-store-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        // A directory of ours left by a failed earlier run of this process.
+        let _ = std::fs::remove_dir_all(&dir);
+        StoreDir(dir)
+    }
+}
+
+impl Drop for StoreDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The store's options for a run that writes about `writes` entries.
+fn options(cfg: &BenchConfig, writes: u64, gc: GcMode, recovery_threads: usize) -> Options {
+    let nodes = cfg
+        .numa_emulate
+        .unwrap_or_else(store::numa::detect_nodes)
+        .max(1) as u64;
+    let entry = store::layout::entry_len(cfg.key_size, cfg.value_size);
+    let data = writes.saturating_mul(entry);
+    let pairs = nodes * CLUSTERS as u64;
+    let extent = (data / pairs / 2)
+        .max(16 * entry + store::layout::X_DATA)
+        .next_power_of_two()
+        .clamp(store::layout::MIN_EXTENT, 8 * MIB);
+    // Twice the data and a file per pair (GC copies before it frees), the
+    // index image, and room for the allocator.
+    let files = data.saturating_add(pairs * extent).saturating_mul(2);
+    let image = cfg.keys.saturating_mul(cfg.key_size as u64 + 24);
+    let size = (64 * MIB)
+        .saturating_add(files)
+        .saturating_add(image)
+        .div_ceil(MIB)
+        * MIB;
+    Options {
+        mode: cfg.mode,
+        pool_size: size,
+        max_pool_size: size.saturating_mul(4).min(MAX_POOL).max(size),
+        clusters: CLUSTERS,
+        extent_size: extent,
+        nodes: cfg.numa_emulate,
+        numa_emulate: cfg.numa_emulate,
+        durability: cfg.durability,
+        gc,
+        recovery_threads,
+        ..Options::default()
+    }
+}
+
+fn open(dir: &StoreDir, opts: &Options) -> Result<(Store, f64), String> {
+    let t = Instant::now();
+    let s = Store::open(&dir.0, opts.clone())
+        .map_err(|e| format!("cannot open the store in {}: {e}", dir.0.display()))?;
+    Ok((s, t.elapsed().as_secs_f64() * 1e3))
+}
+
+fn figures(cfg: &BenchConfig, s: &StoreStats) -> StoreFigures {
+    StoreFigures {
+        key_size: cfg.key_size,
+        value_size: cfg.value_size,
+        nodes: s.nodes,
+        space_amplification: s.space_amplification,
+        log_bytes: s.log_bytes,
+        live_bytes: s.live_bytes,
+        local_reads: s.local_reads,
+        remote_reads: s.remote_reads,
+        local_writes: s.local_writes,
+        remote_writes: s.remote_writes,
+        raf_hits: s.raf_hits,
+        gc_runs: s.gc_runs,
+        files_reclaimed: s.files_reclaimed,
+        recovery: None,
+    }
+}
+
+fn detail(s: &StoreStats, extent: u64) -> Vec<(String, String)> {
+    vec![
+        ("files".into(), s.files.to_string()),
+        ("extent_size".into(), extent.to_string()),
+        ("clusters".into(), s.clusters.to_string()),
+        ("entries_relocated".into(), s.entries_relocated.to_string()),
+        ("entries_marked".into(), s.entries_marked.to_string()),
+        ("raf_enabled".into(), s.raf_enabled.to_string()),
+        ("raf_items".into(), s.raf_items.to_string()),
+    ]
+}
+
+/// Reopens the cleanly closed store, checks it came from the image with
+/// `len` keys, and returns its recovery milliseconds.
+fn clean_reopen(dir: &StoreDir, opts: &Options, len: u64) -> Result<f64, String> {
+    let opts = Options {
+        gc: GcMode::Manual,
+        ..opts.clone()
+    };
+    let (s, _) = open(dir, &opts)?;
+    let st = s.stats();
+    if st.opened_from != "image" || st.keys != len {
+        return Err(format!(
+            "clean reopen: opened from {} with {} keys, expected the image with {len}",
+            st.opened_from, st.keys
+        ));
+    }
+    s.close().map_err(|e| format!("close after reopen: {e}"))?;
+    Ok(st.open_ms)
+}
+
+/// One run of the store on `workload` with `threads` threads.
+pub(crate) fn run_one(
+    cfg: &BenchConfig,
+    spec: &EngineSpec,
+    workload: Workload,
+    threads: usize,
+    inputs: &Inputs,
+    rep: usize,
+) -> Result<Ran, String> {
+    if workload == Workload::Recovery {
+        return recovery(cfg, spec, threads, inputs);
+    }
+    let dir = StoreDir::new(cfg);
+    let writes = cfg.keys + workload.op_count(cfg.keys, cfg.ops);
+    let opts = options(cfg, writes, GcMode::Background, threads);
+    let (store, _) = open(&dir, &opts)?;
+    let (mode, fallback) = (
+        store.pool().mode(),
+        store.pool().dax_fallback().map(str::to_string),
+    );
+    let target = StoreTarget::new(store, cfg);
+    if workload.preloads() {
+        runner::load(&target, &inputs.keys.loaded)?;
+    }
+    let loaded = target.store.stats();
+    let m = runner::measure(&target, cfg, workload, threads, inputs, rep)?;
+    let stats = target.store.stats();
+    let scans = target.scans.load(Ordering::Relaxed);
+    target.store.close().map_err(|e| format!("close: {e}"))?;
+    drop(target);
+    let mut r = runner::new_result(spec.name, workload, threads, cfg.keys, m);
+    if matches!(mode, pmem::Mode::Mapped | pmem::Mode::Dax) {
+        r.reopen_ms = Some(clean_reopen(&dir, &opts, r.len_after)?);
+        r.reopen_detail.insert("opened_from".into(), "image".into());
+    }
+    fill(&mut r, cfg, &stats, opts.extent_size);
+    if let Some(f) = r.store.as_mut() {
+        // The timed section's accesses, not the load's.
+        f.local_reads = f.local_reads.saturating_sub(loaded.local_reads);
+        f.remote_reads = f.remote_reads.saturating_sub(loaded.remote_reads);
+        f.local_writes = f.local_writes.saturating_sub(loaded.local_writes);
+        f.remote_writes = f.remote_writes.saturating_sub(loaded.remote_writes);
+        f.raf_hits = f.raf_hits.saturating_sub(loaded.raf_hits);
+    }
+    if scans > 0 {
+        r.detail.insert("range_scans".into(), scans.to_string());
+    }
+    Ok((r, Some(mode), fallback))
+}
+
+fn fill(r: &mut crate::RunResult, cfg: &BenchConfig, stats: &StoreStats, extent: u64) {
+    r.load_factor = 1.0;
+    r.pm_bytes = stats.pm_bytes;
+    r.detail = detail(stats, extent).into_iter().collect();
+    r.store = Some(figures(cfg, stats));
+}
+
+/// Keys checked after the crash open (spread over the key set).
+const CHECKED: usize = 10_000;
+
+/// The recovery workload (see the module docs).
+fn recovery(
+    cfg: &BenchConfig,
+    spec: &EngineSpec,
+    threads: usize,
+    inputs: &Inputs,
+) -> Result<Ran, String> {
+    let keys = &inputs.keys.loaded;
+    let n = keys.len() as u64;
+    let updated: Vec<u64> = keys.iter().step_by(2).copied().collect();
+    let dir = StoreDir::new(cfg);
+    let opts = options(cfg, n + updated.len() as u64, GcMode::Manual, threads);
+    let (store, _) = open(&dir, &opts)?;
+    let (mode, fallback) = (
+        store.pool().mode(),
+        store.pool().dax_fallback().map(str::to_string),
+    );
+    if !matches!(mode, pmem::Mode::Mapped | pmem::Mode::Dax) {
+        return Err(format!(
+            "recovery reopens the pool file: it needs --mode mapped or dax, not {}",
+            mode.name()
+        ));
+    }
+    let target = StoreTarget::new(store, cfg);
+    runner::load(&target, keys)?;
+    runner::for_all_keys(&target, &updated, "update", "found nothing", |t, k| {
+        t.update(k, !load_value(k))
+    })?;
+    let before = target.store.stats();
+    // No close: the next open finds no image and scans the log.
+    drop(target);
+
+    let (store, wall_ms) = open(&dir, &opts)?;
+    let st = store.stats();
+    if st.opened_from != "log scan" || st.keys != n || st.recovered_entries == 0 {
+        return Err(format!(
+            "crash open: opened from {} with {} keys after scanning {} entries, expected a log scan with {n} keys",
+            st.opened_from, st.keys, st.recovered_entries
+        ));
+    }
+    let target = StoreTarget::new(store, cfg);
+    let step = (keys.len() / CHECKED).max(1);
+    for (i, &k) in keys.iter().enumerate().step_by(step) {
+        let want = if i % 2 == 0 {
+            !load_value(k)
+        } else {
+            load_value(k)
+        };
+        if target.get(k) != Some(want) {
+            return Err(format!(
+                "after the crash open, key {k:#x} reads {:x?}, stored {want:#x}",
+                target.get(k)
+            ));
+        }
+    }
+    target.store.close().map_err(|e| format!("close: {e}"))?;
+    drop(target);
+    let clean_ms = clean_reopen(&dir, &opts, n)?;
+
+    let entries = st.recovered_entries;
+    let seconds = (st.open_ms / 1e3).max(1e-9);
+    let m = Measured {
+        seconds,
+        done: entries,
+        flushes: 0,
+        fences: 0,
+        samples: Vec::new(),
+        len_after: st.keys,
+    };
+    let mut r = runner::new_result(spec.name, Workload::Recovery, threads, cfg.keys, m);
+    r.reopen_ms = Some(clean_ms);
+    r.reopen_detail.insert("opened_from".into(), "image".into());
+    fill(&mut r, cfg, &before, opts.extent_size);
+    if let Some(f) = r.store.as_mut() {
+        f.recovery = Some(Recovery {
+            threads,
+            entries,
+            keys: st.keys,
+            ms: st.open_ms,
+            wall_ms,
+            entries_per_s: entries as f64 / seconds,
+            ms_per_million_entries: st.open_ms * 1e6 / entries as f64,
+            clean_reopen_ms: clean_ms,
+            clean_ms_per_million_keys: clean_ms * 1e6 / n as f64,
+        });
+    }
+    Ok((r, Some(mode), fallback))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_values_encode_and_order() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        encode_key(&mut a, 5, 16);
+        encode_key(&mut b, 6, 16);
+        assert_eq!((a.len(), b.len()), (16, 16));
+        assert!(a < b, "keys sort in numeric order");
+        assert_eq!(&a[..8], &5u64.to_be_bytes());
+        encode_key(&mut a, 7, 8);
+        assert_eq!(a, 7u64.to_be_bytes());
+        encode_value(&mut a, 9, 200);
+        assert_eq!(a.len(), 200);
+        assert_eq!(&a[..8], &9u64.to_le_bytes());
+    }
+}

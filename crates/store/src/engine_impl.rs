@@ -151,7 +151,7 @@ impl StoreEngine {
 
     fn after_write(&self) -> Result<()> {
         if self.writes.fetch_add(1, Ordering::Relaxed) % 64 == 63 {
-            crate::gc::run(&self.store.inner, 1)?;
+            crate::gc::run(&self.store.inner, 1, false)?;
         }
         Ok(())
     }

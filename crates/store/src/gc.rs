@@ -55,7 +55,9 @@ fn candidates(s: &Inner) -> Vec<Arc<Extent>> {
 }
 
 /// Reclaims up to `max_files` files; returns how many.
-pub(crate) fn run(s: &Inner, max_files: usize) -> Result<usize> {
+/// `own_thread`: called on the store's background thread, which may be
+/// pinned to each file's node in turn (on real NUMA machines).
+pub(crate) fn run(s: &Inner, max_files: usize, own_thread: bool) -> Result<usize> {
     let Ok(_g) = s.gc_lock.try_lock() else {
         return Ok(0);
     };
@@ -64,7 +66,19 @@ pub(crate) fn run(s: &Inner, max_files: usize) -> Result<usize> {
         if s.closed.load(Ordering::Acquire) {
             break;
         }
-        reclaim(s, &f)?;
+        // GC of a file runs as a thread of the file's node (the paper's
+        // per-node GC threads): the background thread is pinned there on
+        // real NUMA machines, and under emulation it counts as that node's,
+        // so its copies are local writes. A caller's thread is never
+        // pinned, and on real nodes it counts where it runs.
+        if own_thread && s.numa.places() {
+            s.numa.pin_thread(f.node);
+        }
+        if own_thread || s.numa.is_emulated() {
+            crate::numa::Numa::as_node(f.node, || reclaim(s, &f))?;
+        } else {
+            reclaim(s, &f)?;
+        }
         done += 1;
     }
     if done > 0 {

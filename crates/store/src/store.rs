@@ -389,7 +389,7 @@ impl Store {
                         && inner.opts.gc == GcMode::Background
                         && !inner.pool.is_read_only()
                     {
-                        let _ = crate::gc::run(&inner, usize::MAX);
+                        let _ = crate::gc::run(&inner, usize::MAX, true);
                     }
                 }
             })
@@ -588,7 +588,7 @@ impl Store {
     /// Returns how many were reclaimed.
     pub fn gc(&self, max_files: usize) -> Result<usize> {
         self.writable()?;
-        crate::gc::run(&self.inner, max_files)
+        crate::gc::run(&self.inner, max_files, false)
     }
 
     /// Clean shutdown: writes the index image so the next open skips the

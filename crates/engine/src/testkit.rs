@@ -66,6 +66,28 @@ impl Drop for TempPath {
     }
 }
 
+/// A unique scratch directory path under the temp dir (not created),
+/// removed with its contents on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str, tag: &str) -> TempDir {
+        let p = TempPath::new(prefix, tag);
+        let dir = p.path().with_extension("d");
+        let _ = std::fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A figure from `stats().detail`, parsed (panics if absent or not a number).
 pub fn detail(e: &dyn Engine, name: &str) -> f64 {
     e.stats()

@@ -618,6 +618,12 @@ fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bo
     Ok(true)
 }
 
+/// The DRAM twin of a file found linked in the table.
+fn live_file<'a>(live: &'a HashMap<u64, Arc<Extent>>, f: &Extent) -> Result<&'a Arc<Extent>> {
+    live.get(&f.off)
+        .ok_or_else(|| corrupt(format!("file {:#x} is linked but not in DRAM", f.off)))
+}
+
 /// `check` with a persistent point index: every file parses to its end,
 /// the engine passes its own check, and every pair it names resolves to a
 /// valid entry of that key (through overflow entries where hashes collide).
@@ -632,12 +638,7 @@ fn check_persistent(
     let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
     for f in files {
         reach += pool.block_size(f.off)?;
-        let Some(lf) = live.get(&f.off) else {
-            return Err(corrupt(format!(
-                "file {:#x} is linked but not in DRAM",
-                f.off
-            )));
-        };
+        let lf = live_file(live, f)?;
         let mut pos = X_DATA;
         while let Some(e) = s.log.parse(lf, pos, &mut kbuf, &mut vbuf) {
             pos += e.len;
@@ -716,12 +717,7 @@ pub(crate) fn check(s: &Inner) -> Result<(u64, u64)> {
     let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
     for f in &files {
         reach += pool.block_size(f.off)?;
-        let Some(lf) = live.get(&f.off) else {
-            return Err(corrupt(format!(
-                "file {:#x} is linked but not in DRAM",
-                f.off
-            )));
-        };
+        let lf = live_file(&live, f)?;
         let mut pos = X_DATA;
         while let Some(e) = s.log.parse(lf, pos, &mut kbuf, &mut vbuf) {
             pos += e.len;

@@ -7,6 +7,7 @@
 //! a missing store and writes after `close()` or to a read-only store are
 //! refused.
 
+use engine::testkit::TempDir;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -22,27 +23,13 @@ use store::{GcMode, Options, Store, LAYOUT, MAX_KEY, MAX_VALUE, POOL_FILE};
 const STATE_SLOTS: std::ops::Range<usize> = 64..192;
 
 /// A scratch directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = engine::testkit::TempPath::new("store-bad", tag);
-        let dir = p.path().with_extension("d");
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-    fn pool(&self) -> PathBuf {
-        self.0.join(POOL_FILE)
-    }
+fn temp_dir(tag: &str) -> TempDir {
+    TempDir::new("store-bad", tag)
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The store's pool file inside a scratch directory.
+fn pool_file(dir: &TempDir) -> PathBuf {
+    dir.path().join(POOL_FILE)
 }
 
 fn opts() -> Options {
@@ -114,7 +101,7 @@ fn try_open(dir: &Path, o: Options) -> std::result::Result<Store, String> {
 /// opened by hand and `Store::open_pool` must refuse it without writing a
 /// byte. Returns the read-only open's message.
 fn refused(dir: &TempDir, bad: &[u8], what: &str) -> String {
-    let path = dir.pool();
+    let path = pool_file(dir);
     let mut msg = String::new();
     for read_only in [true, false] {
         std::fs::write(&path, bad).unwrap();
@@ -199,7 +186,7 @@ fn built(dir: &TempDir, n: u64, clean: bool) -> (Vec<u8>, BTreeMap<Vec<u8>, Vec<
         s.close().unwrap();
     }
     drop(s);
-    (std::fs::read(dir.pool()).unwrap(), m)
+    (std::fs::read(pool_file(dir)).unwrap(), m)
 }
 
 fn word(b: &[u8], off: u64) -> u64 {
@@ -242,13 +229,13 @@ fn flipped(b: &[u8], at: u64) -> Vec<u8> {
 /// The untouched file opens with its contents, read-only and writable.
 fn accepted(dir: &TempDir, good: &[u8], m: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
     for o in [ro_opts(), opts()] {
-        std::fs::write(dir.pool(), good).unwrap();
+        std::fs::write(pool_file(dir), good).unwrap();
         let s = try_open(dir.path(), o).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(contents(&s) == *m, "{what}: contents differ");
         let (keys, _) = s.check().unwrap();
         assert_eq!(keys, m.len() as u64);
     }
-    std::fs::write(dir.pool(), good).unwrap();
+    std::fs::write(pool_file(dir), good).unwrap();
 }
 
 #[test]
@@ -307,7 +294,7 @@ fn oversized_keys_and_values_are_refused_and_change_nothing() {
 
 #[test]
 fn bad_options_are_refused_before_anything_is_made() {
-    let dir = TempDir::new("opts");
+    let dir = temp_dir("opts");
     let bad = [
         Options {
             clusters: 0,
@@ -376,7 +363,7 @@ fn bad_options_are_refused_before_anything_is_made() {
 
 #[test]
 fn read_only_open_of_a_missing_store_is_refused() {
-    let dir = TempDir::new("missing");
+    let dir = temp_dir("missing");
     let e = try_open(dir.path(), ro_opts())
         .err()
         .expect("opened a missing store");
@@ -386,12 +373,15 @@ fn read_only_open_of_a_missing_store_is_refused() {
     // An existing empty directory: still nothing to open, nothing made.
     std::fs::create_dir_all(dir.path()).unwrap();
     assert!(try_open(dir.path(), ro_opts()).is_err());
-    assert!(!dir.pool().exists(), "a read-only open made the pool file");
+    assert!(
+        !pool_file(&dir).exists(),
+        "a read-only open made the pool file"
+    );
 }
 
 #[test]
 fn random_truncated_and_empty_files_are_refused_untouched() {
-    let dir = TempDir::new("junk");
+    let dir = temp_dir("junk");
     std::fs::create_dir_all(dir.path()).unwrap();
     let mut rng = Rng::new(9);
     for len in [0usize, 100, 4096, 1 << 20] {
@@ -402,7 +392,7 @@ fn random_truncated_and_empty_files_are_refused_untouched() {
     let mut junk: Vec<u8> = (0..1 << 20).map(|_| rng.next() as u8).collect();
     junk[..8].copy_from_slice(b"PMHASHPL");
     refused(&dir, &junk, "random bytes after the pool magic");
-    std::fs::remove_file(dir.pool()).unwrap();
+    std::fs::remove_file(pool_file(&dir)).unwrap();
     for clean in [true, false] {
         let (good, m) = built(&dir, 400, clean);
         for frac in [2usize, 3] {
@@ -414,15 +404,15 @@ fn random_truncated_and_empty_files_are_refused_untouched() {
             );
         }
         accepted(&dir, &good, &m, &format!("intact file (clean {clean})"));
-        std::fs::remove_file(dir.pool()).unwrap();
+        std::fs::remove_file(pool_file(&dir)).unwrap();
     }
 }
 
 #[test]
 fn pools_of_other_layouts_are_refused_untouched() {
-    let dir = TempDir::new("other");
+    let dir = temp_dir("other");
     std::fs::create_dir_all(dir.path()).unwrap();
-    let path = dir.pool();
+    let path = pool_file(&dir);
     let popts = |layout: &str| PoolOptions {
         mode: Mode::Mapped,
         size: 1 << 20,
@@ -523,7 +513,7 @@ fn open_pool_refuses_a_pool_of_another_layout() {
 #[test]
 fn flipped_bytes_in_root_table_and_file_headers_are_refused() {
     for clean in [true, false] {
-        let dir = TempDir::new(if clean { "flip-clean" } else { "flip-crash" });
+        let dir = temp_dir(if clean { "flip-clean" } else { "flip-crash" });
         let (good, m) = built(&dir, 500, clean);
         let (root, used, empty) = shape(&good);
         let (slot_at, file_off) = used[used.len() / 2];
@@ -571,13 +561,13 @@ fn flipped_bytes_in_root_table_and_file_headers_are_refused() {
 #[test]
 
 fn writable_refusal_leaves_the_file_byte_identical() {
-    let dir = TempDir::new("flip-strict");
+    let dir = temp_dir("flip-strict");
     let (good, _) = built(&dir, 200, true);
     let (root, _, _) = shape(&good);
     let bad = flipped(&good, root);
-    std::fs::write(dir.pool(), &bad).unwrap();
+    std::fs::write(pool_file(&dir), &bad).unwrap();
     assert!(try_open(dir.path(), opts()).is_err());
-    let now = std::fs::read(dir.pool()).unwrap();
+    let now = std::fs::read(pool_file(&dir)).unwrap();
     let diff: Vec<usize> = (0..now.len())
         .filter(|&i| now[i] != bad[i])
         .take(8)
@@ -590,7 +580,7 @@ fn writable_refusal_leaves_the_file_byte_identical() {
 
 #[test]
 fn crashed_store_opens_read_only_without_writing() {
-    let dir = TempDir::new("ro-crash");
+    let dir = temp_dir("ro-crash");
     let (good, m) = built(&dir, 600, false);
     let s = Store::open(dir.path(), ro_opts()).unwrap();
     assert_eq!(s.stats().opened_from, "log scan");
@@ -608,14 +598,14 @@ fn crashed_store_opens_read_only_without_writing() {
     s.close().unwrap();
     drop(s);
     assert!(
-        std::fs::read(dir.pool()).unwrap() == good,
+        std::fs::read(pool_file(&dir)).unwrap() == good,
         "a read-only open changed the file"
     );
 }
 
 #[test]
 fn writes_after_close_are_refused() {
-    let dir = TempDir::new("closed");
+    let dir = temp_dir("closed");
     let s = Store::open(dir.path(), opts()).unwrap();
     s.put(b"a", b"1").unwrap();
     s.put(b"b", b"2").unwrap();
@@ -633,7 +623,7 @@ fn writes_after_close_are_refused() {
     // A second close is harmless.
     s.close().unwrap();
     drop(s);
-    let bytes = std::fs::read(dir.pool()).unwrap();
+    let bytes = std::fs::read(pool_file(&dir)).unwrap();
     let s = Store::open(dir.path(), ro_opts()).unwrap();
     assert_eq!(s.stats().opened_from, "image");
     let mut want = BTreeMap::new();
@@ -641,5 +631,5 @@ fn writes_after_close_are_refused() {
     want.insert(b"b".to_vec(), b"2".to_vec());
     assert!(contents(&s) == want);
     drop(s);
-    assert!(std::fs::read(dir.pool()).unwrap() == bytes);
+    assert!(std::fs::read(pool_file(&dir)).unwrap() == bytes);
 }

@@ -6,8 +6,9 @@
 //! return sorted keys without duplicates, inside their bounds, each with a
 //! value written for it (with and without the per-node scan readers).
 
+use engine::testkit::TempDir;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,24 +20,8 @@ use store::{GcMode, Options, Store, LAYOUT};
 const WRITERS: u32 = 3;
 
 /// A scratch directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = engine::testkit::TempPath::new("store-conc", tag);
-        let dir = p.path().with_extension("d");
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn temp_dir(tag: &str) -> TempDir {
+    TempDir::new("store-conc", tag)
 }
 const KEYS: u32 = 48;
 
@@ -138,7 +123,7 @@ fn contents(s: &Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
 fn mixed_run(seed: u64, min_ops: u64) {
     // File-backed, so that the pool can grow for the clean-shutdown image
     // at the end (an image-made pool cannot grow).
-    let dir = TempDir::new(&format!("mixed{seed}"));
+    let dir = temp_dir(&format!("mixed{seed}"));
     let o = Options {
         mode: Mode::Mapped,
         ..opts()

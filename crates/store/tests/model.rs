@@ -8,9 +8,10 @@
 //! recovery with different thread counts. A crash image taken in the middle
 //! of a GC reclaim must not let a deleted key come back.
 
+use engine::testkit::TempDir;
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::path::{Path, PathBuf};
+
 use std::sync::{Arc, Mutex};
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
@@ -21,24 +22,8 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A scratch directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = engine::testkit::TempPath::new("store-model", tag);
-        let dir = p.path().with_extension("d");
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn temp_dir(tag: &str) -> TempDir {
+    TempDir::new("store-model", tag)
 }
 
 /// Small files and few clusters, so that files fill and GC has work.
@@ -428,7 +413,7 @@ fn gc_reclaims_overwritten_files() {
 #[test]
 fn reopen_clean_and_after_drop() {
     for seed in 10..13u64 {
-        let dir = TempDir::new(&format!("reopen{seed}"));
+        let dir = temp_dir(&format!("reopen{seed}"));
         let opts = Options {
             mode: Mode::Mapped,
             ..small_opts()
@@ -486,7 +471,7 @@ fn reopen_clean_and_after_drop() {
 /// content, equal to the model, and the same reachable bytes.
 #[test]
 fn recovery_thread_count_does_not_change_the_content() {
-    let dir = TempDir::new("threads");
+    let dir = temp_dir("threads");
     let opts = Options {
         mode: Mode::Mapped,
         clusters: 7,
@@ -545,7 +530,7 @@ fn recovery_thread_count_does_not_change_the_content() {
 /// kinds of reopen.
 #[test]
 fn largest_keys_and_values() {
-    let dir = TempDir::new("large");
+    let dir = temp_dir("large");
     let opts = Options {
         mode: Mode::Mapped,
         pool_size: 16 << 20,

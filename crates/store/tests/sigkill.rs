@@ -13,9 +13,10 @@
 //! same directory, so recovered stores crash and recover again; some rounds
 //! end with a clean close by the parent (the next child opens the image).
 
+use engine::testkit::TempDir;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::Duration;
@@ -31,24 +32,8 @@ const KEYS: u64 = 700;
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// A scratch directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = engine::testkit::TempPath::new("store-sigkill", tag);
-        let dir = p.path().with_extension("d");
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn temp_dir(tag: &str) -> TempDir {
+    TempDir::new("store-sigkill", tag)
 }
 
 fn opts(gc: GcMode) -> Options {
@@ -336,7 +321,7 @@ fn check_store(s: &Store, m: &Model, ctx: &str) {
 
 #[test]
 fn sigkill_rounds_keep_every_acknowledged_write() {
-    let dir = TempDir::new("rounds");
+    let dir = temp_dir("rounds");
     let mut m = Model::new();
     let mut rng = Rng::new(std::process::id() as u64);
     let mut total_acks = 0;

@@ -115,14 +115,12 @@ pub(crate) fn scan(
                 per_node[n].push((i, vaddr_off(*va)));
                 if per_node[n].len() == BATCH {
                     let offs = std::mem::take(&mut per_node[n]);
-                    send(r, n, offs, s, &tx);
-                    jobs += 1;
+                    jobs += send(r, n, offs, s, &tx, &mut out);
                 }
             }
             for (n, offs) in per_node.into_iter().enumerate() {
                 if !offs.is_empty() {
-                    send(r, n, offs, s, &tx);
-                    jobs += 1;
+                    jobs += send(r, n, offs, s, &tx, &mut out);
                 }
             }
             for _ in 0..jobs {
@@ -149,11 +147,21 @@ fn send(
     offs: Vec<(usize, u64)>,
     s: &Inner,
     tx: &Sender<Vec<(usize, Vec<u8>)>>,
-) {
+    out: &mut [(Vec<u8>, Vec<u8>)],
+) -> usize {
     let job = Job {
         offs,
         pool: s.pool.clone(),
         reply: tx.clone(),
     };
-    let _ = r.queues[n].lock().expect("reader queue").send(job);
+    match r.queues[n].lock().expect("reader queue").send(job) {
+        Ok(()) => 1,
+        // No reader left on that node: read here rather than wait forever.
+        Err(e) => {
+            for (i, off) in e.0.offs {
+                out[i].1 = read_value(&s.pool, off);
+            }
+            0
+        }
+    }
 }

@@ -93,7 +93,7 @@ impl std::borrow::Borrow<[u8]> for IKey {
 /// A fast, seeded hasher for the point index (keys are not attacker-chosen
 /// inside a process; the seed is random per index anyway).
 #[derive(Clone)]
-pub struct KeyHasher(u64);
+pub struct KeyHasher(pub u64);
 
 impl BuildHasher for KeyHasher {
     type Hasher = KeyHasherState;
@@ -281,10 +281,11 @@ impl Index {
     /// from the point index afterwards).
     pub fn load(&self, key: &[u8], v: u64) {
         if let Point::Dram(m) = &self.point {
-            if let Some(e) = m.get(key) {
-                e.update(v);
-            } else {
-                let _ = m.insert(IKey::new(key), v);
+            // Insert first: at open almost every key is new.
+            if let Err((k, v)) = m.insert(IKey::new(key), v) {
+                if let Some(e) = m.get(k.as_bytes()) {
+                    e.update(v);
+                }
             }
         }
     }

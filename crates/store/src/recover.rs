@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use engine::{Error, Result};
 use pmem::{Link, Pool};
 
-use crate::index::Index;
+use crate::index::{IKey, Index, KeyHasher};
 use crate::layout::*;
 use crate::nlog::Extent;
 use crate::pindex::PIndex;
@@ -412,7 +412,9 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
                     if c >= clusters {
                         return;
                     }
-                    let mut win: HashMap<Vec<u8>, Win> = HashMap::new();
+                    // Keys up to 23 bytes stay inline: no allocation per entry.
+                    let mut win: HashMap<IKey, Win, KeyHasher> =
+                        HashMap::with_hasher(KeyHasher(c as u64 ^ 0x5bd1_e995));
                     let mut max_version = 0;
                     let mut written = vec![0u64; by_cluster[c].len()];
                     let mut count = 0;
@@ -437,7 +439,7 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
                                 Some(old) if old.version >= e.version => {}
                                 Some(old) => *old = w,
                                 None => {
-                                    win.insert(kbuf.clone(), w);
+                                    win.insert(IKey::new(&kbuf), w);
                                 }
                             }
                         }
@@ -448,7 +450,7 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
                     for (k, w) in &win {
                         if w.op != OP_DEL {
                             live[w.file] += w.len;
-                            s.index.load(k, w.va);
+                            s.index.load(k.as_bytes(), w.va);
                         }
                     }
                     for (fi, &i) in by_cluster[c].iter().enumerate() {

@@ -1,0 +1,359 @@
+//! The server in-process, over real TCP with a raw RESP client: command
+//! semantics, RESP3, AUTH, pipelining, limits, many clients, clean stop.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use engine::testkit::TempDir;
+use server::{Config, Server};
+use store::{GcMode, Options, Store};
+
+fn options() -> Options {
+    Options {
+        pool_size: 32 << 20,
+        clusters: 4,
+        extent_size: 1 << 20,
+        gc: GcMode::Background,
+        raf_bytes: 1 << 20,
+        ..Options::default()
+    }
+}
+
+fn start(dir: &TempDir, pass: Option<&str>) -> Server {
+    let st = Store::open(dir.path(), options()).expect("store opens");
+    Server::start(
+        st,
+        Config {
+            addr: "127.0.0.1:0".into(),
+            requirepass: pass.map(String::from),
+        },
+    )
+    .expect("server starts")
+}
+
+struct Client {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+/// A reply as the test reads it back.
+#[derive(Debug, PartialEq)]
+enum V {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Arr(Vec<V>),
+    Map(Vec<(V, V)>),
+}
+
+fn b(s: &str) -> V {
+    V::Bulk(s.as_bytes().to_vec())
+}
+
+impl Client {
+    fn new(addr: SocketAddr) -> Client {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    fn encode(args: &[&[u8]]) -> Vec<u8> {
+        let mut m = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            m.extend(format!("${}\r\n", a.len()).bytes());
+            m.extend_from_slice(a);
+            m.extend_from_slice(b"\r\n");
+        }
+        m
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        self.w.write_all(&Self::encode(args)).unwrap();
+    }
+
+    fn cmd(&mut self, args: &[&str]) -> V {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        self.send(&a);
+        self.read()
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).unwrap();
+        assert!(l.ends_with("\r\n"), "reply line {l:?}");
+        l.truncate(l.len() - 2);
+        l
+    }
+
+    fn read(&mut self) -> V {
+        let l = self.line();
+        let (t, rest) = l.split_at(1);
+        match t {
+            "+" => V::Simple(rest.into()),
+            "-" => V::Err(rest.into()),
+            ":" => V::Int(rest.parse().unwrap()),
+            "_" => V::Nil,
+            "$" => {
+                let n: i64 = rest.parse().unwrap();
+                if n < 0 {
+                    return V::Nil;
+                }
+                let mut d = vec![0u8; n as usize + 2];
+                self.r.read_exact(&mut d).unwrap();
+                d.truncate(n as usize);
+                V::Bulk(d)
+            }
+            "*" => {
+                let n: i64 = rest.parse().unwrap();
+                V::Arr((0..n).map(|_| self.read()).collect())
+            }
+            "%" => {
+                let n: usize = rest.parse().unwrap();
+                V::Map((0..n).map(|_| (self.read(), self.read())).collect())
+            }
+            _ => panic!("unknown reply type {l:?}"),
+        }
+    }
+
+    /// True when the server closed the connection.
+    fn closed(&mut self) -> bool {
+        let mut buf = [0u8; 1];
+        matches!(self.r.read(&mut buf), Ok(0))
+    }
+}
+
+fn ok() -> V {
+    V::Simple("OK".into())
+}
+
+fn is_err(v: &V, part: &str) -> bool {
+    matches!(v, V::Err(e) if e.contains(part))
+}
+
+#[test]
+fn commands_behave_as_in_redis() {
+    let dir = TempDir::new("srv", "cmds");
+    let srv = start(&dir, None);
+    let mut c = Client::new(srv.addr());
+    assert_eq!(c.cmd(&["PING"]), V::Simple("PONG".into()));
+    assert_eq!(c.cmd(&["ping", "hi"]), b("hi"));
+    assert_eq!(c.cmd(&["ECHO", "x y"]), b("x y"));
+    assert_eq!(c.cmd(&["GET", "k"]), V::Nil);
+    assert_eq!(c.cmd(&["SET", "k", "v1"]), ok());
+    assert_eq!(c.cmd(&["GET", "k"]), b("v1"));
+    assert_eq!(c.cmd(&["SET", "k", "v2", "NX"]), V::Nil);
+    assert_eq!(c.cmd(&["SET", "new", "x", "XX"]), V::Nil);
+    assert_eq!(c.cmd(&["EXISTS", "new"]), V::Int(0));
+    assert_eq!(c.cmd(&["SET", "k", "v3", "XX", "GET"]), b("v1"));
+    assert_eq!(c.cmd(&["GETSET", "k", "v4"]), b("v3"));
+    assert_eq!(c.cmd(&["GET", "k"]), b("v4"));
+    assert!(is_err(&c.cmd(&["SET", "k", "v", "EX", "10"]), "expiry"));
+    assert!(is_err(&c.cmd(&["SET", "k", "v", "NX", "XX"]), "syntax"));
+    assert_eq!(c.cmd(&["GET", "k"]), b("v4"), "refused SETs change nothing");
+    assert_eq!(c.cmd(&["MSET", "a", "1", "b", "2"]), ok());
+    assert_eq!(
+        c.cmd(&["MGET", "a", "nope", "b"]),
+        V::Arr(vec![b("1"), V::Nil, b("2")])
+    );
+    assert_eq!(c.cmd(&["EXISTS", "a", "b", "nope", "a"]), V::Int(3));
+    assert_eq!(c.cmd(&["INCR", "a"]), V::Int(2));
+    assert_eq!(c.cmd(&["INCRBY", "a", "40"]), V::Int(42));
+    assert_eq!(c.cmd(&["DECR", "cnt"]), V::Int(-1));
+    assert!(is_err(&c.cmd(&["INCR", "k"]), "not an integer"));
+    assert_eq!(c.cmd(&["SET", "big", &i64::MAX.to_string()]), ok());
+    assert!(is_err(&c.cmd(&["INCR", "big"]), "overflow"));
+    assert_eq!(c.cmd(&["DEL", "a", "nope", "b"]), V::Int(2));
+    assert_eq!(c.cmd(&["DBSIZE"]), V::Int(3)); // k, cnt, big
+    assert!(is_err(&c.cmd(&["GET"]), "wrong number of arguments"));
+    assert!(is_err(&c.cmd(&["NOSUCH"]), "unknown command"));
+    assert!(is_err(&c.cmd(&["AUTH", "x"]), "without any password"));
+    let V::Bulk(info) = c.cmd(&["INFO"]) else {
+        panic!("INFO is a bulk string")
+    };
+    let info = String::from_utf8(info).unwrap();
+    assert!(
+        info.contains("# Store") && info.contains("db0:keys=3"),
+        "{info}"
+    );
+    assert_eq!(c.cmd(&["FLUSHALL"]), ok());
+    assert_eq!(c.cmd(&["DBSIZE"]), V::Int(0));
+    assert_eq!(c.cmd(&["QUIT"]), ok());
+    assert!(c.closed());
+    srv.stop().unwrap();
+}
+
+#[test]
+fn scan_and_range_walk_the_ordered_index() {
+    let dir = TempDir::new("srv", "scan");
+    let srv = start(&dir, None);
+    let mut c = Client::new(srv.addr());
+    let mut keys: Vec<String> = (0..137).map(|i| format!("key:{i:04}")).collect();
+    keys.push("other".into());
+    for k in &keys {
+        assert_eq!(c.cmd(&["SET", k, &format!("v-{k}")]), ok());
+    }
+    // SCAN until the cursor comes back to 0 visits every key once.
+    let mut cursor = "0".to_string();
+    let mut seen = Vec::new();
+    let mut rounds = 0;
+    loop {
+        let V::Arr(r) = c.cmd(&["SCAN", &cursor, "MATCH", "key:*", "COUNT", "10"]) else {
+            panic!("SCAN replies with an array")
+        };
+        let (V::Bulk(next), V::Arr(ks)) = (&r[0], &r[1]) else {
+            panic!("SCAN reply shape {r:?}")
+        };
+        for k in ks {
+            let V::Bulk(k) = k else { panic!() };
+            seen.push(String::from_utf8(k.clone()).unwrap());
+        }
+        cursor = String::from_utf8(next.clone()).unwrap();
+        rounds += 1;
+        if cursor == "0" {
+            break;
+        }
+        assert!(rounds < 100, "SCAN does not end");
+    }
+    keys.retain(|k| k.starts_with("key:"));
+    assert_eq!(seen, keys, "every matching key once, in order");
+    assert!(is_err(&c.cmd(&["SCAN", "zz"]), "invalid cursor"));
+    // RANGE start end LIMIT n: pairs in key order, end excluded.
+    assert_eq!(
+        c.cmd(&["RANGE", "key:0010", "key:0013"]),
+        V::Arr(vec![
+            b("key:0010"),
+            b("v-key:0010"),
+            b("key:0011"),
+            b("v-key:0011"),
+            b("key:0012"),
+            b("v-key:0012"),
+        ])
+    );
+    let V::Arr(r) = c.cmd(&["RANGE", "key:0130", "+", "LIMIT", "100"]) else {
+        panic!()
+    };
+    assert_eq!(r.len(), 2 * 8, "7 keys up to key:0136, then other");
+    assert_eq!(r[r.len() - 2], b("other"));
+    srv.stop().unwrap();
+}
+
+#[test]
+fn hello_3_switches_to_resp3_and_auth_gates_everything() {
+    let dir = TempDir::new("srv", "auth");
+    let srv = start(&dir, Some("s3cret"));
+    let mut c = Client::new(srv.addr());
+    assert!(is_err(&c.cmd(&["GET", "k"]), "NOAUTH"));
+    assert!(is_err(&c.cmd(&["SET", "k", "v"]), "NOAUTH"));
+    assert!(is_err(&c.cmd(&["AUTH", "wrong"]), "WRONGPASS"));
+    assert!(is_err(&c.cmd(&["HELLO", "3"]), "NOAUTH"));
+    let V::Map(m) = c.cmd(&["HELLO", "3", "AUTH", "default", "s3cret"]) else {
+        panic!("HELLO 3 replies with a RESP3 map")
+    };
+    assert!(m.contains(&(b("proto"), V::Int(3))));
+    assert_eq!(c.cmd(&["GET", "k"]), V::Nil, "RESP3 null");
+    assert!(is_err(&c.cmd(&["HELLO", "4"]), "NOPROTO"));
+    let V::Arr(flat) = c.cmd(&["HELLO", "2"]) else {
+        panic!("HELLO 2 replies with a flat array")
+    };
+    assert_eq!(flat.len() % 2, 0);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), ok());
+    let mut d = Client::new(srv.addr());
+    assert!(
+        is_err(&d.cmd(&["GET", "k"]), "NOAUTH"),
+        "auth is per connection"
+    );
+    assert_eq!(d.cmd(&["AUTH", "default", "s3cret"]), ok());
+    assert_eq!(d.cmd(&["GET", "k"]), b("v"));
+    srv.stop().unwrap();
+}
+
+#[test]
+fn pipelines_are_answered_in_order() {
+    let dir = TempDir::new("srv", "pipe");
+    let srv = start(&dir, None);
+    let mut c = Client::new(srv.addr());
+    let mut batch = Vec::new();
+    for i in 0..2000 {
+        let k = format!("p{i}");
+        batch.extend(Client::encode(&[b"SET", k.as_bytes(), k.as_bytes()]));
+        batch.extend(Client::encode(&[b"GET", k.as_bytes()]));
+    }
+    batch.extend(b"PING\r\n"); // an inline command in the same stream
+    c.w.write_all(&batch).unwrap();
+    for i in 0..2000 {
+        assert_eq!(c.read(), ok());
+        assert_eq!(c.read(), b(&format!("p{i}")));
+    }
+    assert_eq!(c.read(), V::Simple("PONG".into()));
+    srv.stop().unwrap();
+}
+
+#[test]
+fn length_bombs_and_bad_framing_close_only_that_connection() {
+    let dir = TempDir::new("srv", "bomb");
+    let srv = start(&dir, None);
+    let mut good = Client::new(srv.addr());
+    assert_eq!(good.cmd(&["SET", "k", "v"]), ok());
+    for bad in [
+        &b"*1\r\n$99999999999\r\n"[..],
+        b"*99999999999\r\n",
+        b"*2\r\n$3\r\nGET\r\n+k\r\n",
+        b"*1\r\n$3\r\nGETX\r\n",
+        b"*x\r\n",
+    ] {
+        let mut c = Client::new(srv.addr());
+        c.w.write_all(bad).unwrap();
+        let r = c.read();
+        assert!(is_err(&r, "Protocol error"), "{bad:?} gave {r:?}");
+        assert!(c.closed(), "{bad:?}: the connection is closed");
+    }
+    assert_eq!(good.cmd(&["GET", "k"]), b("v"), "other clients go on");
+    srv.stop().unwrap();
+}
+
+#[test]
+fn many_clients_at_once() {
+    let dir = TempDir::new("srv", "many");
+    let srv = start(&dir, None);
+    let addr = srv.addr();
+    std::thread::scope(|s| {
+        for t in 0..200 {
+            s.spawn(move || {
+                let mut c = Client::new(addr);
+                for i in 0..20 {
+                    let k = format!("c{t}-{i}");
+                    assert_eq!(c.cmd(&["SET", &k, &k]), ok());
+                    assert_eq!(c.cmd(&["GET", &k]), b(&k));
+                }
+                assert!(matches!(c.cmd(&["INCR", "shared"]), V::Int(1..=200)));
+            });
+        }
+    });
+    let mut c = Client::new(addr);
+    assert_eq!(c.cmd(&["DBSIZE"]), V::Int(200 * 20 + 1));
+    assert_eq!(c.cmd(&["GET", "shared"]), b("200"), "INCR is atomic");
+    srv.stop().unwrap();
+}
+
+#[test]
+fn stop_closes_the_store_cleanly() {
+    let dir = TempDir::new("srv", "stop");
+    {
+        let srv = start(&dir, None);
+        let mut c = Client::new(srv.addr());
+        assert_eq!(c.cmd(&["SET", "durable", "yes"]), ok());
+        // A client still connected does not block the stop.
+        srv.stop().unwrap();
+        assert!(c.closed());
+    }
+    let st = Store::open(dir.path(), options()).unwrap();
+    assert_eq!(st.stats().opened_from, "image", "the shutdown was clean");
+    assert_eq!(st.get(b"durable").unwrap().as_deref(), Some(&b"yes"[..]));
+    st.close().unwrap();
+}

@@ -72,6 +72,7 @@ struct Shared {
     stop: AtomicBool,
     locks: Box<[Mutex<()>]>,
     conns: Mutex<HashMap<u64, TcpStream>>,
+    cursors: Mutex<Cursors>,
     next_id: AtomicU64,
     clients: AtomicU64,
     commands: AtomicU64,
@@ -97,6 +98,7 @@ impl Server {
             stop: AtomicBool::new(false),
             locks: (0..1024).map(|_| Mutex::new(())).collect(),
             conns: Mutex::new(HashMap::new()),
+            cursors: Mutex::new(Cursors::default()),
             next_id: AtomicU64::new(1),
             clients: AtomicU64::new(0),
             commands: AtomicU64::new(0),
@@ -260,7 +262,17 @@ fn get(sh: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
     sh.store.get(key).map_err(store_err)
 }
 
+/// Redis's integer syntax: an optional `-`, no `+`, no leading zeros, no
+/// `-0`, no spaces.
 fn parse_i64(b: &[u8]) -> Option<i64> {
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    if digits.is_empty()
+        || digits.len() > 19
+        || !digits.iter().all(u8::is_ascii_digit)
+        || (digits[0] == b'0' && (digits.len() > 1 || b.len() > 1))
+    {
+        return None;
+    }
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
@@ -408,8 +420,12 @@ fn dispatch(sh: &Shared, c: &mut Client, args: &[Vec<u8>]) -> (Option<Reply>, Af
         | "MSET" | "INCR" | "DECR" | "INCRBY" | "DECRBY" | "SCAN" | "RANGE" | "DBSIZE"
         | "CONFIG" | "CLIENT" => wrong_args(&cmd),
         _ => Reply::err(format!(
-            "unknown command '{}'",
-            String::from_utf8_lossy(&args[0])
+            "unknown command '{}', with args beginning with: {}",
+            String::from_utf8_lossy(&args[0]),
+            args[1..]
+                .iter()
+                .map(|a| format!("'{}' ", String::from_utf8_lossy(a)))
+                .collect::<String>()
         )),
     };
     (Some(reply), After::Continue)
@@ -529,16 +545,47 @@ fn incr_by(sh: &Shared, key: &[u8], d: i64) -> Reply {
     }
 }
 
-/// `SCAN cursor [MATCH pattern] [COUNT n]`. The cursor is `0` to start and
-/// otherwise `1` followed by the hex of the next key to visit.
-fn scan(sh: &Shared, args: &[Vec<u8>]) -> Reply {
-    let start: Vec<u8> = if args[1] == b"0" {
-        Vec::new()
-    } else {
-        match args[1].strip_prefix(b"1").and_then(unhex) {
-            Some(k) => k,
-            None => return Reply::err("invalid cursor"),
+/// SCAN cursors: Redis clients want unsigned decimal cursors, and ours name
+/// a key to resume at, so the server keeps the most recent
+/// [`Cursors::MAX`] of them (an evicted cursor is an error; start again
+/// from 0).
+#[derive(Default)]
+struct Cursors {
+    next: u64,
+    keys: HashMap<u64, Vec<u8>>,
+    order: std::collections::VecDeque<u64>,
+}
+
+impl Cursors {
+    const MAX: usize = 1 << 16;
+
+    fn put(&mut self, key: Vec<u8>) -> u64 {
+        self.next += 1;
+        let id = self.next;
+        self.keys.insert(id, key);
+        self.order.push_back(id);
+        while self.order.len() > Self::MAX {
+            if let Some(old) = self.order.pop_front() {
+                self.keys.remove(&old);
+            }
         }
+        id
+    }
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT n]`, in key order over the ordered
+/// index.
+fn scan(sh: &Shared, args: &[Vec<u8>]) -> Reply {
+    let start: Vec<u8> = match std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+    {
+        Some(0) => Vec::new(),
+        Some(id) => match sh.cursors.lock().expect("cursors").keys.get(&id) {
+            Some(k) => k.clone(),
+            None => return Reply::err("invalid cursor"),
+        },
+        None => return Reply::err("invalid cursor"),
     };
     let (mut pattern, mut count) = (None, 10usize);
     let mut i = 2;
@@ -562,9 +609,12 @@ fn scan(sh: &Shared, args: &[Vec<u8>]) -> Reply {
         Err(e) => return store_err(e),
     };
     let next = if rows.len() > count {
-        let mut c = b"1".to_vec();
-        c.extend(hex(&rows[count].0));
-        c
+        let id = sh
+            .cursors
+            .lock()
+            .expect("cursors")
+            .put(rows[count].0.clone());
+        id.to_string().into_bytes()
     } else {
         b"0".to_vec()
     };
@@ -607,15 +657,16 @@ fn config_get(pattern: &[u8]) -> Reply {
         ("databases", "1"),
         ("maxmemory", "0"),
     ];
-    Reply::Array(
+    // A map: RESP3 sends `%`, RESP2 the same pairs flattened.
+    Reply::Map(
         known
             .iter()
             .filter(|(k, _)| glob(pattern, k.as_bytes()))
-            .flat_map(|(k, v)| {
-                [
+            .map(|(k, v)| {
+                (
                     Reply::Bulk(k.as_bytes().to_vec()),
                     Reply::Bulk(v.as_bytes().to_vec()),
-                ]
+                )
             })
             .collect(),
     )
@@ -644,23 +695,6 @@ fn info(sh: &Shared) -> String {
         s.opened_from,
         s.open_ms,
     )
-}
-
-fn hex(b: &[u8]) -> Vec<u8> {
-    const D: &[u8; 16] = b"0123456789abcdef";
-    b.iter()
-        .flat_map(|&x| [D[(x >> 4) as usize], D[(x & 15) as usize]])
-        .collect()
-}
-
-fn unhex(h: &[u8]) -> Option<Vec<u8>> {
-    if !h.len().is_multiple_of(2) {
-        return None;
-    }
-    let v = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    h.chunks(2)
-        .map(|p| Some(v(p[0])? << 4 | v(p[1])?))
-        .collect()
 }
 
 /// Redis-style glob: `*`, `?`, `[...]` (with `^` and ranges), `\` escapes.
@@ -702,6 +736,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn integers_parse_as_in_redis() {
+        assert_eq!(parse_i64(b"42"), Some(42));
+        assert_eq!(parse_i64(b"-7"), Some(-7));
+        assert_eq!(parse_i64(b"0"), Some(0));
+        for bad in [
+            &b"010"[..],
+            b"+5",
+            b"-0",
+            b" 1",
+            b"1 ",
+            b"",
+            b"-",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn globs() {
         assert!(glob(b"*", b"anything"));
         assert!(glob(b"user:*", b"user:42"));
@@ -711,12 +764,5 @@ mod tests {
         assert!(!glob(b"h[^e]llo", b"hello"));
         assert!(glob(b"k[0-9]", b"k7"));
         assert!(glob(b"a\\*", b"a*"));
-    }
-
-    #[test]
-    fn cursors_round_trip() {
-        let k = b"\x00\xffkey".to_vec();
-        assert_eq!(unhex(&hex(&k)), Some(k));
-        assert_eq!(unhex(b"abc"), None);
     }
 }

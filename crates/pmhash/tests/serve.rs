@@ -1,0 +1,998 @@
+//! `pmhash serve` driven as a user would: the real binary, the real Redis
+//! clients (`redis-cli`, `redis-benchmark`), and a small raw RESP client for
+//! what the clients cannot show (exact reply bytes, kill -9 mid-stream,
+//! broken framing).
+//!
+//! Expected replies are what Redis 7.0 sends for the same command, except
+//! where pmhash documents its own behaviour (`RANGE`, no expiry).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long to wait for anything (startup, shutdown, a reply, a client).
+const DEADLINE: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------
+// Temp dirs and the server process
+// ---------------------------------------------------------------------------
+
+/// A unique directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "pmhash-serve-{}-{}-{name}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `pmhash serve`; killed (SIGKILL) on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    /// The rest of the child's stdout, line by line.
+    lines: Receiver<String>,
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().unwrap().port()
+}
+
+impl Server {
+    /// Starts `pmhash serve --dir DIR --addr 127.0.0.1:PORT EXTRA...` on a
+    /// free port and waits for its "listening" line.
+    fn start(dir: &Path, extra: &[&str]) -> Server {
+        // Another process may take the port between our probe and the
+        // server's bind: then the server exits early and we try again.
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let mut child = Command::new(env!("CARGO_BIN_EXE_pmhash"))
+                .arg("serve")
+                .arg("--dir")
+                .arg(dir)
+                .arg("--addr")
+                .arg(format!("127.0.0.1:{port}"))
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn pmhash serve");
+            let stdout = child.stdout.take().unwrap();
+            let (tx, lines) = mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            let want = format!("pmhash serve: listening on 127.0.0.1:{port}");
+            let until = Instant::now() + DEADLINE;
+            loop {
+                let left = until.saturating_duration_since(Instant::now());
+                match lines.recv_timeout(left) {
+                    Ok(line) if line == want => {
+                        return Server { child, port, lines };
+                    }
+                    Ok(line) => last = format!("unexpected stdout line {line:?}"),
+                    Err(RecvTimeoutError::Timeout) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        panic!("pmhash serve did not print {want:?} within {DEADLINE:?} ({last})");
+                    }
+                    Err(RecvTimeoutError::Disconnected) => {
+                        // Exited before listening (port taken?): retry.
+                        let st = child.wait().expect("wait");
+                        last = format!("pmhash serve exited before listening: {st}");
+                        break;
+                    }
+                }
+            }
+        }
+        panic!("could not start pmhash serve: {last}");
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, as a crash would.
+    fn kill9(mut self) {
+        self.child.kill().expect("SIGKILL the server");
+        self.child.wait().expect("reap the server");
+    }
+
+    /// Waits (with the deadline) for the process to exit by itself;
+    /// returns its status and the stdout lines it printed after
+    /// "listening".
+    fn wait_exit(mut self) -> (ExitStatus, Vec<String>) {
+        let until = Instant::now() + DEADLINE;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                break st;
+            }
+            assert!(
+                Instant::now() < until,
+                "pmhash serve did not exit within {DEADLINE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut out = Vec::new();
+        while let Ok(l) = self.lines.recv_timeout(DEADLINE) {
+            out.push(l);
+        }
+        (status, out)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// redis-cli / redis-benchmark
+// ---------------------------------------------------------------------------
+
+/// Runs a Redis tool under `timeout` so a hung client fails the test
+/// instead of hanging it.
+fn tool(prog: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.arg(DEADLINE.as_secs().to_string())
+        .arg(prog)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
+    if let Some(data) = stdin {
+        let mut w = child.stdin.take().unwrap();
+        let data = data.to_vec();
+        std::thread::spawn(move || {
+            let _ = w.write_all(&data);
+        });
+    }
+    let out = child.wait_with_output().expect("wait for the tool");
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "{prog} {args:?} timed out after {DEADLINE:?}"
+    );
+    out
+}
+
+/// `redis-cli -p PORT --no-raw ARGS...`: its stdout (the exit status must
+/// be 0; redis-cli exits 0 on error replies too).
+fn cli(port: u16, args: &[&str]) -> String {
+    let p = port.to_string();
+    let mut all = vec!["-p", &p, "--no-raw"];
+    all.extend_from_slice(args);
+    let out = tool("redis-cli", &all, None);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "redis-cli {all:?} failed ({}): stdout {stdout:?} stderr {:?}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn info_field(port: u16, args: &[&str], field: &str) -> String {
+    let mut a = args.to_vec();
+    a.push("info");
+    let info = cli(port, &a);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("INFO has no {field}: {info}"))
+        .trim_end()
+        .to_string()
+}
+
+// ---------------------------------------------------------------------------
+// A raw RESP client
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, PartialEq)]
+enum V {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Array(Vec<V>),
+    Map(Vec<(V, V)>),
+}
+
+struct Conn {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+fn bad(m: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, m)
+}
+
+impl Conn {
+    fn connect(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to pmhash serve");
+        s.set_read_timeout(Some(DEADLINE)).unwrap();
+        s.set_write_timeout(Some(DEADLINE)).unwrap();
+        s.set_nodelay(true).unwrap();
+        Conn {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    fn encode(buf: &mut Vec<u8>, args: &[&[u8]]) {
+        buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            buf.extend_from_slice(a);
+            buf.extend_from_slice(b"\r\n");
+        }
+    }
+
+    fn send(&mut self, args: &[&[u8]]) -> io::Result<()> {
+        let mut buf = Vec::new();
+        Self::encode(&mut buf, args);
+        self.w.write_all(&buf)
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.w.write_all(bytes)
+    }
+
+    /// One line without its CRLF; EOF is an error.
+    fn line(&mut self) -> io::Result<String> {
+        let mut l = Vec::new();
+        if self.r.read_until(b'\n', &mut l)? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if !l.ends_with(b"\r\n") {
+            return Err(bad(format!("reply line not ended by CRLF: {l:?}")));
+        }
+        l.truncate(l.len() - 2);
+        String::from_utf8(l).map_err(|e| bad(e.to_string()))
+    }
+
+    /// The next reply line exactly as sent (with its CRLF).
+    fn raw_line(&mut self) -> io::Result<String> {
+        Ok(self.line()? + "\r\n")
+    }
+
+    fn read(&mut self) -> io::Result<V> {
+        let l = self.line()?;
+        let (t, rest) = l.split_at(1.min(l.len()));
+        let num = |s: &str| {
+            s.parse::<i64>()
+                .map_err(|_| bad(format!("bad number {l:?}")))
+        };
+        Ok(match t {
+            "+" => V::Simple(rest.into()),
+            "-" => V::Err(rest.into()),
+            ":" => V::Int(num(rest)?),
+            "_" => V::Nil,
+            "$" => match num(rest)? {
+                n if n < 0 => V::Nil,
+                n => {
+                    let mut b = vec![0; n as usize + 2];
+                    self.r.read_exact(&mut b)?;
+                    if !b.ends_with(b"\r\n") {
+                        return Err(bad("bulk not ended by CRLF".into()));
+                    }
+                    b.truncate(n as usize);
+                    V::Bulk(b)
+                }
+            },
+            "*" => match num(rest)? {
+                n if n < 0 => V::Nil,
+                n => V::Array((0..n).map(|_| self.read()).collect::<io::Result<_>>()?),
+            },
+            "%" => V::Map(
+                (0..num(rest)?)
+                    .map(|_| Ok((self.read()?, self.read()?)))
+                    .collect::<io::Result<_>>()?,
+            ),
+            _ => return Err(bad(format!("unexpected reply line {l:?}"))),
+        })
+    }
+
+    fn cmd(&mut self, args: &[&[u8]]) -> V {
+        self.send(args).expect("send a command");
+        self.read().expect("read a reply")
+    }
+}
+
+fn bulk(s: &str) -> V {
+    V::Bulk(s.as_bytes().to_vec())
+}
+
+// ---------------------------------------------------------------------------
+// 2. Conformance through redis-cli
+// ---------------------------------------------------------------------------
+
+#[test]
+fn redis_cli_conformance() {
+    let dir = TempDir::new("conf");
+    let srv = Server::start(dir.path(), &[]);
+    let p = srv.port;
+
+    // (command, exact redis-cli --no-raw stdout). Run in order against one
+    // fresh store; mismatches are collected so one run reports them all.
+    let cases: &[(&[&str], &str)] = &[
+        (&["ping"], "PONG\n"),
+        (&["ping", "hello"], "\"hello\"\n"),
+        (&["echo", "hello world"], "\"hello world\"\n"),
+        (&["dbsize"], "(integer) 0\n"),
+        (&["get", "foo"], "(nil)\n"),
+        (&["set", "foo", "bar"], "OK\n"),
+        (&["get", "foo"], "\"bar\"\n"),
+        (&["set", "empty", ""], "OK\n"),
+        (&["get", "empty"], "\"\"\n"),
+        // NX / XX / GET
+        (&["set", "foo", "baz", "nx"], "(nil)\n"),
+        (&["get", "foo"], "\"bar\"\n"),
+        (&["set", "newk", "n1", "NX"], "OK\n"),
+        (&["set", "absent", "v", "xx"], "(nil)\n"),
+        (&["exists", "absent"], "(integer) 0\n"),
+        (&["set", "foo", "qux", "XX"], "OK\n"),
+        (&["get", "foo"], "\"qux\"\n"),
+        (&["set", "foo", "v2", "get"], "\"qux\"\n"),
+        (&["set", "nokey", "v", "GET"], "(nil)\n"),
+        (&["get", "nokey"], "\"v\"\n"),
+        // Redis 7.0 allows NX with GET: the old value, and no write.
+        (&["set", "foo", "v3", "nx", "get"], "\"v2\"\n"),
+        (&["get", "foo"], "\"v2\"\n"),
+        (&["set", "foo", "v3", "xx", "get"], "\"v2\"\n"),
+        (&["get", "foo"], "\"v3\"\n"),
+        (&["set", "foo", "a", "nx", "xx"], "(error) ERR syntax error\n"),
+        (&["set", "foo", "a", "bogus"], "(error) ERR syntax error\n"),
+        // GETSET
+        (&["getset", "foo", "g"], "\"v3\"\n"),
+        (&["get", "foo"], "\"g\"\n"),
+        (&["getset", "gnew", "x"], "(nil)\n"),
+        (&["get", "gnew"], "\"x\"\n"),
+        // MSET / MGET / EXISTS / DEL counts
+        (&["mset", "m1", "1", "m2", "2", "m3", "3"], "OK\n"),
+        (
+            &["mget", "m1", "missing", "m3"],
+            "1) \"1\"\n2) (nil)\n3) \"3\"\n",
+        ),
+        (
+            &["mset", "m1", "1", "m2"],
+            "(error) ERR wrong number of arguments for 'mset' command\n",
+        ),
+        (&["exists", "m1", "m2", "missing", "m1"], "(integer) 3\n"),
+        (&["del", "m1", "m2", "missing", "m1"], "(integer) 2\n"),
+        (&["exists", "m1", "m2", "m3"], "(integer) 1\n"),
+        (&["del", "m1"], "(integer) 0\n"),
+        // INCR family
+        (&["incr", "counter"], "(integer) 1\n"),
+        (&["incrby", "counter", "41"], "(integer) 42\n"),
+        (&["decr", "counter"], "(integer) 41\n"),
+        (&["decrby", "counter", "50"], "(integer) -9\n"),
+        (&["get", "counter"], "\"-9\"\n"),
+        (
+            &["incr", "foo"],
+            "(error) ERR value is not an integer or out of range\n",
+        ),
+        (
+            &["incrby", "counter", "abc"],
+            "(error) ERR value is not an integer or out of range\n",
+        ),
+        // Redis parses integers strictly (string2ll): no leading zeros, no '+'.
+        (&["set", "num", "010"], "OK\n"),
+        (
+            &["incr", "num"],
+            "(error) ERR value is not an integer or out of range\n",
+        ),
+        (&["set", "num", "+5"], "OK\n"),
+        (
+            &["incr", "num"],
+            "(error) ERR value is not an integer or out of range\n",
+        ),
+        (&["set", "big", "9223372036854775807"], "OK\n"),
+        (
+            &["incr", "big"],
+            "(error) ERR increment or decrement would overflow\n",
+        ),
+        // Arity and unknown commands, worded as Redis 7.0 words them.
+        (
+            &["get"],
+            "(error) ERR wrong number of arguments for 'get' command\n",
+        ),
+        (
+            &["foo", "bar"],
+            "(error) ERR unknown command 'foo', with args beginning with: 'bar' \n",
+        ),
+        (
+            &["nosuchcmd"],
+            "(error) ERR unknown command 'nosuchcmd', with args beginning with: \n",
+        ),
+        (&["select", "0"], "OK\n"),
+        (&["config", "get", "save"], "1) \"save\"\n2) \"\"\n"),
+        // RANGE start end [LIMIT n]: start <= key < end in byte order.
+        (
+            &["mset", "r:a", "1", "r:b", "2", "r:c", "3", "r:B", "0"],
+            "OK\n",
+        ),
+        (
+            &["range", "r:", "r;"],
+            "1) \"r:B\"\n2) \"0\"\n3) \"r:a\"\n4) \"1\"\n5) \"r:b\"\n6) \"2\"\n7) \"r:c\"\n8) \"3\"\n",
+        ),
+        (
+            &["range", "r:a", "r:c"],
+            "1) \"r:a\"\n2) \"1\"\n3) \"r:b\"\n4) \"2\"\n",
+        ),
+        (
+            &["range", "r:a", "+", "LIMIT", "2"],
+            "1) \"r:a\"\n2) \"1\"\n3) \"r:b\"\n4) \"2\"\n",
+        ),
+        (&["range", "r:c", "+"], "1) \"r:c\"\n2) \"3\"\n"),
+        (&["range", "r:d", "+"], "(empty array)\n"),
+        (&["range", "r:c", "r:a"], "(empty array)\n"),
+        // foo empty newk nokey gnew m3 counter num big r:a r:b r:c r:B
+        (&["dbsize"], "(integer) 13\n"),
+    ];
+    let mut diffs = Vec::new();
+    for (args, want) in cases {
+        let got = cli(p, args);
+        if got != *want {
+            diffs.push(format!(
+                "redis-cli {}\n  expected {want:?}\n  actual   {got:?}",
+                args.join(" ")
+            ));
+        }
+    }
+
+    // Expiry is not supported: an error that says so, and no write.
+    let got = cli(p, &["set", "k", "v", "EX", "10"]);
+    if !(got.starts_with("(error) ERR ") && got.to_lowercase().contains("expir")) {
+        diffs.push(format!("SET k v EX 10: want an expiry error, got {got:?}"));
+    }
+    if cli(p, &["exists", "k"]) != "(integer) 0\n" {
+        diffs.push("SET k v EX 10 wrote the key".into());
+    }
+
+    let info = cli(p, &["info"]);
+    if !(info.contains("# Store") && info.contains("redis_version:")) {
+        diffs.push(format!("INFO lacks '# Store' or redis_version: {info:?}"));
+    }
+    assert!(
+        diffs.is_empty(),
+        "{} reply(s) differ from Redis:\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// SCAN
+// ---------------------------------------------------------------------------
+
+#[test]
+fn scan_collects_exactly_the_keys() {
+    let dir = TempDir::new("scan");
+    let srv = Server::start(dir.path(), &[]);
+    let mut c = Conn::connect(srv.port);
+    let mut keys = BTreeSet::new();
+    for i in 0..150 {
+        keys.insert(format!("user:{i}"));
+    }
+    for i in 0..40 {
+        keys.insert(format!("other:{i:03}"));
+    }
+    let mut mset: Vec<&[u8]> = vec![b"MSET"];
+    for k in &keys {
+        mset.push(k.as_bytes());
+        mset.push(b"v");
+    }
+    assert_eq!(c.cmd(&mset), V::Simple("OK".into()));
+    assert_eq!(c.cmd(&[b"DBSIZE"]), V::Int(keys.len() as i64));
+
+    // The server's own iteration, cursor passed back verbatim: every key
+    // exactly once, and the cursor is an unsigned decimal integer (Redis's
+    // contract, which clients rely on).
+    let mut seen = Vec::new();
+    let mut cursor = b"0".to_vec();
+    let mut bad_cursors = BTreeSet::new();
+    for _ in 0..10_000 {
+        let V::Array(mut reply) = c.cmd(&[b"SCAN", &cursor, b"COUNT", b"7"]) else {
+            panic!("SCAN did not answer an array");
+        };
+        assert_eq!(reply.len(), 2, "SCAN reply {reply:?}");
+        let V::Array(batch) = reply.pop().unwrap() else {
+            panic!("SCAN keys not an array")
+        };
+        let V::Bulk(next) = reply.pop().unwrap() else {
+            panic!("SCAN cursor not a bulk")
+        };
+        for k in batch {
+            let V::Bulk(k) = k else {
+                panic!("SCAN key not a bulk")
+            };
+            seen.push(String::from_utf8(k).unwrap());
+        }
+        if std::str::from_utf8(&next)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .is_none()
+        {
+            bad_cursors.insert(String::from_utf8_lossy(&next).into_owned());
+        }
+        if next == b"0" {
+            break;
+        }
+        cursor = next;
+    }
+    seen.sort();
+    let before = seen.len();
+    seen.dedup();
+    assert_eq!(before, seen.len(), "SCAN returned a key twice");
+    assert_eq!(seen, keys.iter().cloned().collect::<Vec<_>>());
+
+    // redis-cli --scan (parses the cursor as an integer, as clients do).
+    let scan = |extra: &[&str]| {
+        let p = srv.port.to_string();
+        let mut a = vec!["-p", &p, "--scan"];
+        a.extend_from_slice(extra);
+        let out = tool("redis-cli", &a, None);
+        let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        got.sort();
+        (out, got)
+    };
+    let (out, got) = scan(&[]);
+    let expect: Vec<String> = keys.iter().cloned().collect();
+    assert!(
+        out.status.success() && got == expect,
+        "redis-cli --scan: expected exit 0 and the {} keys; got {} with {} keys, stderr {:?}; \
+         the server's cursors are not unsigned integers, e.g. {:?}",
+        expect.len(),
+        out.status,
+        got.len(),
+        String::from_utf8_lossy(&out.stderr),
+        bad_cursors.iter().take(3).collect::<Vec<_>>()
+    );
+    let (out, got) = scan(&["--pattern", "user:1*"]);
+    let expect: Vec<String> = keys
+        .iter()
+        .filter(|k| k.starts_with("user:1"))
+        .cloned()
+        .collect();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(got, expect);
+    assert!(
+        bad_cursors.is_empty(),
+        "SCAN cursors must be unsigned decimal integers; got {bad_cursors:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// RESP3 and AUTH
+// ---------------------------------------------------------------------------
+
+#[test]
+fn hello_3_switches_to_resp3() {
+    let dir = TempDir::new("resp3");
+    let srv = Server::start(dir.path(), &[]);
+    let p = srv.port;
+
+    let hello = cli(p, &["-3", "hello", "3"]);
+    assert!(
+        hello.starts_with("1# \"server\" => ") && hello.contains("\"proto\" => (integer) 3\n"),
+        "HELLO 3 is not a RESP3 map with proto 3: {hello:?}"
+    );
+    let hello2 = cli(p, &["hello", "2"]);
+    assert!(
+        hello2.contains(") \"proto\"\n") && hello2.contains(") (integer) 2\n"),
+        "HELLO 2 is not a flat array with proto 2: {hello2:?}"
+    );
+
+    // The wire: nil is $-1 in RESP2 and _ in RESP3; HELLO answers a map.
+    let mut c = Conn::connect(p);
+    c.send(&[b"GET", b"missing"]).unwrap();
+    assert_eq!(c.raw_line().unwrap(), "$-1\r\n");
+    c.send(&[b"HELLO", b"4"]).unwrap();
+    let r = c.read().unwrap();
+    assert!(matches!(&r, V::Err(e) if e.starts_with("NOPROTO")), "{r:?}");
+    let V::Map(m) = c.cmd(&[b"HELLO", b"3"]) else {
+        panic!("HELLO 3 did not answer a RESP3 map")
+    };
+    assert!(m.contains(&(bulk("proto"), V::Int(3))), "{m:?}");
+    c.send(&[b"GET", b"missing"]).unwrap();
+    assert_eq!(c.raw_line().unwrap(), "_\r\n");
+    assert_eq!(c.cmd(&[b"SET", b"k", b"v"]), V::Simple("OK".into()));
+    assert_eq!(
+        c.cmd(&[b"MGET", b"k", b"missing"]),
+        V::Array(vec![bulk("v"), V::Nil])
+    );
+    assert_eq!(cli(p, &["-3", "get", "missing"]), "(nil)\n");
+
+    // Redis 7 answers CONFIG GET with a map under RESP3.
+    assert_eq!(
+        cli(p, &["-3", "config", "get", "save"]),
+        "1# \"save\" => \"\"\n",
+        "CONFIG GET under RESP3 must be a map"
+    );
+}
+
+#[test]
+fn requirepass_needs_auth() {
+    let dir = TempDir::new("auth");
+    let srv = Server::start(dir.path(), &["--requirepass", "s3cret"]);
+    let p = srv.port;
+
+    assert_eq!(
+        cli(p, &["get", "x"]),
+        "(error) NOAUTH Authentication required.\n"
+    );
+    assert_eq!(
+        cli(p, &["set", "x", "1"]),
+        "(error) NOAUTH Authentication required.\n"
+    );
+    assert_eq!(
+        cli(p, &["-a", "s3cret", "--no-auth-warning", "get", "x"]),
+        "(nil)\n",
+        "the unauthenticated SET must not have written"
+    );
+    assert_eq!(
+        cli(p, &["-a", "s3cret", "--no-auth-warning", "set", "x", "1"]),
+        "OK\n"
+    );
+    assert_eq!(
+        cli(p, &["-a", "s3cret", "--no-auth-warning", "get", "x"]),
+        "\"1\"\n"
+    );
+    // A wrong password: redis-cli reports the failed AUTH, then NOAUTH.
+    let pstr = p.to_string();
+    let out = tool(
+        "redis-cli",
+        &[
+            "-p",
+            &pstr,
+            "--no-raw",
+            "-a",
+            "wrong",
+            "--no-auth-warning",
+            "get",
+            "x",
+        ],
+        None,
+    );
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("WRONGPASS invalid username-password pair or user is disabled.")
+            && text.contains("(error) NOAUTH Authentication required."),
+        "{text:?}"
+    );
+
+    // The wire: AUTH, and HELLO 3 AUTH in one step.
+    let mut c = Conn::connect(p);
+    assert_eq!(
+        c.cmd(&[b"PING"]),
+        V::Err("NOAUTH Authentication required.".into())
+    );
+    assert_eq!(c.cmd(&[b"AUTH", b"s3cret"]), V::Simple("OK".into()));
+    assert_eq!(c.cmd(&[b"GET", b"x"]), bulk("1"));
+    let mut c = Conn::connect(p);
+    let r = c.cmd(&[b"HELLO", b"3", b"AUTH", b"default", b"s3cret"]);
+    assert!(matches!(r, V::Map(_)), "{r:?}");
+    assert_eq!(c.cmd(&[b"GET", b"x"]), bulk("1"));
+}
+
+// ---------------------------------------------------------------------------
+// 3. Many clients
+// ---------------------------------------------------------------------------
+
+#[test]
+fn redis_benchmark_many_clients() {
+    let dir = TempDir::new("bench");
+    let srv = Server::start(dir.path(), &[]);
+    let p = srv.port.to_string();
+    for extra in [&["-c", "200"][..], &["-c", "50", "-P", "16"][..]] {
+        let mut args = vec!["-p", &p, "-t", "set,get", "-n", "20000", "-q"];
+        args.extend_from_slice(extra);
+        let out = tool("redis-benchmark", &args, None);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "redis-benchmark {args:?}: {} {text} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for t in ["SET: ", "GET: "] {
+            assert!(
+                text.split(['\r', '\n'])
+                    .any(|l| l.trim_start().starts_with(t) && l.contains(" requests per second")),
+                "redis-benchmark {args:?} printed no {t} rate: {text:?}"
+            );
+        }
+    }
+    let n: i64 = cli(srv.port, &["dbsize"])
+        .trim()
+        .strip_prefix("(integer) ")
+        .expect("DBSIZE integer")
+        .parse()
+        .unwrap();
+    assert!(n > 0, "DBSIZE {n} after redis-benchmark SETs");
+    // Without -r redis-benchmark writes its (random) 3-byte value to one key.
+    let v = Conn::connect(srv.port).cmd(&[b"GET", b"key:__rand_int__"]);
+    assert!(matches!(&v, V::Bulk(b) if b.len() == 3), "{v:?}");
+}
+
+// ---------------------------------------------------------------------------
+// 4. Durability
+// ---------------------------------------------------------------------------
+
+/// The state the clients were told about: key -> Some(value) or None
+/// (deleted), plus the one write that was in flight when the server died
+/// (it may or may not have happened).
+#[derive(Default)]
+struct Expect {
+    state: BTreeMap<String, Option<String>>,
+    in_flight: Option<(String, Option<String>)>,
+}
+
+fn key(round: usize, i: usize) -> String {
+    format!("r{round}:k{i:06}")
+}
+
+/// Writes (SET, DEL, overwrites of earlier rounds' keys) one at a time,
+/// recording each op only once its reply arrived, until the connection
+/// dies. `acked` counts acknowledged ops for the main thread.
+fn writer(port: u16, round: usize, acked: Arc<AtomicUsize>) -> Expect {
+    let mut c = Conn::connect(port);
+    let mut e = Expect::default();
+    for i in 0..1_000_000 {
+        let op: (String, Option<String>) = if i % 10 == 9 {
+            (key(round, i - 5), None)
+        } else if round > 0 && i % 7 == 3 {
+            (
+                key(round - 1, i),
+                Some(format!("over{round}:{i}:{}", "y".repeat(i % 37))),
+            )
+        } else {
+            (
+                key(round, i),
+                Some(format!("v{round}:{i}:{}", "x".repeat(i % 61))),
+            )
+        };
+        let sent = match &op.1 {
+            Some(v) => c.send(&[b"SET", op.0.as_bytes(), v.as_bytes()]),
+            None => c.send(&[b"DEL", op.0.as_bytes()]),
+        };
+        let reply = sent.and_then(|()| c.read());
+        match reply {
+            Ok(V::Simple(s)) if s == "OK" && op.1.is_some() => {}
+            Ok(V::Int(0 | 1)) if op.1.is_none() => {}
+            Ok(other) => panic!("unexpected reply to {op:?}: {other:?}"),
+            Err(_) => {
+                e.in_flight = Some(op);
+                return e;
+            }
+        }
+        e.state.insert(op.0, op.1);
+        acked.fetch_add(1, Ordering::SeqCst);
+    }
+    panic!("the server was never killed");
+}
+
+/// GETs every expected key (pipelined in chunks) and checks it.
+fn verify(port: u16, exp: &mut Expect, what: &str) {
+    let mut c = Conn::connect(port);
+    let keys: Vec<&String> = exp.state.keys().collect();
+    let mut wrong = Vec::new();
+    for chunk in keys.chunks(500) {
+        let mut buf = Vec::new();
+        for k in chunk {
+            Conn::encode(&mut buf, &[b"GET", k.as_bytes()]);
+        }
+        c.send_raw(&buf).unwrap();
+        for k in chunk {
+            let got = match c.read().unwrap() {
+                V::Bulk(b) => Some(String::from_utf8(b).unwrap()),
+                V::Nil => None,
+                other => panic!("GET {k}: {other:?}"),
+            };
+            let acked = &exp.state[*k];
+            let ok =
+                got == *acked || matches!(&exp.in_flight, Some((fk, fv)) if fk == *k && got == *fv);
+            if !ok {
+                wrong.push(format!("{k}: expected {acked:?}, got {got:?}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{what}: {} acknowledged writes lost or wrong, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    // The in-flight op either happened or not; from now on it is whatever
+    // the store recovered.
+    if let Some((k, _)) = exp.in_flight.take() {
+        let got = match c.cmd(&[b"GET", k.as_bytes()]) {
+            V::Bulk(b) => Some(String::from_utf8(b).unwrap()),
+            _ => None,
+        };
+        exp.state.insert(k, got);
+    }
+    let live = exp.state.values().filter(|v| v.is_some()).count() as i64;
+    assert_eq!(c.cmd(&[b"DBSIZE"]), V::Int(live), "{what}: DBSIZE");
+}
+
+#[test]
+fn strict_writes_survive_kill_9() {
+    const N: usize = 2000;
+    let dir = TempDir::new("kill9");
+    let mut exp = Expect::default();
+    for round in 0..3 {
+        let srv = Server::start(dir.path(), &["--durability", "strict"]);
+        let port = srv.port;
+        let acked = Arc::new(AtomicUsize::new(0));
+        let a2 = acked.clone();
+        let w = std::thread::spawn(move || writer(port, round, a2));
+        // Kill while the writer is mid-stream, after N acknowledged ops.
+        let until = Instant::now() + DEADLINE;
+        while acked.load(Ordering::SeqCst) < N {
+            assert!(
+                !w.is_finished() && Instant::now() < until,
+                "round {round}: only {} writes acknowledged",
+                acked.load(Ordering::SeqCst)
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        srv.kill9();
+        let got = w.join().expect("writer thread");
+        assert!(got.state.len() >= N / 2, "round {round}");
+        exp.state.extend(got.state);
+        exp.in_flight = got.in_flight;
+
+        let srv = Server::start(dir.path(), &["--durability", "strict"]);
+        assert_eq!(
+            info_field(srv.port, &[], "store_opened_from"),
+            "log scan",
+            "round {round}: after kill -9 the store must recover from its log"
+        );
+        verify(srv.port, &mut exp, &format!("round {round} after kill -9"));
+        srv.kill9();
+    }
+}
+
+#[test]
+fn clean_shutdown_by_command_and_sigterm() {
+    let dir = TempDir::new("clean");
+    let mut exp = Expect::default();
+    for (round, how) in ["SHUTDOWN", "SIGTERM"].into_iter().enumerate() {
+        let srv = Server::start(dir.path(), &[]);
+        let mut c = Conn::connect(srv.port);
+        for i in 0..300 {
+            let (k, v) = (key(round, i), format!("clean{round}:{i}"));
+            assert_eq!(
+                c.cmd(&[b"SET", k.as_bytes(), v.as_bytes()]),
+                V::Simple("OK".into())
+            );
+            exp.state.insert(k, Some(v));
+        }
+        // `c` stays connected (idle) across the shutdown: the server must
+        // not wait for it to go away.
+        if how == "SHUTDOWN" {
+            let out = tool(
+                "redis-cli",
+                &["-p", &srv.port.to_string(), "shutdown"],
+                None,
+            );
+            assert!(out.status.success(), "redis-cli shutdown: {out:?}");
+        } else {
+            let st = Command::new("kill")
+                .args(["-TERM", &srv.pid().to_string()])
+                .status()
+                .expect("run kill");
+            assert!(st.success());
+        }
+        let (status, lines) = srv.wait_exit();
+        assert!(status.success(), "{how}: pmhash serve exited with {status}");
+        assert_eq!(
+            lines,
+            ["pmhash serve: store closed cleanly"],
+            "{how}: stdout after listening"
+        );
+        // The exit above happened with `c` still open: the server shut its
+        // idle connection down rather than waiting for the client to leave.
+        drop(c);
+
+        let srv = Server::start(dir.path(), &[]);
+        assert_eq!(
+            info_field(srv.port, &[], "store_opened_from"),
+            "image",
+            "{how}: the clean-shutdown image was not used"
+        );
+        verify(srv.port, &mut exp, how);
+        srv.kill9();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 5. Bad input
+// ---------------------------------------------------------------------------
+
+#[test]
+fn protocol_errors_close_only_that_connection() {
+    let dir = TempDir::new("proto");
+    let srv = Server::start(dir.path(), &[]);
+    let mut other = Conn::connect(srv.port);
+    assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+
+    let cases: &[(&[u8], &str)] = &[
+        (
+            b"*1\r\n$99999999999\r\n",
+            "-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"*99999999999\r\n",
+            "-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+        (
+            b"*1\r\n+x\r\n",
+            "-ERR Protocol error: expected '$', got '+'\r\n",
+        ),
+    ];
+    for (bytes, want) in cases {
+        let mut bad = Conn::connect(srv.port);
+        bad.send_raw(bytes).unwrap();
+        // Everything up to EOF: the error, then the server closes.
+        let mut got = Vec::new();
+        bad.r
+            .read_to_end(&mut got)
+            .unwrap_or_else(|e| panic!("{bytes:?}: no EOF after the error: {e}"));
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.starts_with("-ERR Protocol error"), "{bytes:?}: {got:?}");
+        assert_eq!(got, *want, "{bytes:?}");
+        // The connection that was open all along still works.
+        assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    }
+    assert_eq!(
+        Conn::connect(srv.port).cmd(&[b"PING"]),
+        V::Simple("PONG".into())
+    );
+    assert_eq!(cli(srv.port, &["ping"]), "PONG\n");
+}

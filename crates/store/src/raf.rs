@@ -50,7 +50,10 @@ struct Bucket {
 }
 
 pub struct Raf {
-    buckets: Box<[Mutex<Bucket>]>,
+    /// Allocated at first use: 64 MiB of buckets cost an open ~12 ms of
+    /// page faults otherwise.
+    buckets: std::sync::OnceLock<Box<[Mutex<Bucket>]>>,
+    n: usize,
     remote_weight: u32,
     enabled: AtomicBool,
     window: u64,
@@ -87,7 +90,8 @@ impl Raf {
             (bytes / (ITEM_BYTES * WAYS as u64)).max(1)
         };
         Raf {
-            buckets: (0..n).map(|_| Mutex::new(Bucket::default())).collect(),
+            buckets: std::sync::OnceLock::new(),
+            n: n as usize,
             remote_weight: (LOCAL_WEIGHT as f64 * remote_ratio.max(1.0)).round() as u32,
             enabled: AtomicBool::new(n > 0),
             window: window.max(1024),
@@ -103,7 +107,7 @@ impl Raf {
     }
 
     pub fn exists(&self) -> bool {
-        !self.buckets.is_empty()
+        self.n > 0
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -111,13 +115,18 @@ impl Raf {
     }
 
     pub fn capacity_items(&self) -> u64 {
-        self.buckets.len() as u64 * WAYS as u64
+        self.n as u64 * WAYS as u64
+    }
+
+    fn table(&self) -> &[Mutex<Bucket>] {
+        self.buckets
+            .get_or_init(|| (0..self.n).map(|_| Mutex::new(Bucket::default())).collect())
     }
 
     #[inline]
     fn bucket(&self, hash: u64) -> &Mutex<Bucket> {
-        let i = ((hash as u32 as u64) * self.buckets.len() as u64) >> 32;
-        &self.buckets[i as usize]
+        let i = ((hash as u32 as u64) * self.n as u64) >> 32;
+        &self.table()[i as usize]
     }
 
     fn weight(&self, item_node: u32, here: u32) -> u32 {
@@ -295,11 +304,14 @@ impl Raf {
 
     /// The "similar TF in every bucket" signal, over a sample of buckets.
     fn uniform(&self) -> bool {
-        let n = self.buckets.len();
+        let n = self.n;
+        let Some(buckets) = self.buckets.get() else {
+            return false;
+        };
         let mut full = 0;
         for k in 0..64usize {
             let i = k.wrapping_mul(0x9e37_79b9) % n;
-            let Ok(b) = self.buckets[i].try_lock() else {
+            let Ok(b) = buckets[i].try_lock() else {
                 continue;
             };
             let tfs: Vec<u16> = b.items.iter().flatten().map(|it| it.tf).collect();

@@ -15,7 +15,6 @@
 //! - **Latency injection.** `remote_latency_ns` > 0 adds a busy wait to each
 //!   remote access, a stand-in for the ~1.6× remote PM latency of the paper.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use engine::sync::{thread_index, Counter};
@@ -90,8 +89,6 @@ thread_local! {
     static FORCED: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
     static CPU_CACHE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((0, 0)) };
 }
-
-static NEXT_PIN: AtomicUsize = AtomicUsize::new(0);
 
 impl Numa {
     pub fn new(nodes: u32, emulate: Option<u32>, remote_latency_ns: u64) -> Numa {
@@ -238,7 +235,6 @@ impl Numa {
                 libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
             }
         }
-        NEXT_PIN.fetch_add(1, Ordering::Relaxed);
     }
 
     /// `(local_reads, remote_reads, local_writes, remote_writes)`.

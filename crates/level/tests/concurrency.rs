@@ -277,6 +277,8 @@ fn readers_during_resizes(writers: usize, readers: usize) {
         &cfg(1, writers + readers),
     );
     const STABLE: u64 = 300;
+    const N: u64 = 15_000;
+    const CHECKPOINT: u64 = 500;
     let stable: Vec<u64> = (0..STABLE).map(|i| fmix(i + 7) | 1).collect();
     // Value = key-derived high half | a 16-bit version.
     let val = |k: u64, c: u64| (fmix(k) & !0xffff) | (c & 0xffff);
@@ -290,7 +292,6 @@ fn readers_during_resizes(writers: usize, readers: usize) {
         for r in 0..readers {
             let (e, stable, done, reads) = (&e, &stable, &done, &reads);
             s.spawn(move || {
-                let mut n = 0u64;
                 let mut i = r;
                 while !done.load(Ordering::Acquire) {
                     let k = stable[i % stable.len()];
@@ -303,18 +304,33 @@ fn readers_during_resizes(writers: usize, readers: usize) {
                         ),
                     }
                     i += 7;
-                    n += 1;
+                    reads.fetch_add(1, Ordering::Relaxed);
                 }
-                reads.fetch_add(n, Ordering::Relaxed);
             });
         }
         let ws: Vec<_> = (0..writers as u64)
             .map(|t| {
-                let (e, stable) = (&e, &stable);
+                let (e, stable, reads) = (&e, &stable, &reads);
                 s.spawn(move || {
                     let fresh = |i: u64| fmix((t << 32) | i) & !1; // even: never a stable key
-                    const N: u64 = 15_000;
+                                                                   // Every CHECKPOINT operations writer 0 waits for a
+                                                                   // read, so reads interleave with the whole resize
+                                                                   // sequence however the threads are scheduled.
+                    let wait_for_a_read = || {
+                        if t == 0 {
+                            let seen = reads.load(Ordering::Relaxed);
+                            let t0 = std::time::Instant::now();
+                            while reads.load(Ordering::Relaxed) == seen
+                                && t0.elapsed() < std::time::Duration::from_secs(10)
+                            {
+                                std::thread::yield_now();
+                            }
+                        }
+                    };
                     for i in 0..N {
+                        if i % CHECKPOINT == 0 {
+                            wait_for_a_read();
+                        }
                         assert!(e.insert(fresh(i), i).unwrap());
                         if i % 16 == 0 {
                             // Writers also update stable keys (log-free and
@@ -324,6 +340,9 @@ fn readers_during_resizes(writers: usize, readers: usize) {
                         }
                     }
                     for i in 0..N {
+                        if i % CHECKPOINT == 0 {
+                            wait_for_a_read();
+                        }
                         assert!(e.remove(fresh(i)).unwrap());
                     }
                 })
@@ -338,7 +357,12 @@ fn readers_during_resizes(writers: usize, readers: usize) {
     let shr = detail_u(&e, "shrinks");
     assert!(exp >= 5, "only {exp} expansions ran under the readers");
     assert!(shr >= 3, "only {shr} shrinks ran under the readers");
-    assert!(reads.load(Ordering::Relaxed) > 1000);
+    // Each of writer 0's checkpoints waited for at least one more read.
+    let reads = reads.load(Ordering::Relaxed);
+    assert!(
+        reads >= 2 * N / CHECKPOINT,
+        "only {reads} reads ran under the writers"
+    );
     assert_eq!(e.len(), STABLE);
     let r = e.check().unwrap();
     assert_eq!(r.keys, STABLE);

@@ -117,8 +117,17 @@ impl Stripes {
         }
     }
 
+    #[inline]
+    fn index(&self, hash: u64) -> usize {
+        (hash >> 32) as usize & (self.locks.len() - 1)
+    }
+
     pub fn lock(&self, hash: u64) -> StripeGuard<'_> {
-        let lock = &self.locks[(hash >> 32) as usize & (self.locks.len() - 1)];
+        self.lock_index(self.index(hash))
+    }
+
+    fn lock_index(&self, i: usize) -> StripeGuard<'_> {
+        let lock = &self.locks[i];
         while lock
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
@@ -128,6 +137,15 @@ impl Stripes {
             }
         }
         StripeGuard { lock }
+    }
+
+    /// Holds the stripes of all `hashes` (each once), taken in stripe
+    /// order so that two callers can never deadlock.
+    pub fn lock_all(&self, hashes: impl Iterator<Item = u64>) -> Vec<StripeGuard<'_>> {
+        let mut idx: Vec<usize> = hashes.map(|h| self.index(h)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| self.lock_index(i)).collect()
     }
 
     pub fn bytes(&self) -> u64 {

@@ -55,8 +55,8 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:6379")]
     addr: String,
-    /// Threads for crash recovery at open (0: all CPUs). Clients get a
-    /// thread each.
+    /// Event-loop threads serving the clients, and threads for crash
+    /// recovery at open (0: one per CPU).
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// strict (a write is durable when acknowledged) or relaxed.
@@ -138,6 +138,7 @@ fn serve_cmd(args: &ServeArgs) -> Result<ExitCode, String> {
     let cfg = server::Config {
         addr: args.addr.clone(),
         requirepass: args.requirepass.clone(),
+        threads: args.threads,
     };
     server::install_signal_handlers();
     let srv = server::Server::start(st, cfg)

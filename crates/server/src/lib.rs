@@ -1,9 +1,9 @@
 //! `pmhash serve`: the store behind the Redis protocol (RESP2, and RESP3
 //! after `HELLO 3`).
 //!
-//! - **Connections.** One thread per connection; requests are read and
-//!   answered in order. Replies are flushed when no pipelined request is
-//!   left in the input buffer, so a pipeline costs one write.
+//! - **Connections.** A few event-loop threads ([`net`]), each serving
+//!   many connections; a connection's requests are answered in order, and
+//!   a pipeline that arrives together is answered with one write.
 //! - **Atomic commands.** Every write takes a per-key lock (stripes by key
 //!   hash), so `SET NX/XX/GET`, `GETSET` and `INCR` are atomic with respect
 //!   to every other write of the key. `MSET` sets its keys one after
@@ -16,17 +16,17 @@
 //! - **Shutdown.** `SHUTDOWN`, SIGTERM or SIGINT stop accepting, close every
 //!   connection and close the store cleanly (the next open is instant).
 
+mod net;
 pub mod resp;
 
 use std::collections::HashMap;
-use std::io::{BufReader, BufWriter, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
-use resp::{ReadError, Reply};
+pub use net::MAX_CLIENTS;
+use resp::Reply;
 use store::Store;
 
 /// Server settings.
@@ -35,6 +35,8 @@ pub struct Config {
     pub addr: String,
     /// Clients must `AUTH` with this before any other command.
     pub requirepass: Option<String>,
+    /// Event-loop threads (0: one per CPU).
+    pub threads: usize,
 }
 
 impl Default for Config {
@@ -42,6 +44,7 @@ impl Default for Config {
         Config {
             addr: "127.0.0.1:6379".into(),
             requirepass: None,
+            threads: 0,
         }
     }
 }
@@ -71,7 +74,6 @@ struct Shared {
     cfg: Config,
     stop: AtomicBool,
     locks: Box<[Mutex<()>]>,
-    conns: Mutex<HashMap<u64, TcpStream>>,
     cursors: Mutex<Cursors>,
     next_id: AtomicU64,
     clients: AtomicU64,
@@ -83,7 +85,7 @@ struct Shared {
 pub struct Server {
     shared: Arc<Shared>,
     addr: SocketAddr,
-    accept: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Server {
@@ -92,27 +94,60 @@ impl Server {
         let listener = TcpListener::bind(&cfg.addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let n = match cfg.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
         let shared = Arc::new(Shared {
             store,
             cfg,
             stop: AtomicBool::new(false),
             locks: (0..1024).map(|_| Mutex::new(())).collect(),
-            conns: Mutex::new(HashMap::new()),
             cursors: Mutex::new(Cursors::default()),
             next_id: AtomicU64::new(1),
             clients: AtomicU64::new(0),
             commands: AtomicU64::new(0),
             started: std::time::Instant::now(),
         });
-        let sh = shared.clone();
-        let accept = std::thread::Builder::new()
-            .name("pmhash-accept".into())
-            .spawn(move || accept_loop(sh, listener))?;
-        Ok(Server {
-            shared,
+        let mut srv = Server {
+            shared: shared.clone(),
             addr,
-            accept: Some(accept),
-        })
+            threads: Vec::new(),
+        };
+        let mut mailboxes = Vec::new();
+        for i in 0..n {
+            let (mailbox, poll) = match net::new_worker() {
+                Ok(w) => w,
+                Err(e) => {
+                    srv.halt();
+                    return Err(e);
+                }
+            };
+            let (sh, mb) = (shared.clone(), mailbox.clone());
+            match std::thread::Builder::new()
+                .name(format!("pmhash-worker-{i}"))
+                .spawn(move || net::worker_loop(&sh, &mb, poll))
+            {
+                Ok(h) => srv.threads.push(h),
+                Err(e) => {
+                    srv.halt();
+                    return Err(e);
+                }
+            }
+            mailboxes.push(mailbox);
+        }
+        let sh = shared.clone();
+        match std::thread::Builder::new()
+            .name("pmhash-accept".into())
+            .spawn(move || net::accept_loop(&sh, listener, &mailboxes))
+        {
+            Ok(h) => srv.threads.insert(0, h),
+            Err(e) => {
+                srv.halt();
+                return Err(e);
+            }
+        }
+        Ok(srv)
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -122,10 +157,11 @@ impl Server {
     /// Blocks until `SHUTDOWN`, a signal, or [`stop`](Self::stop); then
     /// closes every connection and the store cleanly.
     pub fn wait(mut self) -> engine::Result<()> {
-        if let Some(h) = self.accept.take() {
+        // The acceptor returns first (it wakes every worker as it goes).
+        for h in self.threads.drain(..) {
             let _ = h.join();
         }
-        self.finish()
+        self.shared.store.close()
     }
 
     /// Asks the server to stop (as `SHUTDOWN` does) and waits for it.
@@ -134,15 +170,12 @@ impl Server {
         self.wait()
     }
 
-    fn finish(&self) -> engine::Result<()> {
-        for (_, c) in self.shared.conns.lock().expect("conns").drain() {
-            let _ = c.shutdown(std::net::Shutdown::Both);
+    /// Stops the threads a failed start had already made.
+    fn halt(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for h in self.threads.drain(..) {
+            let _ = h.join();
         }
-        // Wait for connection threads to leave the store.
-        while self.shared.clients.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        self.shared.store.close()
     }
 }
 
@@ -150,90 +183,28 @@ fn stopping(sh: &Shared) -> bool {
     sh.stop.load(Ordering::SeqCst) || SIGNALED.load(Ordering::SeqCst)
 }
 
-fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
-    loop {
-        if stopping(&sh) {
-            sh.stop.store(true, Ordering::SeqCst);
-            return;
-        }
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
-                let _ = stream.set_nodelay(true);
-                let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
-                if let Ok(c) = stream.try_clone() {
-                    sh.conns.lock().expect("conns").insert(id, c);
-                }
-                sh.clients.fetch_add(1, Ordering::SeqCst);
-                let sh2 = sh.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("pmhash-client".into())
-                    .spawn(move || {
-                        serve_client(&sh2, stream);
-                        sh2.conns.lock().expect("conns").remove(&id);
-                        sh2.clients.fetch_sub(1, Ordering::SeqCst);
-                    });
-                if spawned.is_err() {
-                    sh.conns.lock().expect("conns").remove(&id);
-                    sh.clients.fetch_sub(1, Ordering::SeqCst);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-}
-
 /// Per-connection state.
 struct Client {
     resp3: bool,
     authed: bool,
     name: Vec<u8>,
+    id: u64,
+}
+
+impl Client {
+    fn new(sh: &Shared) -> Client {
+        Client {
+            resp3: false,
+            authed: sh.cfg.requirepass.is_none(),
+            name: Vec::new(),
+            id: sh.next_id.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 enum After {
     Continue,
     Close,
-}
-
-fn serve_client(sh: &Shared, stream: TcpStream) {
-    let Ok(wstream) = stream.try_clone() else {
-        return;
-    };
-    let mut r = BufReader::with_capacity(64 << 10, stream);
-    let mut w = BufWriter::with_capacity(64 << 10, wstream);
-    let mut c = Client {
-        resp3: false,
-        authed: sh.cfg.requirepass.is_none(),
-        name: Vec::new(),
-    };
-    loop {
-        let args = match resp::read_request(&mut r) {
-            Ok(a) => a,
-            Err(ReadError::Protocol(m)) => {
-                let _ = Reply::err(format!("Protocol error: {m}")).write(&mut w, c.resp3);
-                let _ = w.flush();
-                return;
-            }
-            Err(_) => return,
-        };
-        if args.is_empty() {
-            continue;
-        }
-        sh.commands.fetch_add(1, Ordering::Relaxed);
-        let (reply, after) = dispatch(sh, &mut c, &args);
-        if let Some(reply) = reply {
-            if reply.write(&mut w, c.resp3).is_err() {
-                return;
-            }
-        }
-        if matches!(after, After::Close) || (r.buffer().is_empty() && w.flush().is_err()) {
-            let _ = w.flush();
-            return;
-        }
-    }
 }
 
 fn upper(a: &[u8]) -> String {
@@ -251,11 +222,30 @@ fn store_err(e: engine::Error) -> Reply {
     Reply::err(e.to_string())
 }
 
+fn stripe(sh: &Shared, key: &[u8]) -> usize {
+    (store::layout::key_hash(key) >> 40) as usize % sh.locks.len()
+}
+
 fn lock<'a>(sh: &'a Shared, key: &[u8]) -> std::sync::MutexGuard<'a, ()> {
-    let h = store::layout::key_hash(key);
-    sh.locks[(h >> 40) as usize % sh.locks.len()]
-        .lock()
-        .expect("key lock")
+    sh.locks[stripe(sh, key)].lock().expect("key lock")
+}
+
+/// Plain `SET key value` of every pair, as one store batch (one fence for
+/// all). Every key's lock is held through the batch (taken in stripe
+/// order: no deadlock). Returns how many pairs (a prefix) were set and,
+/// if the batch stopped, the error for the rest.
+fn set_batch(sh: &Shared, pairs: &[(&[u8], &[u8])]) -> (usize, Option<Reply>) {
+    let mut stripes: Vec<usize> = pairs.iter().map(|(k, _)| stripe(sh, k)).collect();
+    stripes.sort_unstable();
+    stripes.dedup();
+    let _held: Vec<_> = stripes
+        .iter()
+        .map(|&i| sh.locks[i].lock().expect("key lock"))
+        .collect();
+    match sh.store.put_batch(pairs) {
+        Ok(()) => (pairs.len(), None),
+        Err(e) => (e.done, Some(store_err(e.error))),
+    }
 }
 
 fn get(sh: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
@@ -355,13 +345,14 @@ fn dispatch(sh: &Shared, c: &mut Client, args: &[Vec<u8>]) -> (Option<Reply>, Af
                 .collect(),
         ),
         "MSET" if n >= 3 && n % 2 == 1 => {
-            for kv in args[1..].chunks(2) {
-                let _l = lock(sh, &kv[0]);
-                if let Err(e) = sh.store.put(&kv[0], &kv[1]) {
-                    return (Some(store_err(e)), After::Continue);
-                }
+            let pairs: Vec<(&[u8], &[u8])> = args[1..]
+                .chunks(2)
+                .map(|kv| (&kv[0][..], &kv[1][..]))
+                .collect();
+            match set_batch(sh, &pairs) {
+                (_, Some(err)) => err,
+                (_, None) => Reply::Ok,
             }
-            Reply::Ok
         }
         "INCR" | "DECR" if n == 2 => incr_by(sh, &args[1], if cmd == "INCR" { 1 } else { -1 }),
         "INCRBY" | "DECRBY" if n == 3 => match parse_i64(&args[2]) {
@@ -409,7 +400,7 @@ fn dispatch(sh: &Shared, c: &mut Client, args: &[Vec<u8>]) -> (Option<Reply>, Af
                 }
             }
             "SETINFO" => Reply::Ok,
-            "ID" => Reply::Int(0),
+            "ID" => Reply::Int(c.id as i64),
             _ => Reply::err("unsupported CLIENT subcommand"),
         },
         "SHUTDOWN" => {
@@ -479,7 +470,7 @@ fn hello(sh: &Shared, c: &mut Client, args: &[Vec<u8>]) -> Reply {
         (s("server"), s("pmhash")),
         (s("version"), s(env!("CARGO_PKG_VERSION"))),
         (s("proto"), Reply::Int(proto)),
-        (s("id"), Reply::Int(0)),
+        (s("id"), Reply::Int(c.id as i64)),
         (s("mode"), s("standalone")),
         (s("role"), s("master")),
         (s("modules"), Reply::Array(Vec::new())),

@@ -1,12 +1,13 @@
 //! RESP2/RESP3 framing with hard limits.
 //!
 //! A request is an array of bulk strings (`*N\r\n$L\r\n...`) or an inline
-//! command (one line of words). Lengths are checked against the limits
-//! before anything is allocated, so a length bomb is an error, not an
-//! allocation; any framing error ends the connection (the server keeps
-//! serving the others).
+//! command (one line of words). [`Parser`] takes bytes as they arrive from a
+//! non-blocking socket and hands out whole requests. Lengths are checked
+//! against the limits before anything is allocated, so a length bomb is an
+//! error, not an allocation; any framing error ends the connection (the
+//! server keeps serving the others).
 
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
 
 /// Most arguments in one request.
 pub const MAX_ARGS: usize = 1 << 20;
@@ -14,108 +15,121 @@ pub const MAX_ARGS: usize = 1 << 20;
 pub const MAX_BULK: usize = (1 << 20) + 4096;
 /// Longest inline command or header line.
 pub const MAX_LINE: usize = 64 << 10;
+/// Most bytes one request may hold (its arguments plus 32 bytes of
+/// bookkeeping each), so that a request of many large arguments cannot
+/// take the server's memory.
+pub const MAX_REQUEST: usize = 64 << 20;
 
-#[derive(Debug)]
-pub enum ReadError {
-    /// The peer closed the connection between requests.
-    Closed,
-    /// Broken framing or a limit exceeded: reply with this, then close.
-    Protocol(String),
-    Io(io::Error),
+/// A request's arguments, the command name first.
+pub type Request = Vec<Vec<u8>>;
+
+/// Broken framing or a limit exceeded: reply with this, then close.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ProtocolError(pub String);
+
+/// Where an unfinished request stands between two calls of
+/// [`Parser::next`].
+#[derive(Default)]
+pub struct Parser {
+    args: Vec<Vec<u8>>,
+    /// Arguments of the current multibulk still to come (0: between
+    /// requests).
+    want: usize,
+    bytes: usize,
 }
 
-impl From<io::Error> for ReadError {
-    fn from(e: io::Error) -> Self {
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            ReadError::Closed
-        } else {
-            ReadError::Io(e)
+/// One line (without its `\r\n` or `\n`) and the bytes it took, or `None`
+/// when its end has not arrived yet.
+fn line(buf: &[u8]) -> Result<Option<(&[u8], usize)>, ProtocolError> {
+    match buf.iter().position(|&b| b == b'\n') {
+        Some(i) => {
+            let l = &buf[..i];
+            Ok(Some((l.strip_suffix(b"\r").unwrap_or(l), i + 1)))
         }
+        None if buf.len() > MAX_LINE => Err(ProtocolError("line too long".into())),
+        None => Ok(None),
     }
 }
 
-fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> Result<usize, ReadError> {
-    buf.clear();
-    loop {
-        let avail = r.fill_buf()?;
-        if avail.is_empty() {
-            return if buf.is_empty() {
-                Err(ReadError::Closed)
-            } else {
-                Err(ReadError::Protocol("unexpected end of stream".into()))
-            };
-        }
-        match avail.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                buf.extend_from_slice(&avail[..i]);
-                r.consume(i + 1);
-                if buf.last() == Some(&b'\r') {
-                    buf.pop();
-                }
-                return Ok(buf.len());
-            }
-            None => {
-                let n = avail.len();
-                buf.extend_from_slice(avail);
-                r.consume(n);
-                if buf.len() > MAX_LINE {
-                    return Err(ReadError::Protocol("line too long".into()));
-                }
-            }
-        }
-    }
-}
-
-fn parse_len(line: &[u8], what: &str, max: usize) -> Result<Option<usize>, ReadError> {
-    let s = std::str::from_utf8(line)
-        .map_err(|_| ReadError::Protocol(format!("invalid {what} length")))?;
-    let n: i64 = s
+fn parse_len(line: &[u8], what: &str, max: usize) -> Result<Option<usize>, ProtocolError> {
+    let bad = || ProtocolError(format!("invalid {what} length"));
+    let n: i64 = std::str::from_utf8(line)
+        .map_err(|_| bad())?
         .parse()
-        .map_err(|_| ReadError::Protocol(format!("invalid {what} length")))?;
+        .map_err(|_| bad())?;
     if n < 0 {
         return Ok(None);
     }
     if n as u64 > max as u64 {
-        return Err(ReadError::Protocol(format!("invalid {what} length")));
+        return Err(bad());
     }
     Ok(Some(n as usize))
 }
 
-/// Reads one request; `Ok(vec![])` for an empty inline line.
-pub fn read_request<R: BufRead>(r: &mut R) -> Result<Vec<Vec<u8>>, ReadError> {
-    let mut line = Vec::new();
-    read_line(r, &mut line)?;
-    if line.first() != Some(&b'*') {
-        // Inline command: words split on spaces.
-        return Ok(line
-            .split(|&b| b == b' ' || b == b'\t')
-            .filter(|w| !w.is_empty())
-            .map(|w| w.to_vec())
-            .collect());
-    }
-    let Some(n) = parse_len(&line[1..], "multibulk", MAX_ARGS)? else {
-        return Ok(Vec::new());
-    };
-    let mut args = Vec::with_capacity(n.min(1024));
-    for _ in 0..n {
-        read_line(r, &mut line)?;
-        if line.first() != Some(&b'$') {
-            return Err(ReadError::Protocol(format!(
-                "expected '$', got '{}'",
-                line.first().map_or(' ', |&b| b as char)
-            )));
+impl Parser {
+    /// Parses from `buf`, the bytes received and not yet consumed. Returns
+    /// how many bytes it consumed and, once a request is whole, the
+    /// request (empty for an empty line or `*0`). A part of a request that
+    /// has arrived is consumed and kept here; call again with more bytes.
+    pub fn next(&mut self, buf: &[u8]) -> Result<(usize, Option<Request>), ProtocolError> {
+        let mut at = 0;
+        if self.want == 0 {
+            let Some((l, n)) = line(buf)? else {
+                return Ok((0, None));
+            };
+            at = n;
+            if l.first() != Some(&b'*') {
+                // Inline command: words split on spaces and tabs.
+                let words = l
+                    .split(|&b| b == b' ' || b == b'\t')
+                    .filter(|w| !w.is_empty())
+                    .map(|w| w.to_vec())
+                    .collect();
+                return Ok((at, Some(words)));
+            }
+            match parse_len(&l[1..], "multibulk", MAX_ARGS)? {
+                None | Some(0) => return Ok((at, Some(Vec::new()))),
+                Some(n) => {
+                    self.want = n;
+                    self.args = Vec::with_capacity(n.min(1024));
+                    self.bytes = 0;
+                }
+            }
         }
-        let len = parse_len(&line[1..], "bulk", MAX_BULK)?
-            .ok_or_else(|| ReadError::Protocol("invalid bulk length".into()))?;
-        let mut data = vec![0u8; len + 2];
-        r.read_exact(&mut data)?;
-        if &data[len..] != b"\r\n" {
-            return Err(ReadError::Protocol("bulk string not ended by CRLF".into()));
+        while self.want > 0 {
+            let Some((l, n)) = line(&buf[at..])? else {
+                break;
+            };
+            if l.first() != Some(&b'$') {
+                return Err(ProtocolError(format!(
+                    "expected '$', got '{}'",
+                    l.first().map_or(' ', |&b| b as char)
+                )));
+            }
+            let len = parse_len(&l[1..], "bulk", MAX_BULK)?
+                .ok_or_else(|| ProtocolError("invalid bulk length".into()))?;
+            self.bytes += len + 32;
+            if self.bytes > MAX_REQUEST {
+                return Err(ProtocolError("request too large".into()));
+            }
+            let body = at + n;
+            if buf.len() < body + len + 2 {
+                // Wait for the whole string; its header is read again then.
+                self.bytes -= len + 32;
+                break;
+            }
+            if &buf[body + len..body + len + 2] != b"\r\n" {
+                return Err(ProtocolError("bulk string not ended by CRLF".into()));
+            }
+            self.args.push(buf[body..body + len].to_vec());
+            at = body + len + 2;
+            self.want -= 1;
         }
-        data.truncate(len);
-        args.push(data);
+        if self.want == 0 {
+            return Ok((at, Some(std::mem::take(&mut self.args))));
+        }
+        Ok((at, None))
     }
-    Ok(args)
 }
 
 /// A reply, encoded for RESP2 or RESP3.
@@ -186,8 +200,31 @@ impl Reply {
 mod tests {
     use super::*;
 
-    fn parse(b: &[u8]) -> Result<Vec<Vec<u8>>, ReadError> {
-        read_request(&mut std::io::BufReader::new(b))
+    /// Feeds `b` in pieces of `step` bytes; returns the requests.
+    fn parse_in_steps(b: &[u8], step: usize) -> Result<Vec<Vec<Vec<u8>>>, ProtocolError> {
+        let mut p = Parser::default();
+        let (mut got, mut pending, mut fed) = (Vec::new(), Vec::new(), 0);
+        loop {
+            let (n, req) = p.next(&pending)?;
+            pending.drain(..n);
+            match req {
+                Some(r) => got.push(r),
+                None if fed == b.len() => return Ok(got),
+                None => {
+                    let m = step.min(b.len() - fed);
+                    pending.extend_from_slice(&b[fed..fed + m]);
+                    fed += m;
+                }
+            }
+        }
+    }
+
+    fn parse(b: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
+        let mut p = Parser::default();
+        match p.next(b)? {
+            (_, Some(r)) => Ok(r),
+            (_, None) => Err(ProtocolError("incomplete".into())),
+        }
     }
 
     #[test]
@@ -201,24 +238,72 @@ mod tests {
     }
 
     #[test]
+    fn requests_split_anywhere_parse_the_same() {
+        let mut wire = Vec::new();
+        let mut want = Vec::new();
+        for i in 0..50u32 {
+            let v = vec![b'a' + (i % 26) as u8; (i as usize * 37) % 300];
+            wire.extend_from_slice(
+                format!("*3\r\n$3\r\nSET\r\n$2\r\nk{}\r\n${}\r\n", i % 10, v.len()).as_bytes(),
+            );
+            wire.extend_from_slice(&v);
+            wire.extend_from_slice(b"\r\n");
+            want.push(vec![
+                b"SET".to_vec(),
+                format!("k{}", i % 10).into_bytes(),
+                v,
+            ]);
+            wire.extend_from_slice(b"PING\r\n");
+            want.push(vec![b"PING".to_vec()]);
+        }
+        for step in [1, 2, 3, 7, 64, 1000, wire.len()] {
+            assert_eq!(parse_in_steps(&wire, step).unwrap(), want, "step {step}");
+        }
+    }
+
+    #[test]
+    fn incomplete_requests_wait_for_more() {
+        let mut p = Parser::default();
+        assert_eq!(p.next(b"*2\r\n$3\r\nGE").unwrap(), (4, None));
+        // The first bulk is not whole: its header is not consumed.
+        assert_eq!(p.next(b"$3\r\nGE").unwrap(), (0, None));
+        assert_eq!(p.next(b"$3\r\nGET\r\n$1").unwrap(), (9, None));
+        assert_eq!(
+            p.next(b"$1\r\nk\r\n").unwrap(),
+            (7, Some(vec![b"GET".to_vec(), b"k".to_vec()]))
+        );
+        assert_eq!(p.next(b"").unwrap(), (0, None));
+    }
+
+    #[test]
     fn length_bombs_are_errors_not_allocations() {
-        assert!(matches!(
-            parse(b"*99999999999\r\n"),
-            Err(ReadError::Protocol(_))
-        ));
-        assert!(matches!(
-            parse(b"*1\r\n$1099511627776\r\n"),
-            Err(ReadError::Protocol(_))
-        ));
-        assert!(matches!(
-            parse(b"*1\r\n+x\r\n"),
-            Err(ReadError::Protocol(_))
-        ));
-        assert!(matches!(
-            parse(b"*1\r\n$3\r\nabcd\r\n"),
-            Err(ReadError::Protocol(_))
-        ));
-        assert!(matches!(parse(b""), Err(ReadError::Closed)));
+        assert!(parse(b"*99999999999\r\n").is_err());
+        assert!(parse(b"*1\r\n$1099511627776\r\n").is_err());
+        assert!(parse(b"*1\r\n+x\r\n").is_err());
+        assert!(parse(b"*1\r\n$3\r\nabcd\r\n").is_err());
+        assert!(parse(&vec![b'x'; MAX_LINE + 1]).is_err());
+        // Many large arguments: refused once the request passes MAX_REQUEST,
+        // long before the arguments arrive.
+        let mut p = Parser::default();
+        let mut wire = b"*1000\r\n".to_vec();
+        let mut refused = false;
+        for _ in 0..1000 {
+            let mut hdr = format!("${}\r\n", MAX_BULK).into_bytes();
+            hdr.resize(hdr.len() + MAX_BULK, b'v');
+            hdr.extend_from_slice(b"\r\n");
+            wire.extend_from_slice(&hdr);
+            match p.next(&wire) {
+                Ok((n, None)) => {
+                    wire.drain(..n);
+                }
+                Ok((_, Some(_))) => panic!("a request over MAX_REQUEST was accepted"),
+                Err(_) => {
+                    refused = true;
+                    break;
+                }
+            }
+        }
+        assert!(refused);
     }
 
     #[test]

@@ -21,12 +21,17 @@ fn options() -> Options {
 }
 
 fn start(dir: &TempDir, pass: Option<&str>) -> Server {
+    start_with(dir, pass, 2)
+}
+
+fn start_with(dir: &TempDir, pass: Option<&str>, threads: usize) -> Server {
     let st = Store::open(dir.path(), options()).expect("store opens");
     Server::start(
         st,
         Config {
             addr: "127.0.0.1:0".into(),
             requirepass: pass.map(String::from),
+            threads,
         },
     )
     .expect("server starts")
@@ -291,6 +296,99 @@ fn pipelines_are_answered_in_order() {
         assert_eq!(c.read(), b(&format!("p{i}")));
     }
     assert_eq!(c.read(), V::Simple("PONG".into()));
+    srv.stop().unwrap();
+}
+
+/// Back-to-back SETs are committed as one store batch; replies and
+/// effects must still follow request order, with repeated keys, other
+/// commands and MSET in between, and survive a reopen.
+#[test]
+fn pipelined_sets_keep_request_order() {
+    let dir = TempDir::new("srv", "setbatch");
+    let srv = start(&dir, None);
+    let mut c = Client::new(srv.addr());
+    let mut wire = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..300u32 {
+        let k = format!("k{}", i % 7);
+        let v = format!("v{i}");
+        wire.extend(Client::encode(&[b"SET", k.as_bytes(), v.as_bytes()]));
+        want.push(ok());
+        if i % 5 == 0 {
+            wire.extend(Client::encode(&[b"GET", k.as_bytes()]));
+            want.push(b(&v));
+        }
+        if i % 11 == 0 {
+            wire.extend(Client::encode(&[b"INCR", b"n"]));
+            want.push(V::Int((i / 11 + 1) as i64));
+        }
+        if i % 13 == 0 {
+            wire.extend(Client::encode(&[
+                b"MSET",
+                b"m1",
+                v.as_bytes(),
+                b"m2",
+                b"x",
+                b"m1",
+                b"last",
+            ]));
+            want.push(ok());
+            // Not a plain SET: executed in order between the batches.
+            wire.extend(Client::encode(&[b"SET", b"m1", b"other", b"NX"]));
+            want.push(V::Nil);
+        }
+    }
+    // Wrong arity stays an error even between batched SETs.
+    wire.extend(Client::encode(&[b"SET", b"only-key"]));
+    want.push(V::Err(
+        "ERR wrong number of arguments for 'set' command".into(),
+    ));
+    c.w.write_all(&wire).unwrap();
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&c.read(), w, "reply {i}");
+    }
+    let finals: Vec<V> = (0..7).map(|j| c.cmd(&["GET", &format!("k{j}")])).collect();
+    assert_eq!(c.cmd(&["GET", "m1"]), b("last"));
+    srv.stop().unwrap();
+    // Durable and the same after a reopen.
+    let srv = start(&dir, None);
+    let mut c = Client::new(srv.addr());
+    for (j, f) in finals.iter().enumerate() {
+        assert_eq!(&c.cmd(&["GET", &format!("k{j}")]), f);
+    }
+    assert_eq!(c.cmd(&["GET", "m1"]), b("last"));
+    assert_eq!(c.cmd(&["GET", "m2"]), b("x"));
+    srv.stop().unwrap();
+}
+
+/// A client that sends a long pipeline of large GETs without reading is
+/// not served past the output limit until it reads, does not stall the
+/// other clients of its event loop, and then gets every reply intact.
+#[test]
+fn a_client_that_does_not_read_does_not_stall_the_others() {
+    let dir = TempDir::new("srv", "slow");
+    let srv = start_with(&dir, None, 1);
+    let mut c = Client::new(srv.addr());
+    let big: Vec<u8> = (0..512 * 1024u32).map(|i| (i % 251) as u8).collect();
+    c.send(&[b"SET", b"big", &big]);
+    assert_eq!(c.read(), ok());
+    const N: usize = 200; // 100 MiB of replies
+    let mut wire = Vec::new();
+    for _ in 0..N {
+        wire.extend(Client::encode(&[b"GET", b"big"]));
+    }
+    c.w.write_all(&wire).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // Same (only) worker: it must still answer someone else.
+    let mut other = Client::new(srv.addr());
+    for i in 0..50 {
+        let k = format!("o{i}");
+        assert_eq!(other.cmd(&["SET", &k, "1"]), ok());
+    }
+    for i in 0..N {
+        assert_eq!(c.read(), V::Bulk(big.clone()), "reply {i}");
+    }
+    assert_eq!(c.cmd(&["PING"]), V::Simple("PONG".into()));
     srv.stop().unwrap();
 }
 

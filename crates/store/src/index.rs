@@ -23,8 +23,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crossbeam_skiplist::SkipSet;
-use scc::ebr::Guard;
-use scc::HashIndex;
+use scc::HashMap;
 
 const INLINE: usize = 23;
 const QUEUES: usize = 64;
@@ -139,7 +138,7 @@ struct Queue {
 /// Where point lookups go.
 pub enum Point {
     /// A DRAM hash table, rebuilt at every open (option (a)).
-    Dram(HashIndex<IKey, u64, KeyHasher>),
+    Dram(HashMap<IKey, u64, KeyHasher>),
     /// A persistent hash engine in the pool (options (b) and (c)).
     Engine(crate::pindex::PIndex),
 }
@@ -184,7 +183,7 @@ impl Index {
             .map_or(0x1234, |d| d.as_nanos() as u64);
         Index {
             point: match engine {
-                None => Point::Dram(HashIndex::with_capacity_and_hasher(
+                None => Point::Dram(HashMap::with_capacity_and_hasher(
                     capacity,
                     KeyHasher(engine::hash::fmix64(seed)),
                 )),
@@ -215,7 +214,7 @@ impl Index {
     #[inline]
     pub fn get(&self, key: &[u8]) -> Option<u64> {
         match &self.point {
-            Point::Dram(m) => m.peek_with(key, |_, v| *v),
+            Point::Dram(m) => m.read(key, |_, v| *v),
             Point::Engine(p) => p.get(key, crate::layout::key_hash(key)),
         }
     }
@@ -249,8 +248,7 @@ impl Index {
     pub fn set(&self, key: &[u8], hash: u64, v: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
         let new = match &self.point {
             Point::Dram(m) => {
-                if let Some(e) = m.get(key) {
-                    e.update(v);
+                if m.update(key, |_, old| *old = v).is_some() {
                     false
                 } else {
                     let _ = m.insert(IKey::new(key), v);
@@ -268,7 +266,7 @@ impl Index {
     /// Removes `key`; the caller holds the key's stripe.
     pub fn remove(&self, key: &[u8], hash: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
         let r = match &self.point {
-            Point::Dram(m) => m.remove(key),
+            Point::Dram(m) => m.remove(key).is_some(),
             Point::Engine(p) => p.remove(key, hash, ovf)?,
         };
         if r {
@@ -283,9 +281,7 @@ impl Index {
         if let Point::Dram(m) = &self.point {
             // Insert first: at open almost every key is new.
             if let Err((k, v)) = m.insert(IKey::new(key), v) {
-                if let Some(e) = m.get(k.as_bytes()) {
-                    e.update(v);
-                }
+                m.update(k.as_bytes(), |_, old| *old = v);
             }
         }
     }
@@ -397,12 +393,7 @@ impl Index {
     /// Every pair, in no particular order.
     pub fn for_each(&self, mut f: impl FnMut(&[u8], u64)) {
         match &self.point {
-            Point::Dram(m) => {
-                let g = Guard::new();
-                for (k, v) in m.iter(&g) {
-                    f(k.as_bytes(), *v);
-                }
-            }
+            Point::Dram(m) => m.scan(|k, v| f(k.as_bytes(), *v)),
             Point::Engine(p) => p.for_each(&mut f),
         }
     }

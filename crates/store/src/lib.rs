@@ -32,4 +32,4 @@ mod store;
 
 pub use engine_impl::spec;
 pub use layout::{MAX_KEY, MAX_VALUE};
-pub use store::{GcMode, IndexKind, Options, Store, StoreStats, LAYOUT, POOL_FILE};
+pub use store::{BatchError, GcMode, IndexKind, Options, Store, StoreStats, LAYOUT, POOL_FILE};

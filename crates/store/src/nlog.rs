@@ -61,6 +61,17 @@ pub struct Entry {
     pub len: u64,
 }
 
+/// An entry to append: everything but where it goes.
+pub struct NewEntry<'a> {
+    pub cluster: u32,
+    pub op: u64,
+    pub version: u64,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub h_addr: u64,
+    pub h_seq: u64,
+}
+
 pub struct Nlog {
     pub pool: Arc<Pool>,
     pub root: u64,
@@ -236,6 +247,77 @@ impl Nlog {
         h_seq: u64,
         numa: &Numa,
     ) -> Result<(u64, Arc<Extent>)> {
+        let e = NewEntry {
+            cluster,
+            op,
+            version,
+            key,
+            value,
+            h_addr,
+            h_seq,
+        };
+        let mut g = self.active[self.pair(node, cluster)]
+            .lock()
+            .expect("active lock");
+        let r = self.append_locked(&mut g, node, &e, numa);
+        // persist: the entry, crc included, before the index names it (I1),
+        // with the file lock held through the fence, so only the newest
+        // entry of a file can be torn (F1, F10).
+        self.fence();
+        r
+    }
+
+    /// Appends entries of one node (several clusters) with one fence for
+    /// all. Pushes each appended entry's `v_addr` and file to `out`, in
+    /// order; on an error the entries before it are appended (and fenced).
+    pub fn append_batch(
+        &self,
+        node: u32,
+        entries: &[NewEntry<'_>],
+        out: &mut Vec<(u64, Arc<Extent>)>,
+        numa: &Numa,
+    ) -> Result<()> {
+        let mut pairs: Vec<usize> = entries.iter().map(|e| self.pair(node, e.cluster)).collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        // Every active file the batch touches stays locked until the fence:
+        // no other writer can append (and acknowledge) an entry behind an
+        // entry of ours that a crash could still tear. Locks are taken in
+        // pair order, so two batches cannot deadlock.
+        let mut guards: Vec<_> = pairs
+            .iter()
+            .map(|&p| self.active[p].lock().expect("active lock"))
+            .collect();
+        let mut r = Ok(());
+        for e in entries {
+            let i = pairs
+                .binary_search(&self.pair(node, e.cluster))
+                .expect("pair locked");
+            match self.append_locked(&mut guards[i], node, e, numa) {
+                Ok(x) => out.push(x),
+                Err(err) => {
+                    r = Err(err);
+                    break;
+                }
+            }
+        }
+        // persist: every entry of the batch, before the index names any of
+        // them (I1) and before the files are unlocked (F1, F10): only the
+        // entries of this batch, at the tails of their files, can be torn.
+        self.fence();
+        r
+    }
+
+    /// Writes and flushes (does not fence) one entry into the active file
+    /// the caller holds locked, opening a new file when it is full.
+    fn append_locked(
+        &self,
+        g: &mut std::sync::MutexGuard<'_, Option<Arc<Extent>>>,
+        node: u32,
+        e: &NewEntry<'_>,
+        numa: &Numa,
+    ) -> Result<(u64, Arc<Extent>)> {
+        let (key, value) = (e.key, e.value);
         let len = entry_len(key.len(), value.len());
         if len > self.extent_size - X_DATA {
             return Err(Error::InvalidArgument(format!(
@@ -244,45 +326,44 @@ impl Nlog {
             )));
         }
         let pool = &self.pool;
-        let mut g = self.active[self.pair(node, cluster)]
-            .lock()
-            .expect("active lock");
-        let f = match &*g {
+        let f = match &**g {
             Some(f) if f.tail.load(Ordering::Relaxed) + len <= f.size => f.clone(),
             _ => {
-                let nf = self.new_file(node, cluster, numa)?;
+                let nf = self.new_file(node, e.cluster, numa)?;
                 if let Some(old) = g.take() {
                     old.sealed.store(true, Ordering::Release);
                     if self.durability == Durability::Relaxed {
                         self.sync_file(&old);
                     }
                 }
-                *g = Some(nf.clone());
+                **g = Some(nf.clone());
                 nf
             }
         };
         let tail = f.tail.load(Ordering::Relaxed);
         let off = f.off + tail;
         let lens = lens_word(key.len(), value.len());
-        let crc = entry_crc(f.seq, off, version, lens, h_addr, h_seq, key, value);
+        let crc = entry_crc(f.seq, off, e.version, lens, e.h_addr, e.h_seq, key, value);
         pool.store_u64(off + 8, lens);
-        pool.store_u64(off + 16, h_addr);
-        pool.store_u64(off + 24, h_seq);
+        pool.store_u64(off + 16, e.h_addr);
+        pool.store_u64(off + 24, e.h_seq);
         pool.store_u64(off + 32, crc as u64);
         pool.write(off + ENTRY_HEADER, key);
         pool.write(off + ENTRY_HEADER + key.len() as u64, value);
-        pool.store_u64(off, (op << OP_SHIFT) | version);
-        // persist: the whole entry, crc included, with one flush + fence
-        // before the index names it (I1). The crc makes a torn entry read
-        // as invalid, and the file lock is held through the fence, so only
-        // the newest entry of a file can be torn (F1, F10).
+        pool.store_u64(off, (e.op << OP_SHIFT) | e.version);
+        // persist: the whole entry with one flush; the caller fences while
+        // it still holds the file (see `append`, `append_batch`).
         pool.flush(off, len as usize);
-        if self.durability == Durability::Strict {
-            pool.fence();
-        }
         numa.count_write(node, numa.current());
         f.tail.store(tail + len, Ordering::Release);
         Ok((vaddr(node, off), f))
+    }
+
+    /// The fence that makes flushed entries durable (none under `Relaxed`).
+    pub fn fence(&self) {
+        if self.durability == Durability::Strict {
+            self.pool.fence();
+        }
     }
 
     /// Flushes and fences what `Relaxed` appends left unfenced in `f`.

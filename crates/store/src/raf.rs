@@ -24,7 +24,7 @@
 //! - Only items whose key and value total at most [`MAX_ITEM`] bytes are
 //!   cached; larger values are read from the log every time.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use engine::sync::Counter;
@@ -53,6 +53,9 @@ pub struct Raf {
     /// Allocated at first use: 64 MiB of buckets cost an open ~12 ms of
     /// page faults otherwise.
     buckets: std::sync::OnceLock<Box<[Mutex<Bucket>]>>,
+    /// Set (forever) by the first fill: until then writes have no item to
+    /// keep current and skip the cache.
+    filled: AtomicBool,
     n: usize,
     remote_weight: u32,
     enabled: AtomicBool,
@@ -91,6 +94,7 @@ impl Raf {
         };
         Raf {
             buckets: std::sync::OnceLock::new(),
+            filled: AtomicBool::new(false),
             n: n as usize,
             remote_weight: (LOCAL_WEIGHT as f64 * remote_ratio.max(1.0)).round() as u32,
             enabled: AtomicBool::new(n > 0),
@@ -108,6 +112,17 @@ impl Raf {
 
     pub fn exists(&self) -> bool {
         self.n > 0
+    }
+
+    /// True when no item can be cached, so a write (called after its
+    /// index change) has nothing to keep current.
+    #[inline]
+    fn writes_may_skip(&self) -> bool {
+        if !self.exists() {
+            return true;
+        }
+        fence(Ordering::SeqCst);
+        !self.filled.load(Ordering::Relaxed)
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -199,6 +214,12 @@ impl Raf {
             return;
         }
         let mut b = self.bucket(hash).lock().expect("raf bucket");
+        // Announce the item before checking the index; a writer changes the
+        // index before it looks at `filled` (see `writes_may_skip`). With a
+        // fence on both sides, either the writer sees `filled`, or this
+        // fill sees the writer's index change and refuses.
+        self.filled.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
         if b.items
             .iter()
             .any(|it| it.as_ref().is_some_and(|it| &*it.key == key))
@@ -223,7 +244,7 @@ impl Raf {
 
     /// A write made `vaddr` (on `node`) the key's newest entry with `value`.
     pub fn update(&self, key: &[u8], hash: u64, value: &[u8], vaddr: u64, node: u32) {
-        if !self.exists() {
+        if self.writes_may_skip() {
             return;
         }
         let mut b = self.bucket(hash).lock().expect("raf bucket");
@@ -243,7 +264,7 @@ impl Raf {
 
     /// Drops `key` (deleted, or relocated by GC when `vaddr` matches).
     pub fn remove(&self, key: &[u8], hash: u64) {
-        if !self.exists() {
+        if self.writes_may_skip() {
             return;
         }
         let mut b = self.bucket(hash).lock().expect("raf bucket");
@@ -256,7 +277,7 @@ impl Raf {
 
     /// GC moved the key's entry from `old` to `new` (same value).
     pub fn relocate(&self, key: &[u8], hash: u64, old: u64, new: u64, node: u32) {
-        if !self.exists() {
+        if self.writes_may_skip() {
             return;
         }
         let mut b = self.bucket(hash).lock().expect("raf bucket");

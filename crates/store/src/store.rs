@@ -1,6 +1,7 @@
 //! The store: writes go to the writer's node's Nlog, the DRAM index names
 //! each key's newest entry, gets go through the RAF cache.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -13,7 +14,7 @@ use pmem::{Link, Mode, Pool, PoolOptions};
 use crate::epoch::Epochs;
 use crate::index::Index;
 use crate::layout::*;
-use crate::nlog::{Extent, Nlog};
+use crate::nlog::{Extent, NewEntry, Nlog};
 use crate::numa::{detect_nodes, Numa};
 use crate::raf::{Probe, Raf};
 
@@ -444,7 +445,6 @@ impl Store {
         self.writable()?;
         let s = &*self.inner;
         let hash = key_hash(key);
-        let cluster = cluster_of(hash, s.log.clusters);
         let here = s.numa.current();
         s.raf.note_op();
         let _k = s.stripes.lock(hash);
@@ -454,60 +454,115 @@ impl Store {
             (Want::Absent, Some(_)) | (Want::Present, None) => return Ok(false),
             _ => {}
         }
-        let (h_addr, h_seq, old_file) = match old {
-            Some(v) => {
-                let f = s.log.file_at(vaddr_off(v)).ok_or_else(|| {
-                    Error::Corrupt(format!("index names {v:#x}, outside every Nlog file"))
-                })?;
-                (v, f.seq, Some(f))
-            }
-            None => (NONE, 0, None),
-        };
-        let op = match (value, old) {
-            (None, _) => OP_DEL,
-            (Some(_), Some(_)) => OP_UPD,
-            (Some(_), None) => OP_INS,
-        };
-        // D9: one version counter per cluster, drawn under the key's stripe,
-        // so a key's versions grow in the order its writes reach the index
-        // (F2).
-        let version = s.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
-        if version > VERSION_MASK {
-            return Err(Error::OutOfSpace(
-                "cluster version counter exhausted".into(),
-            ));
-        }
-        let v = value.unwrap_or(&[]);
+        let (e, old_file) = s.stage(key, hash, value, old)?;
         // persist: the entry (durable inside append) before the index and
         // the cache name it, so a reader never returns a value a crash
         // could take back (I1, CRASH-PATTERNS #6).
-        let (va, file) = s
-            .log
-            .append(here, cluster, op, version, key, v, h_addr, h_seq, &s.numa)?;
-        // The old entry no longer holds the key's newest value.
-        if let Some(f) = &old_file {
-            if let Some(e) = s.log.header(vaddr_off(h_addr)) {
-                f.dead.fetch_add(e.len, Ordering::Relaxed);
-            }
+        let (va, file) = s.log.append(
+            here, e.cluster, e.op, e.version, key, e.value, e.h_addr, e.h_seq, &s.numa,
+        )?;
+        s.publish(key, hash, value, old, old_file.as_deref(), va, &file, here)?;
+        Ok(true)
+    }
+
+    /// Puts every pair, in order (a later pair of the same key wins), with
+    /// one fence for the whole batch instead of one per pair: the group
+    /// commit `pmhash serve` uses for pipelined `SET`s and `MSET`.
+    ///
+    /// Every pair is checked before anything is written. When the call
+    /// returns `Ok`, every pair is durable (under `Strict`) and visible.
+    /// The batch is not atomic: a crash during the call may keep any subset
+    /// of its pairs, and a reader may see some pairs before others. On an
+    /// error the pairs before the failing one are put, and the error says
+    /// how many ([`BatchError::done`]); a bad key or value fails the batch
+    /// before anything is written.
+    pub fn put_batch(&self, pairs: &[(&[u8], &[u8])]) -> std::result::Result<(), BatchError> {
+        let none = |error| BatchError { done: 0, error };
+        for (k, v) in pairs {
+            check_key(k).map_err(none)?;
+            check_value(v).map_err(none)?;
         }
-        match value {
-            Some(val) => {
-                s.index.set(key, hash, va, &mut |h, p| s.append_ovf(h, p))?;
-                s.raf.update(key, hash, val, va, here);
-                if old.is_none() {
-                    s.keys.fetch_add(1, Ordering::Relaxed);
+        self.writable().map_err(none)?;
+        let s = &*self.inner;
+        let here = s.numa.current();
+        let hashes: Vec<u64> = pairs.iter().map(|(k, _)| key_hash(k)).collect();
+        // Every key's stripe is held until the index names its new entry,
+        // as a single write holds its key's (taken sorted: no deadlock with
+        // another batch; GC holds one stripe at a time).
+        let _k = s.stripes.lock_all(hashes.iter().copied());
+        let _p = s.epochs.pin();
+        let mut done: Vec<Appended> = Vec::with_capacity(pairs.len());
+        // Where pair i's key appeared before in the batch, if it did.
+        let earlier: Vec<Option<usize>> = if pairs.len() <= 32 {
+            (0..pairs.len())
+                .map(|i| (0..i).rev().find(|&j| pairs[j].0 == pairs[i].0))
+                .collect()
+        } else {
+            let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(pairs.len());
+            (0..pairs.len())
+                .map(|i| last.insert(pairs[i].0, i))
+                .collect()
+        };
+        let mut r = Ok(());
+        let mut start = 0;
+        while start < pairs.len() && r.is_ok() {
+            // A run ends before the first key it already holds: a repeated
+            // key's entry must name (h_addr) the one before it, whose
+            // address is known only once appended.
+            let mut end = start + 1;
+            while end < pairs.len() && !matches!(earlier[end], Some(j) if j >= start) {
+                end += 1;
+            }
+            let mut staged = Vec::with_capacity(end - start);
+            let mut olds = Vec::with_capacity(end - start);
+            for i in start..end {
+                let (k, v) = pairs[i];
+                s.raf.note_op();
+                let old = match earlier[i] {
+                    // Appended in an earlier run; `done` is in pair order.
+                    Some(j) => Some(done[j].3),
+                    None => s.index.get(k),
+                };
+                match s.stage(k, hashes[i], Some(v), old) {
+                    Ok((e, f)) => {
+                        staged.push(e);
+                        olds.push((old, f));
+                    }
+                    Err(e) => {
+                        r = Err(e);
+                        break;
+                    }
                 }
             }
-            None => {
-                s.index.remove(key, hash, &mut |h, p| s.append_ovf(h, p))?;
-                s.raf.remove(key, hash);
-                // A del entry is never live data.
-                file.dead
-                    .fetch_add(entry_len(key.len(), 0), Ordering::Relaxed);
-                s.keys.fetch_sub(1, Ordering::Relaxed);
+            let mut out = Vec::with_capacity(staged.len());
+            // persist: every entry of the run with one fence (inside
+            // append_batch) before the index and the cache name any of
+            // them (I1, CRASH-PATTERNS #6).
+            let appended = s.log.append_batch(here, &staged, &mut out, &s.numa);
+            if r.is_ok() {
+                r = appended;
             }
+            for (j, ((va, file), (old, old_file))) in out.into_iter().zip(olds).enumerate() {
+                done.push((start + j, old, old_file, va, file));
+            }
+            start = end;
         }
-        Ok(true)
+        let n = done.len();
+        for (i, old, old_file, va, file) in done {
+            let (k, v) = pairs[i];
+            s.publish(
+                k,
+                hashes[i],
+                Some(v),
+                old,
+                old_file.as_deref(),
+                va,
+                &file,
+                here,
+            )
+            .map_err(|error| BatchError { done: i, error })?;
+        }
+        r.map_err(|error| BatchError { done: n, error })
     }
 
     /// The value of `key`.
@@ -667,17 +722,34 @@ impl Store {
         crate::recover::check(&self.inner)
     }
 
-    /// Visits every pair, in no particular order (not a snapshot).
+    /// Visits every pair, in no particular order (not a snapshot: a key
+    /// written meanwhile may show its old or its new value). `f` may write
+    /// to the store: the keys are listed first (about 32 bytes of DRAM
+    /// per key), then visited with no lock held, each with its value at
+    /// that moment.
     pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) {
         let s = &*self.inner;
-        let _p = s.epochs.pin();
+        let mut keys = Vec::new();
+        s.index
+            .for_each(|k, _| keys.push(crate::index::IKey::new(k)));
         let mut v = Vec::new();
-        s.index.for_each(|k, va| {
-            if let Some(e) = s.log.header(vaddr_off(va)) {
+        for k in keys {
+            // The key's address now (it may have moved or gone since it was
+            // listed), read under an epoch so its file stays mapped; `f`
+            // runs unpinned.
+            {
+                let _p = s.epochs.pin();
+                let Some(e) = s
+                    .index
+                    .get(k.as_bytes())
+                    .and_then(|va| s.log.header(vaddr_off(va)))
+                else {
+                    continue;
+                };
                 s.log.read_value(&e, &mut v);
-                f(k, &v);
             }
-        });
+            f(k.as_bytes(), &v);
+        }
     }
 }
 
@@ -686,6 +758,26 @@ impl Drop for Store {
         self.stop_background();
     }
 }
+
+/// An entry of a batch, appended and not yet published: (pair, old
+/// address, old file, address, file).
+type Appended = (usize, Option<u64>, Option<Arc<Extent>>, u64, Arc<Extent>);
+
+/// A [`Store::put_batch`] that stopped: its first `done` pairs are put,
+/// the rest are not.
+#[derive(Debug)]
+pub struct BatchError {
+    pub done: usize,
+    pub error: Error,
+}
+
+impl std::fmt::Display for BatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (after {} pairs of the batch)", self.error, self.done)
+    }
+}
+
+impl std::error::Error for BatchError {}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Want {
@@ -792,6 +884,95 @@ pub(crate) fn new_inner(
 }
 
 impl Inner {
+    /// The entry for a write of `key` (`value` None: a delete) whose
+    /// newest entry is `old`, and the file holding `old`. The caller holds
+    /// the key's stripe.
+    fn stage<'a>(
+        &self,
+        key: &'a [u8],
+        hash: u64,
+        value: Option<&'a [u8]>,
+        old: Option<u64>,
+    ) -> Result<(NewEntry<'a>, Option<Arc<Extent>>)> {
+        let cluster = cluster_of(hash, self.log.clusters);
+        let (h_addr, h_seq, old_file) = match old {
+            Some(v) => {
+                let f = self.log.file_at(vaddr_off(v)).ok_or_else(|| {
+                    Error::Corrupt(format!("index names {v:#x}, outside every Nlog file"))
+                })?;
+                (v, f.seq, Some(f))
+            }
+            None => (NONE, 0, None),
+        };
+        let op = match (value, old) {
+            (None, _) => OP_DEL,
+            (Some(_), Some(_)) => OP_UPD,
+            (Some(_), None) => OP_INS,
+        };
+        // D9: one version counter per cluster, drawn under the key's stripe,
+        // so a key's versions grow in the order its writes reach the index
+        // (F2).
+        let version = self.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
+        if version > VERSION_MASK {
+            return Err(Error::OutOfSpace(
+                "cluster version counter exhausted".into(),
+            ));
+        }
+        let e = NewEntry {
+            cluster,
+            op,
+            version,
+            key,
+            value: value.unwrap_or(&[]),
+            h_addr,
+            h_seq,
+        };
+        Ok((e, old_file))
+    }
+
+    /// Makes a durable entry (`va` in `file`) the key's newest: accounts
+    /// the old entry dead, then updates the index and the cache. The caller
+    /// holds the key's stripe.
+    #[allow(clippy::too_many_arguments)]
+    fn publish(
+        &self,
+        key: &[u8],
+        hash: u64,
+        value: Option<&[u8]>,
+        old: Option<u64>,
+        old_file: Option<&Extent>,
+        va: u64,
+        file: &Extent,
+        here: u32,
+    ) -> Result<()> {
+        // The old entry no longer holds the key's newest value.
+        if let (Some(f), Some(o)) = (old_file, old) {
+            if let Some(e) = self.log.header(vaddr_off(o)) {
+                f.dead.fetch_add(e.len, Ordering::Relaxed);
+            }
+        }
+        match value {
+            Some(val) => {
+                self.index
+                    .set(key, hash, va, &mut |h, p| self.append_ovf(h, p))?;
+                self.raf.update(key, hash, val, va, here);
+                if old.is_none() {
+                    self.keys.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            None => {
+                self.index
+                    .remove(key, hash, &mut |h, p| self.append_ovf(h, p))?;
+                self.raf.remove(key, hash);
+                // A del entry is never live data.
+                file.dead
+                    .fetch_add(entry_len(key.len(), 0), Ordering::Relaxed);
+                self.keys.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
     /// Appends an overflow entry for hash slot `h` (see `pindex`) on this
     /// thread's node; returns its `v_addr`.
     pub(crate) fn append_ovf(&self, h: u64, payload: &[u8]) -> Result<u64> {

@@ -1,0 +1,381 @@
+//! The event loops: one acceptor and a few workers, each worker an epoll
+//! loop (through `mio`) over the connections it was handed.
+//!
+//! - A connection belongs to one worker for its whole life, so its requests
+//!   are executed and answered in order without locks of its own.
+//! - Sockets are non-blocking and registered edge-triggered for reading and
+//!   writing. On any event the worker runs [`Conn::drive`], which reads until
+//!   the socket would block, executes every whole request, and writes the
+//!   replies. A pipeline of N requests that arrives together costs one read
+//!   and one write.
+//! - **Memory is bounded per connection.** The input buffer holds at most
+//!   one unfinished line or bulk string (the parser consumes whole
+//!   arguments), and a connection whose unsent replies pass `OUT_HIGH`
+//!   stops being served until the peer reads them.
+
+use std::io::{self, Read, Write};
+use std::net::TcpListener as StdListener;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::resp::{Parser, Reply};
+use crate::{dispatch, set_batch, stopping, After, Client, Shared};
+
+/// How often a loop wakes to look at the stop flag when nothing happens
+/// (signals only set a flag).
+const TICK: Duration = Duration::from_millis(50);
+const WAKER: Token = Token(usize::MAX);
+const LISTENER: Token = Token(usize::MAX - 1);
+/// Initial size of a connection's input buffer, and the size it shrinks
+/// back to after a large request.
+const IN_CHUNK: usize = 16 << 10;
+/// Unsent reply bytes above which a connection is not served until its
+/// peer reads.
+const OUT_HIGH: usize = 4 << 20;
+/// Most connections at once; more are refused with an error, as Redis
+/// does past `maxclients`.
+pub const MAX_CLIENTS: u64 = 10_000;
+/// Most pipelined `SET`s committed as one batch.
+const MAX_BATCH: usize = 32;
+
+/// A worker as seen from the acceptor: where to leave new connections and
+/// how to wake it.
+pub(crate) struct Mailbox {
+    inbox: Mutex<Vec<TcpStream>>,
+    waker: Waker,
+}
+
+impl Mailbox {
+    pub(crate) fn wake(&self) {
+        let _ = self.waker.wake();
+    }
+}
+
+/// Starts a worker's poll; returns its mailbox and the poll to run.
+pub(crate) fn new_worker() -> io::Result<(Arc<Mailbox>, Poll)> {
+    let poll = Poll::new()?;
+    let waker = Waker::new(poll.registry(), WAKER)?;
+    Ok((
+        Arc::new(Mailbox {
+            inbox: Mutex::new(Vec::new()),
+            waker,
+        }),
+        poll,
+    ))
+}
+
+/// Accepts connections and deals them round-robin to the workers, until
+/// the server stops.
+pub(crate) fn accept_loop(sh: &Shared, listener: StdListener, workers: &[Arc<Mailbox>]) {
+    let run = || -> io::Result<()> {
+        let mut poll = Poll::new()?;
+        let mut listener = TcpListener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let mut events = Events::with_capacity(16);
+        let mut next = 0usize;
+        while !stopping(sh) {
+            if let Err(e) = poll.poll(&mut events, Some(TICK)) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            loop {
+                let (mut sock, _) = match listener.accept() {
+                    Ok(s) => s,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    // The peer gave up before we accepted, or descriptors
+                    // ran out for a moment: keep serving.
+                    Err(_) => break,
+                };
+                if sh.clients.load(Ordering::Relaxed) >= MAX_CLIENTS {
+                    let _ = sock.write(b"-ERR max number of clients reached\r\n");
+                    continue;
+                }
+                let _ = sock.set_nodelay(true);
+                sh.clients.fetch_add(1, Ordering::SeqCst);
+                let w = &workers[next % workers.len()];
+                next = next.wrapping_add(1);
+                w.inbox.lock().expect("inbox").push(sock);
+                w.wake();
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        eprintln!("pmhash serve: the acceptor failed: {e}");
+    }
+    sh.stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.wake();
+    }
+}
+
+/// Serves the connections the acceptor leaves in `mailbox` until the
+/// server stops; then closes them.
+pub(crate) fn worker_loop(sh: &Shared, mailbox: &Mailbox, mut poll: Poll) {
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut events = Events::with_capacity(256);
+    while !stopping(sh) {
+        if let Err(e) = poll.poll(&mut events, Some(TICK)) {
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            eprintln!("pmhash serve: a worker's poll failed: {e}");
+            sh.stop.store(true, Ordering::SeqCst);
+            break;
+        }
+        for ev in events.iter() {
+            if ev.token() == WAKER {
+                let fresh = std::mem::take(&mut *mailbox.inbox.lock().expect("inbox"));
+                for sock in fresh {
+                    let slot = free.pop().unwrap_or_else(|| {
+                        conns.push(None);
+                        conns.len() - 1
+                    });
+                    let mut c = Conn::new(sock, sh);
+                    let registered = poll.registry().register(
+                        &mut c.sock,
+                        Token(slot),
+                        Interest::READABLE | Interest::WRITABLE,
+                    );
+                    if registered.is_err() {
+                        sh.clients.fetch_sub(1, Ordering::SeqCst);
+                        free.push(slot);
+                        continue;
+                    }
+                    // Edge-triggered: bytes that came before the
+                    // registration are read now.
+                    if c.drive(sh) {
+                        conns[slot] = Some(c);
+                    } else {
+                        close(sh, &poll, c);
+                        free.push(slot);
+                    }
+                }
+                continue;
+            }
+            let slot = ev.token().0;
+            let Some(c) = conns.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            if !c.drive(sh) {
+                let c = conns[slot].take().expect("live connection");
+                close(sh, &poll, c);
+                free.push(slot);
+            }
+        }
+    }
+    // Stopping: send what is already answered, then close.
+    for mut c in conns.into_iter().flatten() {
+        let _ = c.flush();
+        close(sh, &poll, c);
+    }
+    for sock in std::mem::take(&mut *mailbox.inbox.lock().expect("inbox")) {
+        drop(sock);
+        sh.clients.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn close(sh: &Shared, poll: &Poll, mut c: Conn) {
+    let _ = poll.registry().deregister(&mut c.sock);
+    sh.clients.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// One client connection: its socket, buffers and protocol state.
+struct Conn {
+    sock: TcpStream,
+    /// Received bytes; `buf[start..end]` is not consumed yet.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    parser: Parser,
+    /// Replies; `out[sent..]` is not written yet.
+    out: Vec<u8>,
+    sent: usize,
+    client: Client,
+    /// Plain `SET key value` requests received back to back and not yet
+    /// executed: they are committed together, with one fence, as soon as
+    /// another command comes or the input runs dry (group commit).
+    sets: Vec<Vec<Vec<u8>>>,
+    /// Close once `out` is written (QUIT, a protocol error, the peer's
+    /// half-close).
+    closing: bool,
+}
+
+enum Flushed {
+    All,
+    Partly,
+}
+
+impl Conn {
+    fn new(sock: TcpStream, sh: &Shared) -> Conn {
+        Conn {
+            sock,
+            buf: vec![0; IN_CHUNK],
+            start: 0,
+            end: 0,
+            parser: Parser::default(),
+            out: Vec::with_capacity(IN_CHUNK),
+            sent: 0,
+            client: Client::new(sh),
+            sets: Vec::new(),
+            closing: false,
+        }
+    }
+
+    /// Serves the connection as far as it can without blocking. Returns
+    /// false when it should be closed.
+    fn drive(&mut self, sh: &Shared) -> bool {
+        loop {
+            if self.out.len() - self.sent >= OUT_HIGH {
+                match self.flush() {
+                    Err(_) => return false,
+                    Ok(Flushed::Partly) => {
+                        // A writable event resumes us; nothing waits
+                        // unexecuted meanwhile.
+                        self.run_sets(sh);
+                        return true;
+                    }
+                    Ok(Flushed::All) => {}
+                }
+            }
+            if self.closing {
+                break;
+            }
+            match self.parser.next(&self.buf[self.start..self.end]) {
+                Err(e) => {
+                    self.run_sets(sh);
+                    let _ = Reply::err(format!("Protocol error: {}", e.0))
+                        .write(&mut self.out, self.client.resp3);
+                    self.closing = true;
+                }
+                Ok((n, Some(args))) => {
+                    self.start += n;
+                    if args.is_empty() {
+                        continue;
+                    }
+                    sh.commands.fetch_add(1, Ordering::Relaxed);
+                    if self.client.authed && args.len() == 3 && args[0].eq_ignore_ascii_case(b"SET")
+                    {
+                        self.sets.push(args);
+                        if self.sets.len() >= MAX_BATCH {
+                            self.run_sets(sh);
+                        }
+                        continue;
+                    }
+                    // Replies go out in request order: earlier SETs first.
+                    self.run_sets(sh);
+                    let (reply, after) = dispatch(sh, &mut self.client, &args);
+                    if let Some(r) = reply {
+                        // Writing to a Vec cannot fail.
+                        let _ = r.write(&mut self.out, self.client.resp3);
+                    }
+                    if matches!(after, After::Close) {
+                        self.closing = true;
+                    }
+                }
+                Ok((n, None)) => {
+                    self.start += n;
+                    // Nothing more is whole: commit what is waiting before
+                    // the read (which may find nothing) and the replies.
+                    self.run_sets(sh);
+                    match self.fill() {
+                        Ok(true) => {}
+                        Ok(false) => break, // would block
+                        Err(_) => return false,
+                    }
+                }
+            }
+        }
+        match self.flush() {
+            Err(_) => false,
+            Ok(Flushed::All) => !self.closing,
+            Ok(Flushed::Partly) => true,
+        }
+    }
+
+    /// Executes the waiting `SET`s as one batch and writes their replies:
+    /// `+OK` for each one set, the error for each one the batch stopped
+    /// before.
+    fn run_sets(&mut self, sh: &Shared) {
+        if self.sets.is_empty() {
+            return;
+        }
+        let pairs: Vec<(&[u8], &[u8])> = self.sets.iter().map(|a| (&a[1][..], &a[2][..])).collect();
+        let (done, err) = set_batch(sh, &pairs);
+        for i in 0..pairs.len() {
+            match &err {
+                Some(e) if i >= done => {
+                    let _ = e.write(&mut self.out, self.client.resp3);
+                }
+                _ => self.out.extend_from_slice(b"+OK\r\n"),
+            }
+        }
+        self.sets.clear();
+    }
+
+    /// Reads more bytes. Ok(false): nothing to read now. The peer's close
+    /// marks the connection closing (replies already made still go out).
+    fn fill(&mut self) -> io::Result<bool> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > 4 * IN_CHUNK {
+                self.buf = vec![0; IN_CHUNK];
+            }
+        }
+        if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else {
+                // One unfinished line or bulk string fills the buffer; the
+                // parser's limits bound how far this grows.
+                let n = self.buf.len() * 2;
+                self.buf.resize(n, 0);
+            }
+        }
+        loop {
+            match self.sock.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.closing = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes pending replies until done or the socket would block.
+    fn flush(&mut self) -> io::Result<Flushed> {
+        while self.sent < self.out.len() {
+            match self.sock.write(&self.out[self.sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flushed::Partly),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.sent = 0;
+        if self.out.capacity() > OUT_HIGH {
+            self.out = Vec::with_capacity(IN_CHUNK);
+        }
+        Ok(Flushed::All)
+    }
+}

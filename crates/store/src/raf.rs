@@ -37,16 +37,62 @@ const LOCAL_WEIGHT: u32 = 10;
 const ITEM_BYTES: u64 = 96;
 
 struct Item {
-    key: Box<[u8]>,
-    value: Box<[u8]>,
+    /// The key, then the value: one allocation, one cache miss.
+    data: Box<[u8]>,
+    klen: u32,
     vaddr: u64,
     node: u32,
     tf: u16,
 }
 
+impl Item {
+    fn new(key: &[u8], value: &[u8], vaddr: u64, node: u32, tf: u16) -> Item {
+        let mut data = Vec::with_capacity(key.len() + value.len());
+        data.extend_from_slice(key);
+        data.extend_from_slice(value);
+        Item {
+            data: data.into(),
+            klen: key.len() as u32,
+            vaddr,
+            node,
+            tf,
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.data[..self.klen as usize]
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.data[self.klen as usize..]
+    }
+}
+
+/// `tags[i]` is 16 bits of the hash of `items[i]`'s key (never 0), or 0
+/// for an empty way: a probe reads the item (another cache line) only when
+/// its tag matches.
 #[derive(Default)]
 struct Bucket {
+    tags: [u16; WAYS],
     items: [Option<Item>; WAYS],
+}
+
+fn tag(hash: u64) -> u16 {
+    (hash >> 48) as u16 | 1
+}
+
+impl Bucket {
+    fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
+        let t = tag(hash);
+        (0..WAYS).find(|&i| {
+            self.tags[i] == t && self.items[i].as_ref().is_some_and(|it| it.key() == key)
+        })
+    }
+
+    fn clear(&mut self, i: usize) {
+        self.tags[i] = 0;
+        self.items[i] = None;
+    }
 }
 
 pub struct Raf {
@@ -180,11 +226,7 @@ impl Raf {
         }
         let mut b = self.bucket(hash).lock().expect("raf bucket");
         let w = &mut *b;
-        let Some(pos) = w
-            .items
-            .iter()
-            .position(|it| it.as_ref().is_some_and(|it| &*it.key == key))
-        else {
+        let Some(pos) = w.find(hash, key) else {
             return Probe::Miss { sampled };
         };
         if sampled {
@@ -193,7 +235,7 @@ impl Raf {
             bump(&mut w.items, pos, add);
         }
         self.hits.add(1);
-        Probe::Hit(w.items[pos].as_ref().expect("found").value.to_vec())
+        Probe::Hit(w.items[pos].as_ref().expect("found").value().to_vec())
     }
 
     /// Admits an item read from the log at `vaddr` (after a sampled miss)
@@ -220,11 +262,7 @@ impl Raf {
         // fill sees the writer's index change and refuses.
         self.filled.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        if b.items
-            .iter()
-            .any(|it| it.as_ref().is_some_and(|it| &*it.key == key))
-            || !still_current()
-        {
+        if b.find(hash, key).is_some() || !still_current() {
             return;
         }
         let slot = match b.items.iter().position(|it| it.is_none()) {
@@ -233,13 +271,14 @@ impl Raf {
                 .min_by_key(|&i| b.items[i].as_ref().map_or(0, |it| it.tf))
                 .expect("WAYS > 0"),
         };
-        b.items[slot] = Some(Item {
-            key: key.into(),
-            value: value.into(),
+        b.tags[slot] = tag(hash);
+        b.items[slot] = Some(Item::new(
+            key,
+            value,
             vaddr,
             node,
-            tf: self.weight(node, here) as u16,
-        });
+            self.weight(node, here) as u16,
+        ));
     }
 
     /// A write made `vaddr` (on `node`) the key's newest entry with `value`.
@@ -248,16 +287,12 @@ impl Raf {
             return;
         }
         let mut b = self.bucket(hash).lock().expect("raf bucket");
-        for it in b.items.iter_mut() {
-            if it.as_ref().is_some_and(|i| &*i.key == key) {
-                if key.len() + value.len() > MAX_ITEM {
-                    *it = None;
-                } else if let Some(i) = it.as_mut() {
-                    i.value = value.into();
-                    i.vaddr = vaddr;
-                    i.node = node;
-                }
-                return;
+        if let Some(i) = b.find(hash, key) {
+            if key.len() + value.len() > MAX_ITEM {
+                b.clear(i);
+            } else if let Some(it) = b.items[i].as_mut() {
+                let tf = it.tf;
+                *it = Item::new(key, value, vaddr, node, tf);
             }
         }
     }
@@ -268,10 +303,8 @@ impl Raf {
             return;
         }
         let mut b = self.bucket(hash).lock().expect("raf bucket");
-        for it in b.items.iter_mut() {
-            if it.as_ref().is_some_and(|i| &*i.key == key) {
-                *it = None;
-            }
+        if let Some(i) = b.find(hash, key) {
+            b.clear(i);
         }
     }
 
@@ -281,8 +314,8 @@ impl Raf {
             return;
         }
         let mut b = self.bucket(hash).lock().expect("raf bucket");
-        for it in b.items.iter_mut().flatten() {
-            if &*it.key == key && it.vaddr == old {
+        if let Some(i) = b.find(hash, key) {
+            if let Some(it) = b.items[i].as_mut().filter(|it| it.vaddr == old) {
                 it.vaddr = new;
                 it.node = node;
             }
@@ -409,13 +442,13 @@ mod tests {
     fn tf_overflow_halves_the_bucket() {
         let mut items: [Option<Item>; WAYS] = Default::default();
         for (i, it) in items.iter_mut().enumerate() {
-            *it = Some(Item {
-                key: vec![i as u8].into(),
-                value: vec![].into(),
-                vaddr: 0,
-                node: 0,
-                tf: if i == 0 { u16::MAX - 1 } else { 100 },
-            });
+            *it = Some(Item::new(
+                &[i as u8],
+                &[],
+                0,
+                0,
+                if i == 0 { u16::MAX - 1 } else { 100 },
+            ));
         }
         bump(&mut items, 0, 16);
         assert_eq!(items[1].as_ref().unwrap().tf, 50);

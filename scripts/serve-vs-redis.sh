@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # redis-benchmark (GET/SET, 50 clients, pipelined and not) against
-# `pmhash serve` (strict durability; one event loop per CPU, and one event
-# loop) and against redis-server on the same machine in the same run:
+# `pmhash serve` (strict durability; the default event loops, one per CPU
+# less one, and two loops) and against redis-server on the same machine in the same run:
 # without persistence, and with `appendonly yes` + `appendfsync always`
 # (the durable comparison). Each cell is the median of RUNS runs of
 # REQUESTS requests over 100k random keys; all runs are printed too.
@@ -24,7 +24,7 @@ cleanup() {
 trap cleanup EXIT
 
 target/release/pmhash serve --dir "$work/pmhash" --addr 127.0.0.1:6390 >"$work/pmhash.log" 2>&1 &
-target/release/pmhash serve --dir "$work/pmhash1" --addr 127.0.0.1:6393 --threads 1 >"$work/pmhash1.log" 2>&1 &
+target/release/pmhash serve --dir "$work/pmhash2" --addr 127.0.0.1:6393 --threads 2 >"$work/pmhash2.log" 2>&1 &
 redis-server --port 6391 --save '' --appendonly no --dir "$work" --daemonize yes >/dev/null
 redis-server --port 6392 --save '' --appendonly yes --appendfsync always --dir "$aof" --daemonize yes >/dev/null
 for p in 6390 6391 6392 6393; do
@@ -47,8 +47,8 @@ echo "| server | pipeline | SET req/s, median (runs) | GET req/s, median (runs) 
 echo "|---|---|---|---|"
 for p in 6390 6393 6391 6392; do
   case $p in
-    6390) name="pmhash serve (strict), one loop per CPU";;
-    6393) name="pmhash serve (strict), --threads 1";;
+    6390) name="pmhash serve (strict), default loops";;
+    6393) name="pmhash serve (strict), --threads 2";;
     6391) name="redis-server, no persistence";;
     6392) name="redis-server, appendfsync always (AOF on disk)";;
   esac

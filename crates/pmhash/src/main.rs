@@ -55,8 +55,9 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:6379")]
     addr: String,
-    /// Event-loop threads serving the clients, and threads for crash
-    /// recovery at open (0: one per CPU).
+    /// Event-loop threads serving the clients (0: one per CPU less one, at
+    /// least one), and threads for crash recovery at open (0: one per
+    /// CPU).
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// strict (a write is durable when acknowledged) or relaxed.

@@ -35,7 +35,7 @@ pub struct Config {
     pub addr: String,
     /// Clients must `AUTH` with this before any other command.
     pub requirepass: Option<String>,
-    /// Event-loop threads (0: one per CPU).
+    /// Event-loop threads (0: one per CPU less one, at least one).
     pub threads: usize,
 }
 
@@ -95,7 +95,14 @@ impl Server {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let n = match cfg.threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            // One CPU is left to the store's background thread (GC, the
+            // ordered index) and to clients on the same machine: on 2
+            // CPUs, two loops against redis-benchmark made 3+ busy threads
+            // on 2 CPUs and unpipelined requests 25% slower than one loop
+            // (docs/benchmarks.md).
+            0 => {
+                std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+            }
             n => n,
         };
         let shared = Arc::new(Shared {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::resp::{Parser, Reply};
+use crate::resp::{Parser, Reply, Request};
 use crate::{dispatch, set_batch, stopping, After, Client, Shared};
 
 /// How often a loop wakes to look at the stop flag when nothing happens
@@ -39,7 +39,7 @@ const OUT_HIGH: usize = 4 << 20;
 /// Most connections at once; more are refused with an error, as Redis
 /// does past `maxclients`.
 pub const MAX_CLIENTS: u64 = 10_000;
-/// Most pipelined `SET`s committed as one batch.
+/// Most pipelined `SET`s (or `GET`s) run as one batch.
 const MAX_BATCH: usize = 32;
 
 /// A worker as seen from the acceptor: where to leave new connections and
@@ -200,13 +200,34 @@ struct Conn {
     out: Vec<u8>,
     sent: usize,
     client: Client,
-    /// Plain `SET key value` requests received back to back and not yet
-    /// executed: they are committed together, with one fence, as soon as
-    /// another command comes or the input runs dry (group commit).
-    sets: Vec<Vec<Vec<u8>>>,
+    /// Plain `SET key value` (or plain `GET key`) requests received back
+    /// to back and not yet executed. They run together as soon as another
+    /// command comes or the input runs dry: SETs as one store batch with
+    /// one fence (group commit), GETs through `get_many`, whose cache
+    /// misses overlap.
+    batch: Vec<Request>,
+    batch_kind: Kind,
     /// Close once `out` is written (QUIT, a protocol error, the peer's
     /// half-close).
     closing: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Set,
+    Get,
+}
+
+/// Whether `args` may join a batch, and which.
+fn batchable(args: &Request) -> Option<Kind> {
+    match args.len() {
+        3 if args[0].eq_ignore_ascii_case(b"SET") => Some(Kind::Set),
+        // An oversized key goes the single way, for its error.
+        2 if args[0].eq_ignore_ascii_case(b"GET") && args[1].len() <= store::MAX_KEY => {
+            Some(Kind::Get)
+        }
+        _ => None,
+    }
 }
 
 enum Flushed {
@@ -225,7 +246,8 @@ impl Conn {
             out: Vec::with_capacity(IN_CHUNK),
             sent: 0,
             client: Client::new(sh),
-            sets: Vec::new(),
+            batch: Vec::new(),
+            batch_kind: Kind::Set,
             closing: false,
         }
     }
@@ -240,7 +262,7 @@ impl Conn {
                     Ok(Flushed::Partly) => {
                         // A writable event resumes us; nothing waits
                         // unexecuted meanwhile.
-                        self.run_sets(sh);
+                        self.run_batch(sh);
                         return true;
                     }
                     Ok(Flushed::All) => {}
@@ -251,7 +273,7 @@ impl Conn {
             }
             match self.parser.next(&self.buf[self.start..self.end]) {
                 Err(e) => {
-                    self.run_sets(sh);
+                    self.run_batch(sh);
                     let _ = Reply::err(format!("Protocol error: {}", e.0))
                         .write(&mut self.out, self.client.resp3);
                     self.closing = true;
@@ -262,16 +284,19 @@ impl Conn {
                         continue;
                     }
                     sh.commands.fetch_add(1, Ordering::Relaxed);
-                    if self.client.authed && args.len() == 3 && args[0].eq_ignore_ascii_case(b"SET")
-                    {
-                        self.sets.push(args);
-                        if self.sets.len() >= MAX_BATCH {
-                            self.run_sets(sh);
+                    if let Some(kind) = batchable(&args).filter(|_| self.client.authed) {
+                        if kind != self.batch_kind {
+                            self.run_batch(sh);
+                            self.batch_kind = kind;
+                        }
+                        self.batch.push(args);
+                        if self.batch.len() >= MAX_BATCH {
+                            self.run_batch(sh);
                         }
                         continue;
                     }
-                    // Replies go out in request order: earlier SETs first.
-                    self.run_sets(sh);
+                    // Replies go out in request order: the batch first.
+                    self.run_batch(sh);
                     let (reply, after) = dispatch(sh, &mut self.client, &args);
                     if let Some(r) = reply {
                         // Writing to a Vec cannot fail.
@@ -285,7 +310,7 @@ impl Conn {
                     self.start += n;
                     // Nothing more is whole: commit what is waiting before
                     // the read (which may find nothing) and the replies.
-                    self.run_sets(sh);
+                    self.run_batch(sh);
                     match self.fill() {
                         Ok(true) => {}
                         Ok(false) => break, // would block
@@ -301,24 +326,38 @@ impl Conn {
         }
     }
 
-    /// Executes the waiting `SET`s as one batch and writes their replies:
+    /// Executes the waiting batch and writes its replies in order. SETs:
     /// `+OK` for each one set, the error for each one the batch stopped
-    /// before.
-    fn run_sets(&mut self, sh: &Shared) {
-        if self.sets.is_empty() {
+    /// before. GETs: each value or nil.
+    fn run_batch(&mut self, sh: &Shared) {
+        if self.batch.is_empty() {
             return;
         }
-        let pairs: Vec<(&[u8], &[u8])> = self.sets.iter().map(|a| (&a[1][..], &a[2][..])).collect();
-        let (done, err) = set_batch(sh, &pairs);
-        for i in 0..pairs.len() {
-            match &err {
-                Some(e) if i >= done => {
-                    let _ = e.write(&mut self.out, self.client.resp3);
+        match self.batch_kind {
+            Kind::Set => {
+                let pairs: Vec<(&[u8], &[u8])> =
+                    self.batch.iter().map(|a| (&a[1][..], &a[2][..])).collect();
+                let (done, err) = set_batch(sh, &pairs);
+                for i in 0..pairs.len() {
+                    match &err {
+                        Some(e) if i >= done => {
+                            let _ = e.write(&mut self.out, self.client.resp3);
+                        }
+                        _ => self.out.extend_from_slice(b"+OK\r\n"),
+                    }
                 }
-                _ => self.out.extend_from_slice(b"+OK\r\n"),
+            }
+            Kind::Get => {
+                let keys: Vec<&[u8]> = self.batch.iter().map(|a| &a[1][..]).collect();
+                let mut vals = Vec::with_capacity(keys.len());
+                sh.store.get_many(&keys, &mut vals);
+                for v in vals {
+                    let r = v.map_or(Reply::Nil, Reply::Bulk);
+                    let _ = r.write(&mut self.out, self.client.resp3);
+                }
             }
         }
-        self.sets.clear();
+        self.batch.clear();
     }
 
     /// Reads more bytes. Ok(false): nothing to read now. The peer's close

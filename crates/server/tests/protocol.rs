@@ -343,10 +343,39 @@ fn pipelined_sets_keep_request_order() {
     want.push(V::Err(
         "ERR wrong number of arguments for 'set' command".into(),
     ));
+    // A run of GETs (one batch): present, missing and repeated keys, a SET
+    // in the middle that the GETs after it must see.
+    let mut last: std::collections::HashMap<String, String> = Default::default();
+    for i in 0..300u32 {
+        last.insert(format!("k{}", i % 7), format!("v{i}"));
+    }
+    for j in [0, 1, 2, 3, 4, 5, 6, 0, 0] {
+        let k = format!("k{j}");
+        wire.extend(Client::encode(&[b"GET", k.as_bytes()]));
+        want.push(b(&last[&k]));
+    }
+    wire.extend(Client::encode(&[b"GET", b"no-such-key"]));
+    want.push(V::Nil);
+    wire.extend(Client::encode(&[b"SET", b"k0", b"changed"]));
+    want.push(ok());
+    wire.extend(Client::encode(&[b"GET", b"k0"]));
+    want.push(b("changed"));
+    wire.extend(Client::encode(&[b"GET", b"k1"]));
+    want.push(b(&last["k1"]));
     c.w.write_all(&wire).unwrap();
     for (i, w) in want.iter().enumerate() {
         assert_eq!(&c.read(), w, "reply {i}");
     }
+    // An oversized key among pipelined GETs gets the single GET's error.
+    let huge = vec![b'h'; store::MAX_KEY + 1];
+    let mut wire = Client::encode(&[b"GET", b"k1"]);
+    wire.extend(Client::encode(&[b"GET", &huge]));
+    wire.extend(Client::encode(&[b"GET", b"k1"]));
+    c.w.write_all(&wire).unwrap();
+    assert_eq!(c.read(), b(&last["k1"]));
+    let r = c.read();
+    assert!(matches!(r, V::Err(_)), "oversized key gave {r:?}");
+    assert_eq!(c.read(), b(&last["k1"]));
     let finals: Vec<V> = (0..7).map(|j| c.cmd(&["GET", &format!("k{j}")])).collect();
     assert_eq!(c.cmd(&["GET", "m1"]), b("last"));
     srv.stop().unwrap();

@@ -513,16 +513,25 @@ impl Store {
             while end < pairs.len() && !matches!(earlier[end], Some(j) if j >= start) {
                 end += 1;
             }
-            let mut staged = Vec::with_capacity(end - start);
-            let mut olds = Vec::with_capacity(end - start);
-            for i in start..end {
-                let (k, v) = pairs[i];
-                s.raf.note_op();
-                let old = match earlier[i] {
+            // Every key's current address first, then a touch of each old
+            // entry's header: independent misses the CPU can overlap, where
+            // one key at a time would wait for each in turn (the header is
+            // read again when the old entry is accounted dead).
+            let cur: Vec<Option<u64>> = (start..end)
+                .map(|i| match earlier[i] {
                     // Appended in an earlier run; `done` is in pair order.
                     Some(j) => Some(done[j].3),
-                    None => s.index.get(k),
-                };
+                    None => s.index.get(pairs[i].0),
+                })
+                .collect();
+            for o in cur.iter().flatten() {
+                s.log.touch(vaddr_off(*o));
+            }
+            let mut staged = Vec::with_capacity(end - start);
+            let mut olds = Vec::with_capacity(end - start);
+            for (i, &old) in (start..end).zip(&cur) {
+                let (k, v) = pairs[i];
+                s.raf.note_op();
                 match s.stage(k, hashes[i], Some(v), old) {
                     Ok((e, f)) => {
                         staged.push(e);
@@ -604,6 +613,53 @@ impl Store {
             });
         }
         true
+    }
+
+    /// The values of `keys`, in order, into `out` (cleared first): what
+    /// `get` would return for each. Looks every key up in the index, then
+    /// touches every entry, then reads them, so the cache misses of a batch
+    /// overlap instead of queueing (`pmhash serve` uses it for pipelined
+    /// GETs).
+    pub fn get_many(&self, keys: &[&[u8]], out: &mut Vec<Option<Vec<u8>>>) {
+        out.clear();
+        let s = &*self.inner;
+        let here = s.numa.current();
+        // (position, hash, sampled) of the keys the cache did not answer.
+        let mut todo = Vec::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            out.push(None);
+            if key.len() > MAX_KEY {
+                continue;
+            }
+            let hash = key_hash(key);
+            match s.raf.probe(key, hash, here) {
+                Probe::Hit(v) => out[i] = Some(v),
+                Probe::Miss { sampled } => todo.push((i, hash, sampled)),
+                Probe::Off => todo.push((i, hash, false)),
+            }
+        }
+        let _p = s.epochs.pin();
+        let vas: Vec<Option<u64>> = todo.iter().map(|&(i, _, _)| s.index.get(keys[i])).collect();
+        for va in vas.iter().flatten() {
+            s.log.touch(vaddr_off(*va));
+        }
+        for (&(i, hash, sampled), va) in todo.iter().zip(vas) {
+            let Some(va) = va else { continue };
+            let node = vaddr_node(va);
+            s.numa.count_read(node, here);
+            let Some(e) = s.log.header(vaddr_off(va)) else {
+                continue;
+            };
+            let mut v = Vec::new();
+            s.log.read_value(&e, &mut v);
+            if sampled {
+                let key = keys[i];
+                s.raf.fill(key, hash, &v, va, node, here, || {
+                    s.index.get(key) == Some(va)
+                });
+            }
+            out[i] = Some(v);
+        }
     }
 
     /// Up to `limit` pairs with `start <= key < end` (`end` None: to the

@@ -273,3 +273,37 @@ fn a_crash_at_any_fence_of_a_batch_keeps_what_was_acknowledged() {
         &f[..f.len().min(10)]
     );
 }
+
+#[test]
+fn get_many_answers_as_get_does() {
+    let (_pool, s) = store(Mode::Volatile, 5);
+    let mut rng = Rng::new(21);
+    let mut tag = 0;
+    for _ in 0..50 {
+        let b = batch(&mut rng, 80, 30, &mut tag);
+        s.put_batch(&refs(&b)).unwrap();
+    }
+    for k in (0..80).step_by(9) {
+        s.delete(&key(k)).unwrap();
+    }
+    let huge = vec![b'k'; store::MAX_KEY + 1];
+    let mut out = Vec::new();
+    // Many rounds, so sampled gets fill the RAF cache and later ones hit.
+    for round in 0..200 {
+        let keys: Vec<Vec<u8>> = (0..1 + rng.below(40))
+            .map(|_| match rng.below(20) {
+                0 => huge.clone(),
+                1 => b"absent".to_vec(),
+                _ => key(rng.below(90)),
+            })
+            .collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        s.get_many(&refs, &mut out);
+        assert_eq!(out.len(), keys.len());
+        for (k, got) in keys.iter().zip(&out) {
+            let want = s.get(k).unwrap_or(None);
+            assert_eq!(got, &want, "round {round}: key {k:?}");
+        }
+    }
+    assert!(s.stats().raf_hits > 0, "the cache never answered");
+}

@@ -11,19 +11,23 @@
 //! E, E is live: it is copied to the active file of the same (node,
 //! cluster) with a new version whose history is E itself, and the index is switched
 //! to the copy while the stripe is held (F3: no foreground write can slip
-//! between). Otherwise E is stale (or a `del`): it is marked invalid after
-//! its history.
+//! between). Otherwise E is stale (or a `del`) and is left as it is: it
+//! goes with its file, and until then something outranks it (a newer entry
+//! of its key, or, for a `del`, only invalid history). Marking it too, as
+//! the paper does, cost one persist per dead entry: the crash checker's
+//! 6,000-operation run went from about 5,040 fences to about 3,700, with
+//! no violation either way (and 981 with history marking switched off).
 //!
 //! **Phase B, reclaim.** The file leaves the DRAM maps, an epoch passes (no
 //! reader still holds an address into it, F5), and it is unlinked from the
 //! extent table and freed through the allocator's lane protocol.
 //!
-//! Why no delete comes back: a `del` entry disappears (by its mark, or with
-//! its file) only after every older entry of its key is invalid or gone,
-//! and a relocated copy's history is the original it replaced: a crash
-//! after the copy but before the original's file is freed leaves both
-//! valid, and whatever later supersedes the copy then marks the original
-//! too (while the original's file lives; F7 stops the walk after).
+//! Why no delete comes back: a `del` entry disappears (with its file)
+//! only after every older entry of its key is invalid or gone, and a
+//! relocated copy's history is the original it replaced: a crash after the
+//! copy but before the original's file is freed leaves both valid, and
+//! whatever later supersedes the copy then marks the original too (while
+//! the original's file lives; F7 stops the walk after).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -134,16 +138,14 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
             if !touched.iter().any(|t| Arc::ptr_eq(t, &nf)) {
                 touched.push(nf);
             }
-        } else if !persistent {
-            if s.opts.durability == Durability::Relaxed {
-                // The entry that supersedes E must be durable before E's
-                // mark is, or a crash could leave the key with neither.
-                if let Some(c) = cur.and_then(|c| log.file_at(vaddr_off(c))) {
-                    log.sync_file(&c);
-                }
+        } else if !persistent && s.opts.durability == Durability::Relaxed {
+            // The entry that supersedes E must be durable before E's file
+            // is freed, or a crash could leave the key with neither. E
+            // itself is not marked: it goes with its file, and until then
+            // a newer entry (or, for a `del`, nothing older) outranks it.
+            if let Some(c) = cur.and_then(|c| log.file_at(vaddr_off(c))) {
+                log.sync_file(&c);
             }
-            log.mark_invalid(e.off);
-            s.marked.fetch_add(1, Ordering::Relaxed);
         }
     }
     if s.opts.durability == Durability::Relaxed {

@@ -165,6 +165,11 @@ pub(crate) fn worker_loop(sh: &Shared, mailbox: &Mailbox, mut poll: Poll) {
             let Some(c) = conns.get_mut(slot).and_then(Option::as_mut) else {
                 continue;
             };
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                // New bytes (or the peer's close) raised this edge.
+                c.drained = false;
+                c.peer_closing |= ev.is_read_closed();
+            }
             if !c.drive(sh) {
                 let c = conns[slot].take().expect("live connection");
                 close(sh, &poll, c);
@@ -207,6 +212,14 @@ struct Conn {
     /// misses overlap.
     batch: Vec<Request>,
     batch_kind: Kind,
+    /// The last read was short: the socket had nothing more then, and new
+    /// bytes raise a new readable edge, so the next read waits for that
+    /// event. Saves a read that would only say "would block": with few
+    /// clients, a quarter of the server's system calls.
+    drained: bool,
+    /// The peer has shut down its side (an event said so): read until the
+    /// end is seen, however short the reads (no edge will follow).
+    peer_closing: bool,
     /// Close once `out` is written (QUIT, a protocol error, the peer's
     /// half-close).
     closing: bool,
@@ -248,6 +261,8 @@ impl Conn {
             client: Client::new(sh),
             batch: Vec::new(),
             batch_kind: Kind::Set,
+            drained: false,
+            peer_closing: false,
             closing: false,
         }
     }
@@ -363,6 +378,9 @@ impl Conn {
     /// Reads more bytes. Ok(false): nothing to read now. The peer's close
     /// marks the connection closing (replies already made still go out).
     fn fill(&mut self) -> io::Result<bool> {
+        if self.drained {
+            return Ok(false);
+        }
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -389,6 +407,7 @@ impl Conn {
                     return Ok(false);
                 }
                 Ok(n) => {
+                    self.drained = !self.peer_closing && self.end + n < self.buf.len();
                     self.end += n;
                     return Ok(true);
                 }

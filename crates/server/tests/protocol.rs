@@ -421,6 +421,46 @@ fn a_client_that_does_not_read_does_not_stall_the_others() {
     srv.stop().unwrap();
 }
 
+/// A client that sends its requests and shuts its side down at once (as
+/// `echo PING | nc` does) gets every reply and then the end of the
+/// stream; the server forgets the connection.
+#[test]
+fn a_client_that_sends_then_half_closes_is_answered_and_forgotten() {
+    let dir = TempDir::new("srv", "halfclose");
+    let srv = start_with(&dir, None, 1);
+    for i in 0..50 {
+        let mut s = TcpStream::connect(srv.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        if i % 2 == 1 {
+            // Registered and idle first: the bytes and the close then
+            // arrive on a connection the loop already watches.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s.write_all(b"PING\r\nECHO hi\r\n").unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"+PONG\r\n$2\r\nhi\r\n", "round {i}");
+    }
+    let mut c = Client::new(srv.addr());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let V::Bulk(info) = c.cmd(&["INFO"]) else {
+            panic!("INFO is a bulk string")
+        };
+        let info = String::from_utf8(info).unwrap();
+        if info.contains("connected_clients:1\r\n") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "half-closed connections were not closed: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    srv.stop().unwrap();
+}
+
 #[test]
 fn length_bombs_and_bad_framing_close_only_that_connection() {
     let dir = TempDir::new("srv", "bomb");

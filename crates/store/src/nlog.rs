@@ -256,10 +256,20 @@ impl Nlog {
             h_addr,
             h_seq,
         };
-        let mut g = self.active[self.pair(node, cluster)]
+        self.append_entry(node, &e, numa)
+    }
+
+    /// [`append`](Self::append) of an entry already assembled.
+    pub fn append_entry(
+        &self,
+        node: u32,
+        e: &NewEntry<'_>,
+        numa: &Numa,
+    ) -> Result<(u64, Arc<Extent>)> {
+        let mut g = self.active[self.pair(node, e.cluster)]
             .lock()
             .expect("active lock");
-        let r = self.append_locked(&mut g, node, &e, numa);
+        let r = self.append_locked(&mut g, node, e, numa);
         // persist: the entry, crc included, before the index names it (I1),
         // with the file lock held through the fence, so only the newest
         // entry of a file can be torn (F1, F10).

@@ -458,9 +458,7 @@ impl Store {
         // persist: the entry (durable inside append) before the index and
         // the cache name it, so a reader never returns a value a crash
         // could take back (I1, CRASH-PATTERNS #6).
-        let (va, file) = s.log.append(
-            here, e.cluster, e.op, e.version, key, e.value, e.h_addr, e.h_seq, &s.numa,
-        )?;
+        let (va, file) = s.log.append_entry(here, &e, &s.numa)?;
         s.publish(key, hash, value, old, old_file.as_deref(), va, &file, here)?;
         Ok(true)
     }

@@ -66,6 +66,9 @@ struct ServeArgs {
     /// Require AUTH with this password before any other command.
     #[arg(long)]
     requirepass: Option<String>,
+    /// Most client connections at once (as Redis's maxclients).
+    #[arg(long, default_value_t = server::MAX_CLIENTS)]
+    maxclients: u64,
     /// Pool mode of a new store: mapped (files) or dax.
     #[arg(long, default_value = "mapped")]
     mode: String,
@@ -140,6 +143,7 @@ fn serve_cmd(args: &ServeArgs) -> Result<ExitCode, String> {
         addr: args.addr.clone(),
         requirepass: args.requirepass.clone(),
         threads: args.threads,
+        max_clients: args.maxclients,
     };
     server::install_signal_handlers();
     let srv = server::Server::start(st, cfg)

@@ -37,6 +37,9 @@ pub struct Config {
     pub requirepass: Option<String>,
     /// Event-loop threads (0: one per CPU less one, at least one).
     pub threads: usize,
+    /// Most connections at once; one more gets `-ERR max number of
+    /// clients reached` and is closed.
+    pub max_clients: u64,
 }
 
 impl Default for Config {
@@ -45,6 +48,7 @@ impl Default for Config {
             addr: "127.0.0.1:6379".into(),
             requirepass: None,
             threads: 0,
+            max_clients: MAX_CLIENTS,
         }
     }
 }

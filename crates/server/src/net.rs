@@ -36,8 +36,8 @@ const IN_CHUNK: usize = 16 << 10;
 /// Unsent reply bytes above which a connection is not served until its
 /// peer reads.
 const OUT_HIGH: usize = 4 << 20;
-/// Most connections at once; more are refused with an error, as Redis
-/// does past `maxclients`.
+/// The default of [`Config::max_clients`](crate::Config::max_clients),
+/// Redis's `maxclients` default.
 pub const MAX_CLIENTS: u64 = 10_000;
 /// Most pipelined `SET`s (or `GET`s) run as one batch.
 const MAX_BATCH: usize = 32;
@@ -93,7 +93,7 @@ pub(crate) fn accept_loop(sh: &Shared, listener: StdListener, workers: &[Arc<Mai
                     // ran out for a moment: keep serving.
                     Err(_) => break,
                 };
-                if sh.clients.load(Ordering::Relaxed) >= MAX_CLIENTS {
+                if sh.clients.load(Ordering::Relaxed) >= sh.cfg.max_clients {
                     let _ = sock.write(b"-ERR max number of clients reached\r\n");
                     continue;
                 }

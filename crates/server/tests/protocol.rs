@@ -25,16 +25,20 @@ fn start(dir: &TempDir, pass: Option<&str>) -> Server {
 }
 
 fn start_with(dir: &TempDir, pass: Option<&str>, threads: usize) -> Server {
-    let st = Store::open(dir.path(), options()).expect("store opens");
-    Server::start(
-        st,
+    start_cfg(
+        dir,
         Config {
             addr: "127.0.0.1:0".into(),
             requirepass: pass.map(String::from),
             threads,
+            ..Config::default()
         },
     )
-    .expect("server starts")
+}
+
+fn start_cfg(dir: &TempDir, cfg: Config) -> Server {
+    let st = Store::open(dir.path(), options()).expect("store opens");
+    Server::start(st, cfg).expect("server starts")
 }
 
 struct Client {
@@ -60,7 +64,10 @@ fn b(s: &str) -> V {
 
 impl Client {
     fn new(addr: SocketAddr) -> Client {
-        let s = TcpStream::connect(addr).expect("connect");
+        Client::new_from(TcpStream::connect(addr).expect("connect"))
+    }
+
+    fn new_from(s: TcpStream) -> Client {
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         Client {
             r: BufReader::new(s.try_clone().unwrap()),
@@ -456,6 +463,61 @@ fn a_client_that_sends_then_half_closes_is_answered_and_forgotten() {
             std::time::Instant::now() < deadline,
             "half-closed connections were not closed: {info}"
         );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    srv.stop().unwrap();
+}
+
+/// Past `max_clients` a new connection gets the error and is closed; once
+/// a client leaves, a new one is served again.
+#[test]
+fn connections_past_max_clients_are_refused() {
+    let dir = TempDir::new("srv", "maxclients");
+    let srv = start_cfg(
+        &dir,
+        Config {
+            addr: "127.0.0.1:0".into(),
+            max_clients: 3,
+            ..Config::default()
+        },
+    );
+    let mut held: Vec<Client> = (0..3).map(|_| Client::new(srv.addr())).collect();
+    for c in &mut held {
+        assert_eq!(c.cmd(&["PING"]), V::Simple("PONG".into()));
+    }
+    let mut extra = Client::new(srv.addr());
+    assert_eq!(
+        extra.read(),
+        V::Err("ERR max number of clients reached".into())
+    );
+    assert!(extra.closed(), "the refused connection is closed");
+    assert_eq!(held[0].cmd(&["QUIT"]), ok());
+    drop(held.remove(0));
+    // The server notices the departure asynchronously.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        // A refused connection is told at once; an accepted one says
+        // nothing until asked.
+        let mut s = TcpStream::connect(srv.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut first = [0u8; 64];
+        match s.read(&mut first) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                let mut c = Client::new_from(s);
+                assert_eq!(c.cmd(&["PING"]), V::Simple("PONG".into()));
+                break;
+            }
+            r => assert!(
+                std::time::Instant::now() < deadline,
+                "still refused after a client left: {r:?}"
+            ),
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     srv.stop().unwrap();

@@ -599,18 +599,7 @@ impl Store {
         let Some(va) = s.index.get(key) else {
             return false;
         };
-        let node = vaddr_node(va);
-        s.numa.count_read(node, here);
-        let Some(e) = s.log.header(vaddr_off(va)) else {
-            return false;
-        };
-        s.log.read_value(&e, out);
-        if sampled {
-            s.raf.fill(key, hash, out, va, node, here, || {
-                s.index.get(key) == Some(va)
-            });
-        }
-        true
+        s.read_entry(key, hash, va, sampled, here, out)
     }
 
     /// The values of `keys`, in order, into `out` (cleared first): what
@@ -643,20 +632,10 @@ impl Store {
         }
         for (&(i, hash, sampled), va) in todo.iter().zip(vas) {
             let Some(va) = va else { continue };
-            let node = vaddr_node(va);
-            s.numa.count_read(node, here);
-            let Some(e) = s.log.header(vaddr_off(va)) else {
-                continue;
-            };
             let mut v = Vec::new();
-            s.log.read_value(&e, &mut v);
-            if sampled {
-                let key = keys[i];
-                s.raf.fill(key, hash, &v, va, node, here, || {
-                    s.index.get(key) == Some(va)
-                });
+            if s.read_entry(keys[i], hash, va, sampled, here, &mut v) {
+                out[i] = Some(v);
             }
-            out[i] = Some(v);
         }
     }
 
@@ -938,6 +917,33 @@ pub(crate) fn new_inner(
 }
 
 impl Inner {
+    /// Reads the value of `key` from its entry at `va` (the index named
+    /// it; the caller is pinned) into `out`, counting the access and, for a
+    /// sampled get, offering the value to the RAF cache. False if the entry
+    /// cannot be read.
+    fn read_entry(
+        &self,
+        key: &[u8],
+        hash: u64,
+        va: u64,
+        sampled: bool,
+        here: u32,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let node = vaddr_node(va);
+        self.numa.count_read(node, here);
+        let Some(e) = self.log.header(vaddr_off(va)) else {
+            return false;
+        };
+        self.log.read_value(&e, out);
+        if sampled {
+            self.raf.fill(key, hash, out, va, node, here, || {
+                self.index.get(key) == Some(va)
+            });
+        }
+        true
+    }
+
     /// The entry for a write of `key` (`value` None: a delete) whose
     /// newest entry is `old`, and the file holding `old`. The caller holds
     /// the key's stripe.

@@ -5,31 +5,20 @@
 //! batch (each unfenced line kept old, new or anything between) recovers
 //! to the acknowledged state plus some of the batch in flight.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use common::small_opts;
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::{CrashChoice, Mode, Pool};
-use store::{GcMode, Options, Store, LAYOUT};
+use store::{Store, LAYOUT};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
-fn opts() -> Options {
-    Options {
-        pool_size: 4 << 20,
-        max_pool_size: 64 << 20,
-        clusters: 4,
-        extent_size: 4096,
-        nodes: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 64 << 10,
-        recovery_threads: 2,
-        ..Options::default()
-    }
-}
-
 fn store(mode: Mode, seed: u64) -> (Arc<Pool>, Store) {
-    let o = opts();
+    let o = small_opts();
     let pool = mem_pool(&test_pool_options(
         LAYOUT,
         b"store-batch-test",
@@ -115,11 +104,11 @@ fn batches_equal_puts_one_by_one() {
     verify(&s, &m, "end");
     // A crash (log scan) and a clean reopen (image) agree.
     let p2 = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
-    let s2 = Store::open_pool(p2.clone(), opts()).unwrap();
+    let s2 = Store::open_pool(p2.clone(), small_opts()).unwrap();
     verify(&s2, &m, "log scan");
     s2.close().unwrap();
     let p3 = Arc::new(Pool::from_image(p2.image(), Mode::Volatile).unwrap());
-    let s3 = Store::open_pool(p3, opts()).unwrap();
+    let s3 = Store::open_pool(p3, small_opts()).unwrap();
     assert_eq!(s3.stats().opened_from, "image");
     verify(&s3, &m, "image");
 }
@@ -192,7 +181,7 @@ struct Expect {
 
 fn check_crash(img: Vec<u8>, e: &Expect) -> Result<(), String> {
     let p = Arc::new(Pool::from_image(img, Mode::Volatile).map_err(|x| x.to_string())?);
-    let s = Store::open_pool(p, opts()).map_err(|x| format!("reopen: {x}"))?;
+    let s = Store::open_pool(p, small_opts()).map_err(|x| format!("reopen: {x}"))?;
     let got = contents(&s);
     for (k, v) in &got {
         let ok = e.acked.get(k) == Some(v) || e.pending.iter().any(|(pk, pv)| pk == k && pv == v);

@@ -8,6 +8,9 @@
 //! recovery with different thread counts. A crash image taken in the middle
 //! of a GC reclaim must not let a deleted key come back.
 
+mod common;
+
+use common::small_opts;
 use engine::testkit::TempDir;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -16,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::{CrashChoice, Mode, Pool};
-use store::{GcMode, Options, Store, LAYOUT};
+use store::{Options, Store, LAYOUT};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -24,21 +27,6 @@ type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 /// A scratch directory, removed on drop.
 fn temp_dir(tag: &str) -> TempDir {
     TempDir::new("store-model", tag)
-}
-
-/// Small files and few clusters, so that files fill and GC has work.
-fn small_opts() -> Options {
-    Options {
-        pool_size: 4 << 20,
-        max_pool_size: 64 << 20,
-        clusters: 4,
-        extent_size: 4096,
-        nodes: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 64 << 10,
-        recovery_threads: 2,
-        ..Options::default()
-    }
 }
 
 fn mem_store(opts: &Options, seed: u64) -> (Arc<Pool>, Store) {

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! Root block (2 KiB, linked from the pool root)
-//!   0    magic "PASS\0v01"
+//!   0    magic "PASS\0v02"
 //!   8    geometry: n normal buckets (bits 0..16), m stash buckets (16..24),
 //!        key mode (32..40: 0 inline u64, 1 bytes)
 //!   16   hash seed
@@ -29,11 +29,23 @@
 //!        none) — the paper's fused power + look-up table made exact
 //!        (`table::exact_octave`); physical = `spiral::physical(logical)`
 //!
-//! Segment (64 + (n + m)·256 bytes, inside an array)
+//! Segment (64 + 64·⌈n/7⌉ + (n + m)·256 bytes, inside an array)
 //!   0    lock: a LineLock serialising chain appends
-//!   8    chain: offset of the first overflow (chain) bucket, 0 if none
 //!   16   logical id: the logical bucket this physical segment serves
-//!   64   n normal buckets, then m stash buckets, 256 bytes each
+//!   64   one line per chain group g (homes 7g .. 7g+6):
+//!          0  head: offset of the group's first overflow (chain) bucket,
+//!             0 if none
+//!          8  filter words [7], one per home: a 64-bit Bloom filter
+//!             (two bits from hash bits 24..36) of the home's overflow
+//!             records: its stash records (a miss with the home's count
+//!             above 0 checks it before reading every stash bucket) and
+//!             its chain records. A hint like the meta word's, kept
+//!             exact-or-over while running, rebuilt after a crash
+//!        (one chain per segment made every chain search walk all of a
+//!        crowded segment's overflow, and a count made a miss read every
+//!        stash bucket; now a miss reads the filter word and goes on
+//!        only on a hit, and the chain's head is in the same line)
+//!   64 + 64·⌈n/7⌉   n normal buckets, then m stash buckets, 256 bytes each
 //!
 //! Bucket (256 bytes: Dash-EH's layout with an 8-byte lock)
 //!   0    lock: LineLock (epoch-tagged seqlock)
@@ -65,7 +77,7 @@ pub const SLOT0: u64 = 32;
 pub const SLOT_BYTES: u64 = 16;
 
 pub const ROOT_BYTES: u64 = 2048;
-pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PASS\0v01");
+pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PASS\0v02");
 pub const R_GEO: u64 = 8;
 pub const R_SEED: u64 = 16;
 pub const R_SPLIT_LOAD: u64 = 24;
@@ -86,9 +98,38 @@ pub const OCT_MAGIC: u64 = u64::from_le_bytes(*b"PASSoct1");
 pub const OCT_HEADER: u64 = 64;
 
 pub const H_LOCK: u64 = 0;
-pub const H_CHAIN: u64 = 8;
 pub const H_LOGICAL: u64 = 16;
-pub const SEG_HEADER: u64 = 64;
+/// The first chain group's line.
+pub const H_CHAINS: u64 = 64;
+/// Homes per chain group: a group's line holds its head and one filter
+/// word per home.
+pub const GROUP_HOMES: u64 = 7;
+
+/// The chain group of home bucket `bix`.
+#[inline]
+pub fn chain_group(bix: u64) -> u64 {
+    bix / GROUP_HOMES
+}
+
+/// The chain head word of group `g` in segment `seg`.
+#[inline]
+pub fn chain_head(seg: u64, g: u64) -> u64 {
+    seg + H_CHAINS + LINE * g
+}
+
+/// The filter word of home `bix` in segment `seg` (its counted stash
+/// records and its chain records).
+#[inline]
+pub fn chain_filter(seg: u64, bix: u64) -> u64 {
+    chain_head(seg, chain_group(bix)) + 8 * (1 + bix % GROUP_HOMES)
+}
+
+/// The filter-word bits of hash `h`: two of 64, from hash bits 24..36
+/// (fingerprint and bucket index use bits 0..24).
+#[inline]
+pub fn filter_bits(h: u64) -> u64 {
+    1 << ((h >> 24) & 63) | 1 << ((h >> 30) & 63)
+}
 
 pub const B_META: u64 = 8;
 pub const B_FP: u64 = 16;
@@ -131,26 +172,35 @@ pub struct Geo {
     /// Stash buckets per segment (1..=4: a hint names one in 2 bits).
     pub m: u64,
     pub bytes_keys: bool,
+    /// Header bytes, [`Geo::header`] (kept: it is on every bucket's
+    /// address path, and `n` is not a constant).
+    hdr: u64,
 }
 
 impl Geo {
+    pub fn new(n: u64, m: u64, bytes_keys: bool) -> Geo {
+        Geo {
+            n,
+            m,
+            bytes_keys,
+            hdr: H_CHAINS + LINE * n.div_ceil(GROUP_HOMES),
+        }
+    }
+
     pub fn encode(&self) -> u64 {
         self.n | self.m << 16 | (self.bytes_keys as u64) << 32
     }
 
     pub fn decode(w: u64) -> Option<Geo> {
-        let g = Geo {
-            n: w & 0xffff,
-            m: (w >> 16) & 0xff,
-            bytes_keys: match w >> 24 {
-                k if k & 0xff != 0 => return None,
-                k => match k >> 8 {
-                    KEY_MODE_INLINE => false,
-                    KEY_MODE_BYTES => true,
-                    _ => return None,
-                },
+        let bytes_keys = match w >> 24 {
+            k if k & 0xff != 0 => return None,
+            k => match k >> 8 {
+                KEY_MODE_INLINE => false,
+                KEY_MODE_BYTES => true,
+                _ => return None,
             },
         };
+        let g = Geo::new(w & 0xffff, (w >> 16) & 0xff, bytes_keys);
         g.valid().then_some(g)
     }
 
@@ -158,9 +208,32 @@ impl Geo {
         (4..=1024).contains(&self.n) && (1..=4).contains(&self.m)
     }
 
+    /// The probe bucket of home `bix`: the next one, wrapping (no
+    /// division on the lookup path).
+    #[inline]
+    pub fn probe(&self, bix: u64) -> u64 {
+        if bix + 1 == self.n {
+            0
+        } else {
+            bix + 1
+        }
+    }
+
+    /// Chain groups per segment.
+    #[inline]
+    pub fn groups(&self) -> u64 {
+        self.n.div_ceil(GROUP_HOMES)
+    }
+
+    /// Bytes of a segment's header: the lock line and the group lines.
+    #[inline]
+    pub fn header(&self) -> u64 {
+        self.hdr
+    }
+
     /// Bytes of one segment.
     pub fn seg_bytes(&self) -> u64 {
-        SEG_HEADER + (self.n + self.m) * BUCKET
+        self.header() + (self.n + self.m) * BUCKET
     }
 
     /// Slots of one segment (normal and stash).
@@ -170,7 +243,7 @@ impl Geo {
 
     #[inline]
     pub fn bucket(&self, seg: u64, b: u64) -> u64 {
-        seg + SEG_HEADER + b * BUCKET
+        seg + self.header() + b * BUCKET
     }
 }
 
@@ -350,13 +423,9 @@ mod tests {
 
     #[test]
     fn geometry_round_trips() {
-        let g = Geo {
-            n: 56,
-            m: 4,
-            bytes_keys: true,
-        };
+        let g = Geo::new(56, 4, true);
         assert_eq!(Geo::decode(g.encode()), Some(g));
         assert_eq!(Geo::decode(g.encode() | 7 << 32), None);
-        assert_eq!(g.seg_bytes(), 64 + 60 * 256);
+        assert_eq!(g.seg_bytes(), 64 + 8 * 64 + 60 * 256);
     }
 }

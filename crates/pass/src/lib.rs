@@ -36,6 +36,11 @@ pub const MAX_KEY_BYTES: usize = 4096;
 /// Default split load: expand `first` while the table holds more than this
 /// fraction of its normal and stash slots.
 pub const DEFAULT_SPLIT_LOAD: f64 = 0.7;
+/// Split loads above this make lookups fetch the filter word with the
+/// home bucket: at 0.7 a third of misses read it and the extra line costs
+/// 1–4% of get throughput; at 1.05 four in five do, and it gains about 4%
+/// (10M keys, docs/benchmarks.md).
+pub const DENSE_SPLIT_LOAD: f64 = 0.85;
 
 /// The registry entry: inline 8-byte keys.
 pub fn spec() -> EngineSpec {
@@ -48,6 +53,40 @@ pub fn spec() -> EngineSpec {
             create: |pool, cfg| Ok(Box::new(Pass::create(pool, cfg)?)),
             open: |pool, cfg| Ok(Box::new(Pass::open(pool, cfg)?)),
         },
+    }
+}
+
+/// The split load of the `pass-dense` registry entry: load factor about
+/// 0.91 (the "max load factor ≥ 90%"), at the cost of overflow.
+pub const DENSE_ENTRY_SPLIT_LOAD: f64 = 1.05;
+
+/// The registry entry for a dense table: inline keys, split load
+/// [`DENSE_ENTRY_SPLIT_LOAD`].
+pub fn spec_dense() -> EngineSpec {
+    EngineSpec {
+        reference: false,
+        name: "pass-dense",
+        about: "PASS at split load 1.05 (load factor about 0.91; more stash and chain records)",
+        kind: EngineKind::Persistent {
+            layout: LAYOUT,
+            create: |pool, cfg| {
+                let opts = Options {
+                    split_load: DENSE_ENTRY_SPLIT_LOAD,
+                    ..Options::default()
+                };
+                Ok(Box::new(Pass::create_with(pool, cfg, &opts)?))
+            },
+            open: |pool, cfg| Ok(Box::new(Pass::open(pool, cfg)?)),
+        },
+    }
+}
+
+/// The engine name a table reports: by key mode and split load.
+pub(crate) fn engine_name(bytes_keys: bool, split_load: f64) -> &'static str {
+    match (bytes_keys, split_load > DENSE_SPLIT_LOAD) {
+        (true, _) => "pass-var",
+        (false, true) => "pass-dense",
+        (false, false) => "pass",
     }
 }
 
@@ -186,6 +225,9 @@ pub struct Pass {
     /// Split when len exceeds this.
     pub(crate) threshold: AtomicU64,
     pub(crate) split_load: f64,
+    /// Split load above [`DENSE_SPLIT_LOAD`]: most misses then read the
+    /// home's filter word, so lookups fetch it with the home bucket.
+    pub(crate) dense: bool,
     pub(crate) split_mx: Mutex<()>,
     /// Serialises the zero-hash key (kept in the root).
     pub(crate) zero: Mutex<()>,
@@ -239,11 +281,7 @@ impl Pass {
         let n = opts.normal_buckets.unwrap_or(if small { 4 } else { 56 });
         let m = opts.stash_buckets.unwrap_or(if n <= 4 { 2 } else { 4 });
         let room = pool.max_size().max(pool.size());
-        let geo = Geo {
-            n,
-            m,
-            bytes_keys: opts.bytes_keys,
-        };
+        let geo = Geo::new(n, m, opts.bytes_keys);
         if !geo.valid() {
             return Err(Error::InvalidArgument(format!(
                 "geometry {n} normal + {m} stash buckets (want 4..=1024 and 1..=4)"
@@ -318,7 +356,7 @@ impl Pass {
         // the store that makes the table exist.
         pool.store_u64(root + R_FIRST, first);
         pool.persist(root + R_FIRST, 8);
-        let name = if opts.bytes_keys { "pass-var" } else { "pass" };
+        let name = engine_name(opts.bytes_keys, opts.split_load);
         let ps = Pass::handle(pool, root, geo, seed, opts.split_load, name);
         ps.load_dram();
         Ok(ps)
@@ -354,6 +392,7 @@ impl Pass {
             len: Counter::default(),
             threshold: AtomicU64::new(0),
             split_load,
+            dense: split_load > DENSE_SPLIT_LOAD,
             split_mx: Mutex::new(()),
             zero: Mutex::new(()),
             closed: AtomicBool::new(false),

@@ -20,7 +20,7 @@ use crate::{Key, Pass};
 #[inline]
 pub(crate) fn slot_bits(kind: Kind, s: usize) -> u64 {
     match kind {
-        Kind::Chain => 1 << s,
+        Kind::Chain(_) => 1 << s,
         _ => 1 << s | 1 << (MEMBER_SHIFT as usize + s),
     }
 }
@@ -30,7 +30,8 @@ pub(crate) fn slot_bits(kind: Kind, s: usize) -> u64 {
 pub(crate) enum Kind {
     Normal,
     Stash(u64),
-    Chain,
+    /// An overflow chain bucket of this group.
+    Chain(u64),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -226,11 +227,10 @@ impl Pass {
             return self.zero_get();
         }
         let k = self.slot_key(k, h);
-        let (fp, bix) = self.fp_bix(h);
         loop {
             let sn = self.snap();
             if let Some(seg) = self.locate(h, &sn) {
-                if let Some(r) = self.read_find(seg, bix, fp, k) {
+                if let Some(r) = self.read_find(seg, h, k) {
                     if self.still(&sn) {
                         return r;
                     }
@@ -258,11 +258,15 @@ impl Pass {
     }
 
     /// One optimistic attempt: `None` to retry, else the answer.
-    fn read_find(&self, seg: u64, bix: u64, fp: u8, k: Key) -> Option<Option<u64>> {
+    fn read_find(&self, seg: u64, h: u64, k: Key) -> Option<Option<u64>> {
+        let (fp, bix) = self.fp_bix(h);
         let t = self.geo.bucket(seg, bix);
-        let p = self.geo.bucket(seg, (bix + 1) % self.geo.n);
+        let p = self.geo.bucket(seg, self.geo.probe(bix));
         let wt = self.pool.words(t, 32);
         self.pool.prefetch(p);
+        if self.dense {
+            self.pool.prefetch(chain_filter(seg, bix));
+        }
         let vt = wt[0].load(Ordering::Acquire);
         if !self.lock.is_free(vt) {
             return None;
@@ -294,7 +298,7 @@ impl Pass {
                             mp,
                             wp[3].load(Ordering::Relaxed),
                         );
-                        match self.overflow_find(seg, hints, fp, k) {
+                        match self.overflow_find(seg, h, hints, k) {
                             Ok(Some(l)) => Some(self.pool.load_u64(slot_off(l.bucket, l.s) + 8)),
                             Ok(None) => None,
                             Err(()) => return None,
@@ -312,10 +316,16 @@ impl Pass {
 
     /// Stash buckets the hints of home `t` (meta `mt`, fingerprint word
     /// `ht`) and probe `p` point to for fingerprint `fp`, as a bit set;
-    /// all of them when the home's count says some records have no hint.
+    /// all of them when `unhinted`: the home's count says some records
+    /// have no hint and its filter word does not rule the key out.
     #[inline]
-    fn stash_candidates(&self, mt: u64, ht: u64, mp: u64, hp: u64, fp: u8) -> u64 {
-        if ocount(mt) > 0 {
+    pub(crate) fn stash_candidates(
+        &self,
+        (mt, ht, mp, hp): (u64, u64, u64, u64),
+        fp: u8,
+        unhinted: bool,
+    ) -> u64 {
+        if unhinted {
             return (1 << self.geo.m) - 1;
         }
         let mut set = 0;
@@ -332,20 +342,37 @@ impl Pass {
         set
     }
 
-    /// Looks for `k` in the stash and the chain of `seg`, as the home
-    /// bucket's hints direct. `Err(())`: a chain link was torn (retry).
+    /// Looks for `k` in the stash of `seg` and the chain of home `bix`'s
+    /// group, as the home bucket's hints direct. `Err(())`: a chain link was torn (retry).
     /// Safe without the stash and chain locks: only a writer holding the
     /// home bucket's lock adds or removes this key, and callers validate
     /// that lock's version (or hold it).
     fn overflow_find(
         &self,
         seg: u64,
+        h: u64,
         hints: (u64, u64, u64, u64),
-        fp: u8,
         k: Key,
     ) -> std::result::Result<Option<Loc>, ()> {
-        let (mt, ht, mp, hp) = hints;
-        let mut set = self.stash_candidates(mt, ht, mp, hp, fp);
+        let (fp, bix) = self.fp_bix(h);
+        let mt = hints.0;
+        // Records the home's hints do not name (stash records past the
+        // fingerprint hints, chain records) are in its filter word: a
+        // miss usually ends there, one line, without a stash or chain read.
+        let (counted, chained) = (ocount(mt) > 0, mt & chain_bit(fp) != 0);
+        let filtered = (counted || chained) && {
+            let fb = filter_bits(h);
+            self.pool.load_u64(chain_filter(seg, bix)) & fb == fb
+        };
+        let mut set = self.stash_candidates(hints, fp, counted && filtered);
+        // The stash lines this search reads are fetched at once: their
+        // misses overlap instead of queueing one behind the other.
+        let mut ahead = set;
+        while ahead != 0 {
+            let j = ahead.trailing_zeros() as u64;
+            ahead &= ahead - 1;
+            self.pool.prefetch(self.geo.bucket(seg, self.geo.n + j));
+        }
         while set != 0 {
             let j = set.trailing_zeros() as u64;
             set &= set - 1;
@@ -360,8 +387,9 @@ impl Pass {
                 }));
             }
         }
-        if mt & chain_bit(fp) != 0 {
-            let mut cb = self.pool.load_u64(seg + H_CHAIN);
+        // The chain, whose head shares the filter word's line.
+        if chained && filtered {
+            let mut cb = self.pool.load_u64(chain_head(seg, chain_group(bix)));
             let mut steps = 0u32;
             while cb != 0 {
                 steps += 1;
@@ -377,7 +405,7 @@ impl Pass {
                     return Ok(Some(Loc {
                         bucket: cb,
                         s,
-                        kind: Kind::Chain,
+                        kind: Kind::Chain(chain_group(bix)),
                     }));
                 }
                 cb = chain_next(mb);
@@ -388,9 +416,10 @@ impl Pass {
 
     /// The record of `k` in a segment whose home and probe buckets the
     /// caller holds.
-    pub(crate) fn find_locked(&self, seg: u64, bix: u64, fp: u8, k: Key) -> Option<Loc> {
+    pub(crate) fn find_locked(&self, seg: u64, h: u64, k: Key) -> Option<Loc> {
+        let (fp, bix) = self.fp_bix(h);
         let t = self.geo.bucket(seg, bix);
-        let p = self.geo.bucket(seg, (bix + 1) % self.geo.n);
+        let p = self.geo.bucket(seg, self.geo.probe(bix));
         let wt = self.pool.words(t, 32);
         let mt = wt[1].load(Ordering::Acquire);
         if let Some((s, _)) = self.scan(wt, alloc(mt) & !member(mt), fp, k) {
@@ -416,14 +445,14 @@ impl Pass {
             wp[3].load(Ordering::Relaxed),
         );
         // Under the home lock a chain cannot be torn.
-        self.overflow_find(seg, hints, fp, k).ok().flatten()
+        self.overflow_find(seg, h, hints, k).ok().flatten()
     }
 
     // ----- writers --------------------------------------------------------------
 
     /// Locks the home and probe buckets of `bix` (lower index first).
     fn lock_pair(&self, seg: u64, bix: u64) -> Held<'_> {
-        let q = (bix + 1) % self.geo.n;
+        let q = self.geo.probe(bix);
         let (a, b) = if bix < q { (bix, q) } else { (q, bix) };
         let mut h = Held::new(self);
         h.lock(self.geo.bucket(seg, a));
@@ -459,12 +488,12 @@ impl Pass {
             return Ok(r);
         }
         let k = self.slot_key(k, h);
-        let (fp, bix) = self.fp_bix(h);
+        let bix = self.fp_bix(h).1;
         let r = self.with_locked(h, bix, |seg| {
-            if self.find_locked(seg, bix, fp, k).is_some() {
+            if self.find_locked(seg, h, k).is_some() {
                 return Ok(None);
             }
-            self.place(seg, bix, fp, Rec::New(k), v, true, false, true)
+            self.place(seg, h, Rec::New(k), v, true, false, true)
                 .map(Some)
         })?;
         let Some(placed) = r else { return Ok(false) };
@@ -482,9 +511,9 @@ impl Pass {
             return Ok(self.zero_write(|present| present.then_some(Some(v))));
         }
         let k = self.slot_key(k, h);
-        let (fp, bix) = self.fp_bix(h);
+        let bix = self.fp_bix(h).1;
         Ok(self.with_locked(h, bix, |seg| {
-            let Some(l) = self.find_locked(seg, bix, fp, k) else {
+            let Some(l) = self.find_locked(seg, h, k) else {
                 return false;
             };
             let off = slot_off(l.bucket, l.s) + 8;
@@ -509,7 +538,7 @@ impl Pass {
         let k = self.slot_key(k, h);
         let (fp, bix) = self.fp_bix(h);
         let r = self.with_locked(h, bix, |seg| -> Result<bool> {
-            let Some(l) = self.find_locked(seg, bix, fp, k) else {
+            let Some(l) = self.find_locked(seg, h, k) else {
                 return Ok(false);
             };
             let mut held = Held::new(self);
@@ -668,17 +697,17 @@ impl Pass {
     pub(crate) fn place(
         &self,
         seg: u64,
-        bix: u64,
-        fp: u8,
+        h: u64,
         rec: Rec,
         v: u64,
         persist: bool,
         all_locked: bool,
         allow_chain: bool,
     ) -> Result<Placed> {
+        let (fp, bix) = self.fp_bix(h);
         let n = self.geo.n;
         let t = self.geo.bucket(seg, bix);
-        let p = self.geo.bucket(seg, (bix + 1) % n);
+        let p = self.geo.bucket(seg, self.geo.probe(bix));
         let mut displaced = false;
         loop {
             let mt = self.pool.load_u64(t + B_META);
@@ -721,7 +750,7 @@ impl Pass {
         for d in 0..m {
             let j = (bix + d) % m;
             if self.try_put(self.geo.bucket(seg, n + j), rec, v, fp, persist, all_locked)? {
-                self.add_hint(seg, bix, j, fp, persist);
+                self.add_hint(seg, h, j, persist);
                 self.t.stash_inserts.fetch_add(1, Ordering::Relaxed);
                 return Ok(Placed::Stash);
             }
@@ -729,7 +758,7 @@ impl Pass {
         if !allow_chain {
             return Ok(Placed::NoRoom);
         }
-        self.chain_place(seg, bix, fp, rec, v, persist, all_locked)?;
+        self.chain_place(seg, h, rec, v, persist, all_locked)?;
         Ok(Placed::Chain)
     }
 
@@ -740,7 +769,7 @@ impl Pass {
     /// neither can move.
     fn displace(&self, seg: u64, bix: u64, persist: bool, all_locked: bool) -> Result<bool> {
         let n = self.geo.n;
-        let pi = (bix + 1) % n;
+        let pi = self.geo.probe(bix);
         // (from bucket, to bucket, take records whose member bit is, mark member at target)
         let moves = [
             (pi, (pi + 1) % n, false, true),
@@ -800,51 +829,66 @@ impl Pass {
     /// with fingerprint `fp` went to stash bucket `j`. Hints are rebuilt by
     /// crash recovery, so their persist order does not matter for safety;
     /// they are persisted so that a clean close needs no walk.
-    pub(crate) fn add_hint(&self, seg: u64, bix: u64, j: u64, fp: u8, persist: bool) {
+    pub(crate) fn add_hint(&self, seg: u64, h: u64, j: u64, persist: bool) {
+        let (fp, bix) = self.fp_bix(h);
         let t = self.geo.bucket(seg, bix);
-        let p = self.geo.bucket(seg, (bix + 1) % self.geo.n);
-        for (b, mem) in [(t, false), (p, true)] {
-            let mw = self.pool.atomic_u64(b + B_META);
+        let p = self.geo.bucket(seg, self.geo.probe(bix));
+        // Every stash record is in its home's filter word, hinted or not:
+        // a delete may leave a hinted record counted instead (`drop_hint`
+        // takes back whichever hint matches), and a counted record is
+        // found through the filter.
+        let fo = chain_filter(seg, bix);
+        let fw = self.pool.atomic_u64(fo);
+        fw.store(
+            fw.load(Ordering::Relaxed) | filter_bits(h),
+            Ordering::Release,
+        );
+        let mut hinted = t;
+        'hint: {
+            for (b, mem) in [(t, false), (p, true)] {
+                let mw = self.pool.atomic_u64(b + B_META);
+                let m = mw.load(Ordering::Acquire);
+                let hi = self.pool.load_u64(b + 24);
+                if let Some(jj) = (0..OFPS).find(|&jj| !ofp(m, hi, jj).0) {
+                    let mut nm = m | 1 << (OFP_VALID_SHIFT as usize + jj);
+                    nm &= !(1 << (OFP_MEMBER_SHIFT as usize + jj));
+                    if mem {
+                        nm |= 1 << (OFP_MEMBER_SHIFT as usize + jj);
+                    }
+                    nm &= !(3 << (OFP_IDX_SHIFT as usize + 2 * jj));
+                    nm |= j << (OFP_IDX_SHIFT as usize + 2 * jj);
+                    match jj {
+                        0 => self.pool.atomic_u8(b + 30).store(fp, Ordering::Relaxed),
+                        1 => self.pool.atomic_u8(b + 31).store(fp, Ordering::Relaxed),
+                        _ => nm = (nm & !(0xff << OFP2_SHIFT)) | (fp as u64) << OFP2_SHIFT,
+                    }
+                    mw.store(nm, Ordering::Release);
+                    hinted = b;
+                    break 'hint;
+                }
+            }
+            // No hint free: the home counts the record.
+            let mw = self.pool.atomic_u64(t + B_META);
             let m = mw.load(Ordering::Acquire);
-            let hi = self.pool.load_u64(b + 24);
-            if let Some(jj) = (0..OFPS).find(|&jj| !ofp(m, hi, jj).0) {
-                let mut nm = m | 1 << (OFP_VALID_SHIFT as usize + jj);
-                nm &= !(1 << (OFP_MEMBER_SHIFT as usize + jj));
-                if mem {
-                    nm |= 1 << (OFP_MEMBER_SHIFT as usize + jj);
-                }
-                nm &= !(3 << (OFP_IDX_SHIFT as usize + 2 * jj));
-                nm |= j << (OFP_IDX_SHIFT as usize + 2 * jj);
-                match jj {
-                    0 => self.pool.atomic_u8(b + 30).store(fp, Ordering::Relaxed),
-                    1 => self.pool.atomic_u8(b + 31).store(fp, Ordering::Relaxed),
-                    _ => nm = (nm & !(0xff << OFP2_SHIFT)) | (fp as u64) << OFP2_SHIFT,
-                }
-                mw.store(nm, Ordering::Release);
-                if persist {
-                    self.pool.persist_line(b);
-                }
-                return;
+            let c = ocount(m);
+            if c < OCOUNT_MAX {
+                mw.store(
+                    (m & !(0xff << OCOUNT_SHIFT)) | (c + 1) << OCOUNT_SHIFT,
+                    Ordering::Release,
+                );
             }
         }
-        let mw = self.pool.atomic_u64(t + B_META);
-        let m = mw.load(Ordering::Acquire);
-        let c = ocount(m);
-        if c < OCOUNT_MAX {
-            mw.store(
-                (m & !(0xff << OCOUNT_SHIFT)) | (c + 1) << OCOUNT_SHIFT,
-                Ordering::Release,
-            );
-            if persist {
-                self.pool.persist_line(t);
-            }
+        if persist {
+            // persist: the hint's line and the filter word's, under one
+            // fence (hints: rebuilt after a crash, no order needed).
+            self.persist_two(hinted, fo & !(LINE - 1));
         }
     }
 
     /// Undoes [`add_hint`](Self::add_hint) for a removed stash record.
     fn drop_hint(&self, seg: u64, bix: u64, j: u64, fp: u8, persist: bool) {
         let t = self.geo.bucket(seg, bix);
-        let p = self.geo.bucket(seg, (bix + 1) % self.geo.n);
+        let p = self.geo.bucket(seg, self.geo.probe(bix));
         for (b, mem) in [(t, false), (p, true)] {
             let mw = self.pool.atomic_u64(b + B_META);
             let m = mw.load(Ordering::Acquire);
@@ -874,32 +918,44 @@ impl Pass {
         }
     }
 
-    /// Puts a record into the segment's overflow chain, appending a chain
-    /// bucket when every one is full.
+    /// Puts a record into the overflow chain of its home's group,
+    /// appending a chain bucket when every one is full.
     #[allow(clippy::too_many_arguments)]
     fn chain_place(
         &self,
         seg: u64,
-        bix: u64,
-        fp: u8,
+        h: u64,
         rec: Rec,
         v: u64,
         persist: bool,
         all_locked: bool,
     ) -> Result<()> {
+        let (fp, bix) = self.fp_bix(h);
+        let hw = chain_head(seg, chain_group(bix));
         loop {
-            let head = self.pool.load_u64(seg + H_CHAIN);
+            let head = self.pool.load_u64(hw);
             let mut cb = head;
             while cb != 0 {
                 if self.try_put(cb, rec, v, fp, persist, all_locked)? {
+                    // The home's meta filter and its filter word are
+                    // hints (the caller holds the home): set after the
+                    // record, persisted under one fence when they change,
+                    // rebuilt from the chain after a crash.
                     let t = self.geo.bucket(seg, bix);
                     let mw = self.pool.atomic_u64(t + B_META);
                     let m = mw.load(Ordering::Acquire);
-                    if m & chain_bit(fp) == 0 {
+                    let fw = self.pool.atomic_u64(chain_filter(seg, bix));
+                    let f = fw.load(Ordering::Acquire);
+                    let fb = filter_bits(h);
+                    let (new_m, new_f) = (m & chain_bit(fp) == 0, f & fb != fb);
+                    if new_m {
                         mw.store(m | chain_bit(fp), Ordering::Release);
-                        if persist {
-                            self.pool.persist_line(t);
-                        }
+                    }
+                    if new_f {
+                        fw.store(f | fb, Ordering::Release);
+                    }
+                    if persist && (new_m || new_f) {
+                        self.persist_two(t, hw);
                     }
                     self.t.chain_inserts.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
@@ -912,15 +968,10 @@ impl Pass {
             if !all_locked {
                 held.lock(seg + H_LOCK);
             }
-            if self.pool.load_u64(seg + H_CHAIN) != head {
+            if self.pool.load_u64(hw) != head {
                 continue;
             }
-            let r = self.pool.reserve(
-                BUCKET,
-                Link::Pointer {
-                    owner: seg + H_CHAIN,
-                },
-            )?;
+            let r = self.pool.reserve(BUCKET, Link::Pointer { owner: hw })?;
             let blk = r.offset();
             let mut z = [0u8; BUCKET as usize];
             z[8..16].copy_from_slice(&((head >> 6) << CHAIN_NEXT_SHIFT).to_le_bytes());
@@ -929,8 +980,8 @@ impl Pass {
             // the head names it; records go in afterwards, one by one, so
             // a key block never hangs off a bucket that is not linked.
             self.pool.fence();
-            self.pool.store_u64(seg + H_CHAIN, blk);
-            self.pool.persist(seg + H_CHAIN, 8);
+            self.pool.store_u64(hw, blk);
+            self.pool.persist(hw, 8);
             self.pool.commit(r);
             self.t.chain_buckets.fetch_add(1, Ordering::Relaxed);
             drop(held);

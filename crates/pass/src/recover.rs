@@ -71,7 +71,7 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
             max_first(k)
         )));
     }
-    let name = if geo.bytes_keys { "pass-var" } else { "pass" };
+    let name = crate::engine_name(geo.bytes_keys, split_load);
     let ps = Pass::handle(pool, root, geo, seed, split_load, name);
     validate(&ps, first, k, true)?;
     ps.load_dram();
@@ -231,23 +231,25 @@ fn validate(ps: &Pass, first: u64, k: u32, deep: bool) -> Result<()> {
         for i in 0..entry_segments(e) {
             let seg = blk + i * geo.seg_bytes();
             let p = entry_first(e) + i;
-            let mut cb = pool.load_u64(seg + H_CHAIN);
-            let mut steps = 0;
-            while cb != 0 {
-                steps += 1;
-                if !cb.is_multiple_of(LINE)
-                    || pool.check_range(cb, BUCKET).is_err()
-                    || steps > max_chain
-                    || !seen.insert(cb)
-                {
-                    return Err(corrupt(format!(
-                        "segment {p}'s overflow chain is broken at {cb:#x}"
-                    )));
+            for g in 0..geo.groups() {
+                let mut cb = pool.load_u64(chain_head(seg, g));
+                let mut steps = 0;
+                while cb != 0 {
+                    steps += 1;
+                    if !cb.is_multiple_of(LINE)
+                        || pool.check_range(cb, BUCKET).is_err()
+                        || steps > max_chain
+                        || !seen.insert(cb)
+                    {
+                        return Err(corrupt(format!(
+                            "segment {p}'s overflow chain {g} is broken at {cb:#x}"
+                        )));
+                    }
+                    if p < first && deep {
+                        check_keys(ps, cb)?;
+                    }
+                    cb = chain_next(pool.load_u64(cb + B_META));
                 }
-                if p < first && deep {
-                    check_keys(ps, cb)?;
-                }
-                cb = chain_next(pool.load_u64(cb + B_META));
             }
             if p < first {
                 // Logical ids agree with `first` (after a crash the split's
@@ -370,7 +372,7 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
     buckets.extend(ps.chain_of(seg));
     for &bo in &buckets {
         let mw = ps.pool.atomic_u64(bo + B_META);
-        let keep = if bo < seg + SEG_HEADER + geo.n * BUCKET && bo >= seg {
+        let keep = if bo < seg + geo.header() + geo.n * BUCKET && bo >= seg {
             !(ALLOC_MASK | ALLOC_MASK << MEMBER_SHIFT)
         } else {
             !ALLOC_MASK
@@ -383,10 +385,17 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
         let h = ps.hash_kw(kw)?;
         let (fp, bix) = ps.fp_bix(h);
         // Only meaningful for normal buckets (chain buckets lie anywhere).
-        let b = loc.bucket.wrapping_sub(seg + SEG_HEADER) / BUCKET;
+        let b = loc.bucket.wrapping_sub(seg + geo.header()) / BUCKET;
         let here = ps.phys_of(h, &st) == Some(p);
         let placed = match loc.kind {
-            Kind::Normal => b == bix || b == (bix + 1) % geo.n,
+            Kind::Normal => b == bix || b == geo.probe(bix),
+            Kind::Chain(g) if g != chain_group(bix) => {
+                // No write puts a record in another group's chain, and no
+                // crash can: this is damage, not a stale copy.
+                return Err(corrupt(format!(
+                    "segment {p}: a chain record sits in another home's chain"
+                )));
+            }
             _ => true,
         };
         let drop = if !here || !placed {
@@ -461,7 +470,7 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
             for i in 0..entry_segments(e) {
                 let p = entry_first(e) + i;
                 let seg = blk + i * geo.seg_bytes();
-                if p >= first && pool.load_u64(seg + H_CHAIN) != 0 {
+                if p >= first && (0..geo.groups()).any(|g| pool.load_u64(chain_head(seg, g)) != 0) {
                     return Err(corrupt(format!("unused segment {p} keeps a chain")));
                 }
             }
@@ -506,7 +515,7 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
                 reachable += pool.block_size(kw)?;
             }
             let t = geo.bucket(seg, bix);
-            let pb = geo.bucket(seg, (bix + 1) % geo.n);
+            let pb = geo.bucket(seg, geo.probe(bix));
             let fpb = pool
                 .atomic_u8(loc.bucket + B_FP + loc.s as u64)
                 .load(Ordering::Relaxed);
@@ -528,15 +537,24 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
                 Kind::Stash(j) => {
                     let (mt, mp) = (pool.load_u64(t + B_META), pool.load_u64(pb + B_META));
                     let (ht, hp) = (pool.load_u64(t + 24), pool.load_u64(pb + 24));
+                    let fb = filter_bits(h);
                     let hinted = ocount(mt) > 0
                         || (0..OFPS).any(|jj| ofp(mt, ht, jj) == (true, false, j, fp))
                         || (0..OFPS).any(|jj| ofp(mp, hp, jj) == (true, true, j, fp));
-                    if !hinted {
+                    if !hinted || pool.load_u64(chain_filter(seg, bix)) & fb != fb {
                         return Err(corrupt(format!("segment {p}: a stash record has no hint")));
                     }
                 }
-                Kind::Chain => {
-                    if pool.load_u64(t + B_META) & chain_bit(fp) == 0 {
+                Kind::Chain(g) => {
+                    if g != chain_group(bix) {
+                        return Err(corrupt(format!(
+                            "segment {p}: a chain record sits in another home's chain"
+                        )));
+                    }
+                    let fb = filter_bits(h);
+                    if pool.load_u64(t + B_META) & chain_bit(fp) == 0
+                        || pool.load_u64(chain_filter(seg, bix)) & fb != fb
+                    {
                         return Err(corrupt(format!(
                             "segment {p}: a chain record's home misses its chain-filter bit"
                         )));

@@ -46,10 +46,12 @@ impl Pass {
             };
             self.bucket_records(bo, kind, &mut out);
         }
-        let mut cb = self.pool.load_u64(seg + H_CHAIN);
-        while cb != 0 {
-            self.bucket_records(cb, Kind::Chain, &mut out);
-            cb = chain_next(self.pool.load_u64(cb + B_META));
+        for g in 0..self.geo.groups() {
+            let mut chain = Vec::new();
+            self.chain_of_group(seg, g, &mut chain);
+            for cb in chain {
+                self.bucket_records(cb, Kind::Chain(g), &mut out);
+            }
         }
         out
     }
@@ -84,8 +86,12 @@ impl Pass {
             };
             each(g.bucket(seg, b), kind);
         }
-        for cb in self.chain_of(seg) {
-            each(cb, Kind::Chain);
+        for g in 0..self.geo.groups() {
+            let mut chain = Vec::new();
+            self.chain_of_group(seg, g, &mut chain);
+            for cb in chain {
+                each(cb, Kind::Chain(g));
+            }
         }
         out
     }
@@ -105,39 +111,45 @@ impl Pass {
         }
     }
 
-    /// Chain buckets of `seg`, head first.
+    /// Chain buckets of `seg`, group by group, each head first.
     pub(crate) fn chain_of(&self, seg: u64) -> Vec<u64> {
         let mut v = Vec::new();
-        let mut cb = self.pool.load_u64(seg + H_CHAIN);
-        while cb != 0 {
-            v.push(cb);
-            cb = chain_next(self.pool.load_u64(cb + B_META));
+        for g in 0..self.geo.groups() {
+            self.chain_of_group(seg, g, &mut v);
         }
         v
     }
 
-    /// Frees `seg`'s whole chain, head first: each step is one persisted
-    /// 8-byte store of the head (the free lane decides on it).
-    pub(crate) fn free_chain(&self, seg: u64) -> Result<()> {
-        loop {
-            let head = self.pool.load_u64(seg + H_CHAIN);
-            if head == 0 {
-                return Ok(());
-            }
-            let next = chain_next(self.pool.load_u64(head + B_META));
-            let t = self.pool.begin_free(
-                head,
-                Link::Pointer {
-                    owner: seg + H_CHAIN,
-                },
-            )?;
-            // persist: the head moves past the bucket before it is freed.
-            self.pool.store_u64(seg + H_CHAIN, next);
-            self.pool.persist(seg + H_CHAIN, 8);
-            self.pool.finish_free(t);
-            self.t.chain_freed.fetch_add(1, Ordering::Relaxed);
-            self.t.chain_buckets.fetch_sub(1, Ordering::Relaxed);
+    /// Appends the chain buckets of group `g` of `seg` to `v`, head first.
+    pub(crate) fn chain_of_group(&self, seg: u64, g: u64, v: &mut Vec<u64>) {
+        let mut cb = self.pool.load_u64(chain_head(seg, g));
+        while cb != 0 {
+            v.push(cb);
+            cb = chain_next(self.pool.load_u64(cb + B_META));
         }
+    }
+
+    /// Frees every chain of `seg`, each head first: each step is one
+    /// persisted 8-byte store of the head (the free lane decides on it).
+    pub(crate) fn free_chain(&self, seg: u64) -> Result<()> {
+        for g in 0..self.geo.groups() {
+            let hw = chain_head(seg, g);
+            loop {
+                let head = self.pool.load_u64(hw);
+                if head == 0 {
+                    break;
+                }
+                let next = chain_next(self.pool.load_u64(head + B_META));
+                let t = self.pool.begin_free(head, Link::Pointer { owner: hw })?;
+                // persist: the head moves past the bucket before it is freed.
+                self.pool.store_u64(hw, next);
+                self.pool.persist(hw, 8);
+                self.pool.finish_free(t);
+                self.t.chain_freed.fetch_add(1, Ordering::Relaxed);
+                self.t.chain_buckets.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
     }
 
     /// Recomputes the overflow hints (fingerprints, counts, chain flags) of
@@ -149,13 +161,13 @@ impl Pass {
         for b in 0..g.n {
             let mw = self.pool.atomic_u64(g.bucket(seg, b) + B_META);
             mw.store(mw.load(Ordering::Relaxed) & !hint_bits, Ordering::Relaxed);
+            self.pool.store_u64(chain_filter(seg, b), 0);
         }
         for j in 0..g.m {
             let bo = g.bucket(seg, g.n + j);
             for s in ones(alloc(self.pool.load_u64(bo + B_META))) {
                 let h = self.hash_kw(self.pool.load_u64(slot_off(bo, s)))?;
-                let (fp, bix) = self.fp_bix(h);
-                self.add_hint(seg, bix, j, fp, false);
+                self.add_hint(seg, h, j, false);
             }
         }
         for cb in self.chain_of(seg) {
@@ -165,6 +177,11 @@ impl Pass {
                 let mw = self.pool.atomic_u64(g.bucket(seg, bix) + B_META);
                 mw.store(
                     mw.load(Ordering::Relaxed) | chain_bit(fp),
+                    Ordering::Relaxed,
+                );
+                let fw = self.pool.atomic_u64(chain_filter(seg, bix));
+                fw.store(
+                    fw.load(Ordering::Relaxed) | filter_bits(h),
                     Ordering::Relaxed,
                 );
             }
@@ -260,8 +277,7 @@ impl Pass {
             }
         }
         for &(_, kw, v, h) in &movers {
-            let (fp, bix) = self.fp_bix(h);
-            if let Err(e) = self.place(new, bix, fp, Rec::Moved(kw), v, false, true, true) {
+            if let Err(e) = self.place(new, h, Rec::Moved(kw), v, false, true, true) {
                 let _ = self.free_chain(new);
                 return Err(e);
             }
@@ -311,7 +327,7 @@ impl Pass {
     /// Flushes the header and every bucket's meta line of `seg` and its
     /// chain (no fence).
     pub(crate) fn flush_meta(&self, seg: u64) {
-        self.pool.flush(seg, LINE as usize);
+        self.pool.flush(seg, self.geo.header() as usize);
         for b in 0..self.geo.n + self.geo.m {
             self.pool.flush(self.geo.bucket(seg, b), LINE as usize);
         }
@@ -333,20 +349,35 @@ impl Pass {
                 let kw = self.pool.load_u64(so);
                 let v = self.pool.load_u64(so + 8);
                 let h = self.hash_kw(kw)?;
-                let (fp, bix) = self.fp_bix(h);
+                let bix = self.fp_bix(h).1;
                 // persist: the copy (persisted by place) before the chain
                 // slot is cleared: a crash leaves a duplicate, which
                 // recovery drops, never a loss.
-                if self.place(seg, bix, fp, Rec::Moved(kw), v, true, true, false)? == Placed::NoRoom
-                {
+                if self.place(seg, h, Rec::Moved(kw), v, true, true, false)? == Placed::NoRoom {
                     continue;
                 }
-                self.clear_slot(cb, s, Kind::Chain, true, false)?;
+                self.clear_slot(cb, s, Kind::Chain(chain_group(bix)), true, false)?;
             }
         }
         drop(chain_held);
         // Unlink empty chain buckets; each unlink is one persisted store
         // of the pointer that names the bucket.
+        for g in 0..self.geo.groups() {
+            self.unlink_empty(seg, g)?;
+        }
+        // The chain flags follow what is left.
+        self.rebuild_hints(seg)?;
+        self.flush_meta(seg);
+        self.pool.fence();
+        Ok(())
+    }
+
+    /// Unlinks and frees the empty buckets of chain group `g` of `seg`
+    /// (whole segment held).
+    fn unlink_empty(&self, seg: u64, g: u64) -> Result<()> {
+        let hw = chain_head(seg, g);
+        let mut chain = Vec::new();
+        self.chain_of_group(seg, g, &mut chain);
         let mut prev: Option<u64> = None;
         for &cb in &chain {
             let mb = self.pool.load_u64(cb + B_META);
@@ -356,12 +387,7 @@ impl Pass {
             }
             let next_bits = mb & !ALLOC_MASK;
             let (owner, link) = match prev {
-                None => (
-                    seg + H_CHAIN,
-                    Link::Pointer {
-                        owner: seg + H_CHAIN,
-                    },
-                ),
+                None => (hw, Link::Pointer { owner: hw }),
                 Some(pb) => {
                     let pm = self.pool.load_u64(pb + B_META);
                     (
@@ -387,10 +413,6 @@ impl Pass {
             self.t.chain_freed.fetch_add(1, Ordering::Relaxed);
             self.t.chain_buckets.fetch_sub(1, Ordering::Relaxed);
         }
-        // The chain flags follow what is left.
-        self.rebuild_hints(seg)?;
-        self.flush_meta(seg);
-        self.pool.fence();
         Ok(())
     }
 }

@@ -202,3 +202,89 @@ fn the_zero_hash_key_is_an_ordinary_key() {
     assert_eq!(e.get(k0), Some(5));
     assert_eq!(e.len(), 301);
 }
+
+#[test]
+#[ignore]
+fn scratch_miss_cost() {
+    use crate::layout::*;
+    use std::sync::atomic::Ordering;
+    for sl in [0.7, 0.9, 1.05] {
+        let p = pool(Mode::Volatile, 512 << 20);
+        let ps = Pass::create_with(
+            p,
+            &cfg(16),
+            &crate::Options {
+                split_load: sl,
+                ..crate::Options::default()
+            },
+        )
+        .unwrap();
+        let mut rng = Rng::new(3);
+        for _ in 0..400_000u64 {
+            ps.insert(rng.next() | 1, 1).unwrap();
+        }
+        let (mut stash_all, mut stash_b, mut chain_meta, mut chain_walk, mut n) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
+        for _ in 0..200_000 {
+            let k = rng.next() | 1;
+            let h = ps.hash(crate::Key::Word(k));
+            let (fp, bix) = ps.fp_bix(h);
+            let sn = ps.snap();
+            let seg = ps.locate(h, &sn).unwrap();
+            let t = ps.geo.bucket(seg, bix);
+            let pb = ps.geo.bucket(seg, ps.geo.probe(bix));
+            let mt = ps.pool.load_u64(t + B_META);
+            let mp = ps.pool.load_u64(pb + B_META);
+            n += 1;
+            let common = (mt >> OFP_VALID_SHIFT) & STASH_HINT_BITS == 0
+                && (mp >> OFP_VALID_SHIFT) & 7 == 0
+                && mt & chain_bit(fp) == 0;
+            if common {
+                continue;
+            }
+            if ocount(mt) > 0 && {
+                let fb = filter_bits(h);
+                ps.pool
+                    .atomic_u64(chain_filter(seg, bix))
+                    .load(Ordering::Relaxed)
+                    & fb
+                    == fb
+            } {
+                stash_all += 1;
+            }
+            let ht = ps.pool.load_u64(t + 24);
+            let hp = ps.pool.load_u64(pb + 24);
+            let fb = filter_bits(h);
+            let fh = ps
+                .pool
+                .atomic_u64(chain_filter(seg, bix))
+                .load(Ordering::Relaxed)
+                & fb
+                == fb;
+            stash_b += ps
+                .stash_candidates((mt, ht, mp, hp), fp, ocount(mt) > 0 && fh)
+                .count_ones() as u64;
+            if mt & chain_bit(fp) != 0 {
+                chain_meta += 1;
+                let fb = filter_bits(h);
+                if ps
+                    .pool
+                    .atomic_u64(chain_filter(seg, bix))
+                    .load(Ordering::Relaxed)
+                    & fb
+                    == fb
+                {
+                    chain_walk += 1;
+                }
+            }
+        }
+        eprintln!(
+            "split {sl}: lf {:.3} per miss: stash-all {:.3} stash buckets {:.3} chain meta hit {:.3} chain walk {:.3}",
+            ps.len() as f64 / 1.0 / (ps.first() * ps.geo.seg_slots() + ps.t.chain_buckets.load(Ordering::Relaxed) * 14) as f64,
+            stash_all as f64 / n as f64,
+            stash_b as f64 / n as f64,
+            chain_meta as f64 / n as f64,
+            chain_walk as f64 / n as f64
+        );
+    }
+}

@@ -37,16 +37,17 @@ struct Shape {
     dir: Vec<(usize, u64)>,
     /// Live segments (physical order).
     segs: Vec<u64>,
-    /// Live segments with a chain: (segment, chain buckets head first).
+    /// Non-empty chains of live segments: (head word, chain buckets head
+    /// first).
     chains: Vec<(u64, Vec<u64>)>,
     /// Bytes mode: (slot offset, key block) of some records.
     key_slots: Vec<(u64, u64)>,
     pool_size: u64,
 }
 
-fn chain_of(pool: &Pool, seg: u64) -> Vec<u64> {
+fn chain_of(pool: &Pool, head: u64) -> Vec<u64> {
     let mut v = Vec::new();
-    let mut cb = pool.load_u64(seg + H_CHAIN);
+    let mut cb = pool.load_u64(head);
     while cb != 0 {
         v.push(cb);
         cb = chain_next(pool.load_u64(cb + B_META));
@@ -78,7 +79,8 @@ fn shape(pool: &Pool, e: &Pass) -> Shape {
         .collect();
     let chains = segs
         .iter()
-        .map(|&s| (s, chain_of(pool, s)))
+        .flat_map(|&s| (0..geo.groups()).map(move |g| chain_head(s, g)))
+        .map(|h| (h, chain_of(pool, h)))
         .filter(|(_, c)| !c.is_empty())
         .collect();
     let mut key_slots = Vec::new();
@@ -456,7 +458,7 @@ fn corrupt_chain_pointers_are_refused_untouched() {
         sh.first,
         sh.chains
     );
-    let (seg, chain) = sh
+    let (hw, chain) = sh
         .chains
         .iter()
         .max_by_key(|(_, c)| c.len())
@@ -471,7 +473,7 @@ fn corrupt_chain_pointers_are_refused_untouched() {
     ] {
         refused(
             tmp.path(),
-            &patch(&good, &[(seg + H_CHAIN, to)]),
+            &patch(&good, &[(hw, to)]),
             &format!("chain head -> {what}"),
         );
     }

@@ -636,6 +636,47 @@ fn persisted_crash_images_hold_every_acknowledged_write() {
     }
 }
 
+/// The same at a dense split load with 16 normal buckets: three chain
+/// groups per segment, chains and counted stash records everywhere (the
+/// paths of the filter words), persisted images recovered every 1500
+/// operations and the recovered copy written on.
+#[test]
+fn dense_crash_images_with_several_chain_groups_recover() {
+    for bytes in [false, true] {
+        let m = mode_name(bytes);
+        let pool = mem_pool(Mode::Simulated, 4 * MIB, 64 * MIB, 8);
+        let opts = Options {
+            normal_buckets: Some(16),
+            split_load: 1.05,
+            ..mode_opts(bytes)
+        };
+        let e = Pass::create_with(pool.clone(), &cfg(16, 1), &opts).unwrap();
+        assert_eq!(e.geometry().groups(), 3);
+        let mut d = Driver::new(bytes, 1700 + bytes as u64, 12000);
+        for round in 0..4 {
+            let mix = if round == 2 { SHRINK } else { GROW };
+            d.ops(&e, 1500, mix, &format!("{m} dense round {round}"));
+            let (p2, e2) = crash_reopen_persisted(&pool);
+            d.verify(&e2, &p2, &format!("{m} dense persisted image {round}"));
+            let mut d2 = Driver::new(bytes, 1900 + round, 12000);
+            d2.words = d.words.clone();
+            d2.byte_model = d.byte_model.clone();
+            d2.ops(
+                &e2,
+                1500,
+                GROW,
+                &format!("{m} dense recovered copy {round}"),
+            );
+            d2.verify(&e2, &p2, &format!("{m} dense recovered copy {round}"));
+        }
+        for (what, least) in [("chain inserts", 50), ("stash inserts", 50), ("splits", 5)] {
+            let got = detail_u(&e, what);
+            assert!(got >= least, "{m}: {what} {got}");
+        }
+        d.verify(&e, &pool, &format!("{m} dense original"));
+    }
+}
+
 // ----- growth -------------------------------------------------------------------------
 
 /// What a growth run saw.

@@ -10,6 +10,7 @@ pub fn all() -> Vec<EngineSpec> {
         hmeh::spec(),
         pass::spec(),
         pass::spec_var(),
+        pass::spec_dense(),
         rophi::spec(),
         store::spec(),
         store::store_spec!(hmeh::spec, "store-hash", false),

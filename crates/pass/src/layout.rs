@@ -37,14 +37,14 @@
 //!             0 if none
 //!          8  filter words [7], one per home: a 64-bit Bloom filter
 //!             (two bits from hash bits 24..36) of the home's overflow
-//!             records: its stash records (a miss with the home's count
-//!             above 0 checks it before reading every stash bucket) and
-//!             its chain records. A hint like the meta word's, kept
+//!             records, stash and chain; read when the meta word's
+//!             overflow filter hits, and on a hit here the search reads
+//!             every stash bucket and the chain. A hint like the meta word's, kept
 //!             exact-or-over while running, rebuilt after a crash
 //!        (one chain per segment made every chain search walk all of a
-//!        crowded segment's overflow, and a count made a miss read every
-//!        stash bucket; now a miss reads the filter word and goes on
-//!        only on a hit, and the chain's head is in the same line)
+//!        crowded segment's overflow, and Dash's overflow count made a
+//!        miss read every stash bucket once a home had a record without a
+//!        fingerprint hint; the chain's head shares the filter's line)
 //!   64 + 64·⌈n/7⌉   n normal buckets, then m stash buckets, 256 bytes each
 //!
 //! Bucket (256 bytes: Dash-EH's layout with an 8-byte lock)
@@ -52,10 +52,9 @@
 //!   8    meta: alloc bits 0..14, member bits 14..28 (the record's home is
 //!        the previous bucket: balanced insert), then for normal buckets the
 //!        overflow hints: valid 28..31, member 31..34, stash index 34..40
-//!        (2 bits each), count 40..48 (stash records of this home with no
-//!        fingerprint hint; 255 = scan always), chain filter 48..56 (bit
-//!        fp mod 8: a record of this home with such a fingerprint lives in
-//!        the chain), overflow fingerprint 2 in 56..64.
+//!        (2 bits each), overflow filter 40..56 (bit (h >> 36) mod 16 set
+//!        for every stash and chain record of this home), overflow
+//!        fingerprint 2 in 56..64.
 //!        Chain buckets: alloc bits 0..14, next chain bucket / 64 in 16..64
 //!   16   fingerprints of slots 0..13 (1 byte each), overflow fingerprints
 //!        0 and 1 (bytes 30, 31)
@@ -139,21 +138,20 @@ pub const MEMBER_SHIFT: u32 = 14;
 pub const OFP_VALID_SHIFT: u32 = 28;
 pub const OFP_MEMBER_SHIFT: u32 = 31;
 pub const OFP_IDX_SHIFT: u32 = 34;
-pub const OCOUNT_SHIFT: u32 = 40;
-pub const OCOUNT_MAX: u64 = 255;
-/// Chain filter: bit `fp mod 8` of bits 48..56 is set when a record of
-/// this home with such a fingerprint lives in the chain (a one-byte Bloom
-/// filter; Dash has none, the paper only says "chain").
-pub const CHAIN_SHIFT: u32 = 48;
+/// Overflow filter, meta bits 40..56: bit `(h >> 36) mod 16` is set for
+/// every stash and chain record of this home (a 16-bit Bloom filter, one
+/// hash; it takes the place of Dash's overflow count and our earlier
+/// one-byte chain flag). A lookup with its bit set reads the home's
+/// filter word; one with it clear is done once the hinted stash buckets
+/// are searched.
+pub const OFILTER_SHIFT: u32 = 40;
+pub const OFILTER_MASK: u64 = 0xffff << OFILTER_SHIFT;
 
-/// The chain-filter bit of fingerprint `fp`.
+/// The overflow-filter bit of hash `h` (hash bits 36..40).
 #[inline]
-pub fn chain_bit(fp: u8) -> u64 {
-    1 << (CHAIN_SHIFT + (fp & 7) as u32)
+pub fn overflow_bit(h: u64) -> u64 {
+    1 << (OFILTER_SHIFT + ((h >> 36) & 15) as u32)
 }
-/// Meta bits from bit 28: overflow hint valid bits and the count — zero
-/// when no stash record of this home lacks a look here.
-pub const STASH_HINT_BITS: u64 = 0b111 | 0xff << (OCOUNT_SHIFT - OFP_VALID_SHIFT);
 pub const OFP2_SHIFT: u32 = 56;
 /// Overflow fingerprint hints per normal bucket (Dash has 4; our lock word
 /// is 8 bytes, so one fingerprint byte moved into the meta word and one
@@ -337,11 +335,6 @@ pub fn ofp(meta: u64, fps_hi: u64, j: usize) -> (bool, bool, u64, u8) {
         _ => (meta >> OFP2_SHIFT) as u8,
     };
     (valid, mem, idx, fp)
-}
-
-#[inline]
-pub fn ocount(meta: u64) -> u64 {
-    (meta >> OCOUNT_SHIFT) & 0xff
 }
 
 /// Bits of `x`'s 16 fingerprint bytes (two words) equal to `fp`, one bit

@@ -283,11 +283,11 @@ impl Pass {
                 let mp = wp[1].load(Ordering::Acquire);
                 match self.scan(wp, alloc(mp) & member(mp), fp, k) {
                     Some((_, v)) => Some(v),
-                    // No stash hint or count, no chain-filter hit: the
-                    // common miss ends here, after two lines.
-                    None if (mt >> OFP_VALID_SHIFT) & STASH_HINT_BITS == 0
+                    // No stash hint, no overflow-filter hit: the common
+                    // miss ends here, after two lines.
+                    None if (mt >> OFP_VALID_SHIFT) & 7 == 0
                         && (mp >> OFP_VALID_SHIFT) & 7 == 0
-                        && mt & chain_bit(fp) == 0 =>
+                        && mt & overflow_bit(h) == 0 =>
                     {
                         None
                     }
@@ -315,19 +315,9 @@ impl Pass {
     }
 
     /// Stash buckets the hints of home `t` (meta `mt`, fingerprint word
-    /// `ht`) and probe `p` point to for fingerprint `fp`, as a bit set;
-    /// all of them when `unhinted`: the home's count says some records
-    /// have no hint and its filter word does not rule the key out.
+    /// `ht`) and probe `p` point to for fingerprint `fp`, as a bit set.
     #[inline]
-    pub(crate) fn stash_candidates(
-        &self,
-        (mt, ht, mp, hp): (u64, u64, u64, u64),
-        fp: u8,
-        unhinted: bool,
-    ) -> u64 {
-        if unhinted {
-            return (1 << self.geo.m) - 1;
-        }
+    pub(crate) fn stash_candidates(&self, (mt, ht, mp, hp): (u64, u64, u64, u64), fp: u8) -> u64 {
         let mut set = 0;
         for j in 0..OFPS {
             let (v, mem, idx, f) = ofp(mt, ht, j);
@@ -342,31 +332,9 @@ impl Pass {
         set
     }
 
-    /// Looks for `k` in the stash of `seg` and the chain of home `bix`'s
-    /// group, as the home bucket's hints direct. `Err(())`: a chain link was torn (retry).
-    /// Safe without the stash and chain locks: only a writer holding the
-    /// home bucket's lock adds or removes this key, and callers validate
-    /// that lock's version (or hold it).
-    fn overflow_find(
-        &self,
-        seg: u64,
-        h: u64,
-        hints: (u64, u64, u64, u64),
-        k: Key,
-    ) -> std::result::Result<Option<Loc>, ()> {
-        let (fp, bix) = self.fp_bix(h);
-        let mt = hints.0;
-        // Records the home's hints do not name (stash records past the
-        // fingerprint hints, chain records) are in its filter word: a
-        // miss usually ends there, one line, without a stash or chain read.
-        let (counted, chained) = (ocount(mt) > 0, mt & chain_bit(fp) != 0);
-        let filtered = (counted || chained) && {
-            let fb = filter_bits(h);
-            self.pool.load_u64(chain_filter(seg, bix)) & fb == fb
-        };
-        let mut set = self.stash_candidates(hints, fp, counted && filtered);
-        // The stash lines this search reads are fetched at once: their
-        // misses overlap instead of queueing one behind the other.
+    /// Searches stash bucket set `set` of `seg` for `k`, fetching every
+    /// line first so that the misses overlap.
+    fn stash_find(&self, seg: u64, mut set: u64, fp: u8, k: Key) -> Option<Loc> {
         let mut ahead = set;
         while ahead != 0 {
             let j = ahead.trailing_zeros() as u64;
@@ -380,36 +348,67 @@ impl Pass {
             let w = self.pool.words(b, 32);
             let mb = w[1].load(Ordering::Acquire);
             if let Some((s, _)) = self.scan(w, alloc(mb), fp, k) {
-                return Ok(Some(Loc {
+                return Some(Loc {
                     bucket: b,
                     s,
                     kind: Kind::Stash(j),
-                }));
+                });
             }
         }
+        None
+    }
+
+    /// Looks for `k` in the stash of `seg` and the chain of home `bix`'s
+    /// group: first the stash buckets the hints name, then — when the
+    /// home's overflow filter and then its filter word admit the key —
+    /// every stash bucket and the chain. `Err(())`: a chain link was torn
+    /// (retry). Safe without the stash and chain locks: only a writer
+    /// holding the home bucket's lock adds or removes this key, and
+    /// callers validate that lock's version (or hold it).
+    fn overflow_find(
+        &self,
+        seg: u64,
+        h: u64,
+        hints: (u64, u64, u64, u64),
+        k: Key,
+    ) -> std::result::Result<Option<Loc>, ()> {
+        let (fp, bix) = self.fp_bix(h);
+        let hinted = self.stash_candidates(hints, fp);
+        if let Some(l) = self.stash_find(seg, hinted, fp, k) {
+            return Ok(Some(l));
+        }
+        if hints.0 & overflow_bit(h) == 0 {
+            return Ok(None);
+        }
+        let fb = filter_bits(h);
+        if self.pool.load_u64(chain_filter(seg, bix)) & fb != fb {
+            return Ok(None);
+        }
+        let rest = ((1 << self.geo.m) - 1) & !hinted;
+        if let Some(l) = self.stash_find(seg, rest, fp, k) {
+            return Ok(Some(l));
+        }
         // The chain, whose head shares the filter word's line.
-        if chained && filtered {
-            let mut cb = self.pool.load_u64(chain_head(seg, chain_group(bix)));
-            let mut steps = 0u32;
-            while cb != 0 {
-                steps += 1;
-                if !cb.is_multiple_of(LINE)
-                    || self.pool.check_range(cb, BUCKET).is_err()
-                    || steps > 1 << 20
-                {
-                    return Err(());
-                }
-                let w = self.pool.words(cb, 32);
-                let mb = w[1].load(Ordering::Acquire);
-                if let Some((s, _)) = self.scan(w, alloc(mb), fp, k) {
-                    return Ok(Some(Loc {
-                        bucket: cb,
-                        s,
-                        kind: Kind::Chain(chain_group(bix)),
-                    }));
-                }
-                cb = chain_next(mb);
+        let mut cb = self.pool.load_u64(chain_head(seg, chain_group(bix)));
+        let mut steps = 0u32;
+        while cb != 0 {
+            steps += 1;
+            if !cb.is_multiple_of(LINE)
+                || self.pool.check_range(cb, BUCKET).is_err()
+                || steps > 1 << 20
+            {
+                return Err(());
             }
+            let w = self.pool.words(cb, 32);
+            let mb = w[1].load(Ordering::Acquire);
+            if let Some((s, _)) = self.scan(w, alloc(mb), fp, k) {
+                return Ok(Some(Loc {
+                    bucket: cb,
+                    s,
+                    kind: Kind::Chain(chain_group(bix)),
+                }));
+            }
+            cb = chain_next(mb);
         }
         Ok(None)
     }
@@ -611,6 +610,9 @@ impl Pass {
 
     /// Writes a record into free slot `s` of `bucket` and sets `bits`
     /// (its allocation bit, and the member bit for a probe-bucket record).
+    /// With `persist`, its lines are written back, and fenced unless
+    /// `defer` (the caller fences with its hints; a new key block always
+    /// fences here, before its reservation is committed).
     #[allow(clippy::too_many_arguments)]
     fn write_slot(
         &self,
@@ -621,6 +623,7 @@ impl Pass {
         fp: u8,
         bits: u64,
         persist: bool,
+        defer: bool,
     ) -> Result<()> {
         let so = slot_off(bucket, s);
         let (kw, res) = match rec {
@@ -658,7 +661,14 @@ impl Pass {
             // meta line (hints: allocation bit, fingerprint) under one
             // fence — Dash orders record then bit with two; we need no
             // order, because recovery rebuilds the hints from the slots.
-            self.persist_two(bucket, so & !(LINE - 1));
+            // A stash or chain record shares its fence with the home's
+            // hints (also rebuilt after a crash): one fence per insert.
+            if defer && res.is_none() {
+                self.pool.flush(bucket, LINE as usize);
+                self.pool.flush(so & !(LINE - 1), LINE as usize);
+            } else {
+                self.persist_two(bucket, so & !(LINE - 1));
+            }
         }
         if let Some(r) = res {
             self.pool.commit(r);
@@ -668,7 +678,8 @@ impl Pass {
 
     /// Writes the record into the first free slot of stash or chain bucket
     /// `b`, holding its lock unless the caller holds the whole segment.
-    /// `false` if the bucket is full.
+    /// `false` if the bucket is full. With `persist` the lines are written
+    /// back but not fenced: the caller's hint update fences them.
     fn try_put(
         &self,
         b: u64,
@@ -685,7 +696,7 @@ impl Pass {
         let Some(s) = first_free(self.pool.load_u64(b + B_META)) else {
             return Ok(false);
         };
-        self.write_slot(b, s, rec, v, fp, 1 << s, persist)?;
+        self.write_slot(b, s, rec, v, fp, 1 << s, persist, true)?;
         Ok(true)
     }
 
@@ -716,7 +727,7 @@ impl Pass {
             let full = SLOTS as u32;
             if ct < full && (ct <= cp || cp == full) {
                 let s = first_free(mt).expect("home has room");
-                self.write_slot(t, s, rec, v, fp, 1 << s, persist)?;
+                self.write_slot(t, s, rec, v, fp, 1 << s, persist, false)?;
                 return Ok(if displaced {
                     Placed::Displaced
                 } else {
@@ -733,6 +744,7 @@ impl Pass {
                     fp,
                     1 << s | 1 << (MEMBER_SHIFT as usize + s),
                     persist,
+                    false,
                 )?;
                 return Ok(if displaced {
                     Placed::Displaced
@@ -805,7 +817,7 @@ impl Pass {
                 // persist: the copy is a record before the original is
                 // cleared, so a crash leaves the key once or twice (recovery
                 // drops the duplicate), never zero times.
-                let r = self.write_slot(tb, d, Rec::Moved(kw), val, fpb, bits, persist);
+                let r = self.write_slot(tb, d, Rec::Moved(kw), val, fpb, bits, persist, false);
                 if r.is_ok() {
                     let _ = self.clear_slot(fb, s, Kind::Normal, persist, false);
                     self.t.displacements.fetch_add(1, Ordering::Relaxed);
@@ -825,67 +837,98 @@ impl Pass {
         Ok(false)
     }
 
-    /// Notes in the home's (or probe's) hints that a record of home `bix`
-    /// with fingerprint `fp` went to stash bucket `j`. Hints are rebuilt by
-    /// crash recovery, so their persist order does not matter for safety;
-    /// they are persisted so that a clean close needs no walk.
+    /// Notes a stash record of hash `h` in stash bucket `j`: its home's
+    /// overflow filter bit and filter word (every stash record), and a
+    /// fingerprint hint in the home's (or the probe's) meta word when one
+    /// is free. Hints are rebuilt by crash recovery, so their persist order
+    /// does not matter for safety; they are persisted so that a clean
+    /// close needs no walk.
     pub(crate) fn add_hint(&self, seg: u64, h: u64, j: u64, persist: bool) {
         let (fp, bix) = self.fp_bix(h);
         let t = self.geo.bucket(seg, bix);
         let p = self.geo.bucket(seg, self.geo.probe(bix));
-        // Every stash record is in its home's filter word, hinted or not:
-        // a delete may leave a hinted record counted instead (`drop_hint`
-        // takes back whichever hint matches), and a counted record is
-        // found through the filter.
-        let fo = chain_filter(seg, bix);
-        let fw = self.pool.atomic_u64(fo);
-        fw.store(
-            fw.load(Ordering::Relaxed) | filter_bits(h),
-            Ordering::Release,
-        );
-        let mut hinted = t;
-        'hint: {
-            for (b, mem) in [(t, false), (p, true)] {
-                let mw = self.pool.atomic_u64(b + B_META);
-                let m = mw.load(Ordering::Acquire);
-                let hi = self.pool.load_u64(b + 24);
-                if let Some(jj) = (0..OFPS).find(|&jj| !ofp(m, hi, jj).0) {
-                    let mut nm = m | 1 << (OFP_VALID_SHIFT as usize + jj);
-                    nm &= !(1 << (OFP_MEMBER_SHIFT as usize + jj));
-                    if mem {
-                        nm |= 1 << (OFP_MEMBER_SHIFT as usize + jj);
-                    }
-                    nm &= !(3 << (OFP_IDX_SHIFT as usize + 2 * jj));
-                    nm |= j << (OFP_IDX_SHIFT as usize + 2 * jj);
-                    match jj {
-                        0 => self.pool.atomic_u8(b + 30).store(fp, Ordering::Relaxed),
-                        1 => self.pool.atomic_u8(b + 31).store(fp, Ordering::Relaxed),
-                        _ => nm = (nm & !(0xff << OFP2_SHIFT)) | (fp as u64) << OFP2_SHIFT,
-                    }
-                    mw.store(nm, Ordering::Release);
-                    hinted = b;
-                    break 'hint;
-                }
-            }
-            // No hint free: the home counts the record.
-            let mw = self.pool.atomic_u64(t + B_META);
+        // Filters, for every record (a delete may take back a hint that
+        // named another record with the same fingerprint and bucket; the
+        // filters still find that one).
+        let f_line = self.note_overflow(seg, bix, h);
+        let mut h_line = None;
+        for (b, mem) in [(t, false), (p, true)] {
+            let mw = self.pool.atomic_u64(b + B_META);
             let m = mw.load(Ordering::Acquire);
-            let c = ocount(m);
-            if c < OCOUNT_MAX {
-                mw.store(
-                    (m & !(0xff << OCOUNT_SHIFT)) | (c + 1) << OCOUNT_SHIFT,
-                    Ordering::Release,
-                );
+            let hi = self.pool.load_u64(b + 24);
+            if let Some(jj) = (0..OFPS).find(|&jj| !ofp(m, hi, jj).0) {
+                let mut nm = m | 1 << (OFP_VALID_SHIFT as usize + jj);
+                nm &= !(1 << (OFP_MEMBER_SHIFT as usize + jj));
+                if mem {
+                    nm |= 1 << (OFP_MEMBER_SHIFT as usize + jj);
+                }
+                nm &= !(3 << (OFP_IDX_SHIFT as usize + 2 * jj));
+                nm |= j << (OFP_IDX_SHIFT as usize + 2 * jj);
+                match jj {
+                    0 => self.pool.atomic_u8(b + 30).store(fp, Ordering::Relaxed),
+                    1 => self.pool.atomic_u8(b + 31).store(fp, Ordering::Relaxed),
+                    _ => nm = (nm & !(0xff << OFP2_SHIFT)) | (fp as u64) << OFP2_SHIFT,
+                }
+                mw.store(nm, Ordering::Release);
+                h_line = Some(b);
+                break;
             }
         }
         if persist {
-            // persist: the hint's line and the filter word's, under one
-            // fence (hints: rebuilt after a crash, no order needed).
-            self.persist_two(hinted, fo & !(LINE - 1));
+            // persist: the stash record (flushed by `try_put`) and the
+            // changed hint lines under one fence: no order is needed
+            // between them, because recovery rebuilds hints from slots.
+            self.persist_hints(&[f_line[0], f_line[1], h_line]);
         }
     }
 
-    /// Undoes [`add_hint`](Self::add_hint) for a removed stash record.
+    /// Sets the overflow filter bit (home meta) and the filter word bits
+    /// of a stash or chain record of hash `h` whose home is `bix` (the
+    /// caller holds the home). Returns the lines that changed: the home
+    /// bucket's and the filter word's.
+    fn note_overflow(&self, seg: u64, bix: u64, h: u64) -> [Option<u64>; 2] {
+        let t = self.geo.bucket(seg, bix);
+        let mw = self.pool.atomic_u64(t + B_META);
+        let m = mw.load(Ordering::Acquire);
+        let ob = overflow_bit(h);
+        let fo = chain_filter(seg, bix);
+        let fw = self.pool.atomic_u64(fo);
+        let f = fw.load(Ordering::Acquire);
+        let fb = filter_bits(h);
+        let (meta_new, filter_new) = (m & ob == 0, f & fb != fb);
+        if meta_new {
+            mw.store(m | ob, Ordering::Release);
+        }
+        if filter_new {
+            fw.store(f | fb, Ordering::Release);
+        }
+        [
+            meta_new.then_some(t),
+            filter_new.then_some(fo & !(LINE - 1)),
+        ]
+    }
+
+    /// Writes back the changed hint lines (each maybe none; duplicates
+    /// flushed once), then fences: also the fence of the stash or chain
+    /// record written before them (`try_put` leaves it to this one).
+    fn persist_hints(&self, lines: &[Option<u64>]) {
+        let mut todo = [0u64; 3];
+        let mut n = 0;
+        for &l in lines.iter().flatten() {
+            if !todo[..n].contains(&l) {
+                todo[n] = l;
+                n += 1;
+            }
+        }
+        for &l in &todo[..n] {
+            self.pool.flush(l, LINE as usize);
+        }
+        self.pool.fence();
+    }
+
+    /// Undoes [`add_hint`](Self::add_hint)'s fingerprint hint for a
+    /// removed stash record (the filters keep their bits until the
+    /// segment's hints are rebuilt).
     fn drop_hint(&self, seg: u64, bix: u64, j: u64, fp: u8, persist: bool) {
         let t = self.geo.bucket(seg, bix);
         let p = self.geo.bucket(seg, self.geo.probe(bix));
@@ -902,18 +945,6 @@ impl Pass {
                     self.pool.persist_line(b);
                 }
                 return;
-            }
-        }
-        let mw = self.pool.atomic_u64(t + B_META);
-        let m = mw.load(Ordering::Acquire);
-        let c = ocount(m);
-        if c > 0 && c < OCOUNT_MAX {
-            mw.store(
-                (m & !(0xff << OCOUNT_SHIFT)) | (c - 1) << OCOUNT_SHIFT,
-                Ordering::Release,
-            );
-            if persist {
-                self.pool.persist_line(t);
             }
         }
     }
@@ -937,25 +968,12 @@ impl Pass {
             let mut cb = head;
             while cb != 0 {
                 if self.try_put(cb, rec, v, fp, persist, all_locked)? {
-                    // The home's meta filter and its filter word are
-                    // hints (the caller holds the home): set after the
-                    // record, persisted under one fence when they change,
-                    // rebuilt from the chain after a crash.
-                    let t = self.geo.bucket(seg, bix);
-                    let mw = self.pool.atomic_u64(t + B_META);
-                    let m = mw.load(Ordering::Acquire);
-                    let fw = self.pool.atomic_u64(chain_filter(seg, bix));
-                    let f = fw.load(Ordering::Acquire);
-                    let fb = filter_bits(h);
-                    let (new_m, new_f) = (m & chain_bit(fp) == 0, f & fb != fb);
-                    if new_m {
-                        mw.store(m | chain_bit(fp), Ordering::Release);
-                    }
-                    if new_f {
-                        fw.store(f | fb, Ordering::Release);
-                    }
-                    if persist && (new_m || new_f) {
-                        self.persist_two(t, hw);
+                    // The home's filters are hints (the caller holds the
+                    // home): set after the record, persisted under one
+                    // fence when they change, rebuilt after a crash.
+                    let changed = self.note_overflow(seg, bix, h);
+                    if persist {
+                        self.persist_hints(&changed);
                     }
                     self.t.chain_inserts.fetch_add(1, Ordering::Relaxed);
                     return Ok(());

@@ -534,29 +534,22 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
                         )));
                     }
                 }
-                Kind::Stash(j) => {
-                    let (mt, mp) = (pool.load_u64(t + B_META), pool.load_u64(pb + B_META));
-                    let (ht, hp) = (pool.load_u64(t + 24), pool.load_u64(pb + 24));
-                    let fb = filter_bits(h);
-                    let hinted = ocount(mt) > 0
-                        || (0..OFPS).any(|jj| ofp(mt, ht, jj) == (true, false, j, fp))
-                        || (0..OFPS).any(|jj| ofp(mp, hp, jj) == (true, true, j, fp));
-                    if !hinted || pool.load_u64(chain_filter(seg, bix)) & fb != fb {
-                        return Err(corrupt(format!("segment {p}: a stash record has no hint")));
+                Kind::Stash(_) | Kind::Chain(_) => {
+                    if let Kind::Chain(g) = loc.kind {
+                        if g != chain_group(bix) {
+                            return Err(corrupt(format!(
+                                "segment {p}: a chain record sits in another home's chain"
+                            )));
+                        }
                     }
-                }
-                Kind::Chain(g) => {
-                    if g != chain_group(bix) {
-                        return Err(corrupt(format!(
-                            "segment {p}: a chain record sits in another home's chain"
-                        )));
-                    }
+                    // Every stash and chain record is in its home's
+                    // filters (fingerprint hints are optional).
                     let fb = filter_bits(h);
-                    if pool.load_u64(t + B_META) & chain_bit(fp) == 0
+                    if pool.load_u64(t + B_META) & overflow_bit(h) == 0
                         || pool.load_u64(chain_filter(seg, bix)) & fb != fb
                     {
                         return Err(corrupt(format!(
-                            "segment {p}: a chain record's home misses its chain-filter bit"
+                            "segment {p}: an overflow record is missing from its home's filters"
                         )));
                     }
                 }

@@ -173,10 +173,10 @@ impl Pass {
         for cb in self.chain_of(seg) {
             for s in ones(alloc(self.pool.load_u64(cb + B_META))) {
                 let h = self.hash_kw(self.pool.load_u64(slot_off(cb, s)))?;
-                let (fp, bix) = self.fp_bix(h);
+                let bix = self.fp_bix(h).1;
                 let mw = self.pool.atomic_u64(g.bucket(seg, bix) + B_META);
                 mw.store(
-                    mw.load(Ordering::Relaxed) | chain_bit(fp),
+                    mw.load(Ordering::Relaxed) | overflow_bit(h),
                     Ordering::Relaxed,
                 );
                 let fw = self.pool.atomic_u64(chain_filter(seg, bix));

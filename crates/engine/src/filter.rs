@@ -351,18 +351,9 @@ impl CuckooFilter {
     /// Asks the CPU to start loading both candidate buckets of `p`.
     #[inline]
     pub fn prefetch(&self, p: &Probe) {
-        #[cfg(target_arch = "x86_64")]
         for i in [p.i1.min(self.nb - 1), p.i2.min(self.nb - 1)] {
-            let addr = std::ptr::from_ref(&self.buckets[i]).cast::<i8>();
-            #[allow(unused_unsafe)]
-            // SAFETY: a prefetch is a hint: it never faults and changes no
-            // memory; the address is a bucket of ours anyway.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr)
-            }
+            crate::sync::prefetch(&self.buckets[i]);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
     }
 
     /// Whether the fingerprint of `p` is in one of its buckets (no false

@@ -11,6 +11,7 @@
 //! - [`Stripes`]: DRAM spinlocks by key hash, so that two writers of the
 //!   same key never interleave (duplicate-free inserts).
 //! - [`Counter`]: a sharded counter, cheap to bump from many threads.
+//! - [`prefetch`]: starts loading a value's cache line (a hint: safe).
 
 use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
 
@@ -384,4 +385,21 @@ mod thread_index_tests {
         }
         assert_eq!(c.get(), 600);
     }
+}
+
+/// Asks the CPU to start loading the cache line of `x`, so that a miss
+/// overlaps other work instead of stalling the load that needs it.
+#[inline]
+pub fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unused_unsafe)]
+    // SAFETY: a prefetch is a hint: it never faults and changes no memory,
+    // and the address comes from a live reference anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            std::ptr::from_ref(x).cast::<i8>(),
+        )
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
 }

@@ -1,6 +1,6 @@
 //! The DRAM index: key → `v_addr` of the key's newest entry, in two parts.
 //!
-//! - **Point index**: a concurrent hash table (`scc::HashIndex`, lock-free
+//! - **Point index**: a concurrent hash table (`scc::HashMap`, bucket-locked
 //!   reads). Gets, puts and deletes go through it, so a point operation
 //!   costs one or two cache misses, not a tree descent.
 //! - **Ordered index**: the set of keys in a concurrent skip list

@@ -734,6 +734,38 @@ fn wrong_item_count_is_reported_by_check_and_recounted_by_recovery() {
     verify(&e, &pool, &model, &[], "recounted");
 }
 
+/// Overflow filters cleared in a cleanly closed image (every home's meta
+/// bits and filter word): the hints are trusted after a clean close, so
+/// stash and chain records go missing from gets, and `check()` must say
+/// so; after a crash, recovery rebuilds the filters and every key reads
+/// back.
+#[test]
+fn cleared_overflow_filters_are_reported_by_check_and_rebuilt_by_recovery() {
+    let (tmp, good, model, sh) = built("filters", 600, &chain_opts());
+    assert!(!sh.chains.is_empty(), "the table needs overflow chains");
+    let mut words = Vec::new();
+    for &seg in &sh.segs {
+        for bix in 0..sh.geo.n {
+            let meta = sh.geo.bucket(seg, bix) + B_META;
+            words.push((meta, word(&good, meta) & !OFILTER_MASK));
+            words.push((chain_filter(seg, bix), 0));
+        }
+    }
+    let bad = patch(&good, &words);
+    std::fs::write(tmp.path(), &bad).unwrap();
+    let (_p, e) = open_file(tmp.path(), true).unwrap();
+    let missing = model.iter().filter(|(k, _)| e.get(**k).is_none()).count();
+    assert!(missing > 0, "no overflow record went missing");
+    let err = e.check().expect_err("check() accepted cleared filters");
+    assert!(err.to_string().contains("filters"), "{err}");
+    drop(e);
+    let mut crashed = bad.clone();
+    clear_clean_flag(&mut crashed);
+    std::fs::write(tmp.path(), &crashed).unwrap();
+    let (pool, e) = open_file(tmp.path(), false).unwrap();
+    verify(&e, &pool, &model, &[], "filters rebuilt");
+}
+
 // ----- a full pool ---------------------------------------------------------------------
 
 /// A 4 MiB pool that cannot grow, filled until insert fails: the failure

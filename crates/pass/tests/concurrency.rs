@@ -14,7 +14,7 @@ use std::time::Instant;
 use common::*;
 use engine::testkit::{val, version_of};
 use engine::Engine;
-use pass::Pass;
+use pass::{Options, Pass};
 use pmem::{Mode, Pool};
 
 /// Each reader reads at least this often (on after the writers if need be).
@@ -46,9 +46,31 @@ fn check_value(k: u64, v: u64, what: &str) -> u64 {
 
 /// A tiny-segment table (4 + 2 buckets; first = 1) in a volatile pool.
 fn table(bytes: bool, seed: u64) -> (Arc<Pool>, Pass) {
-    let pool = mem_pool(Mode::Volatile, 8 * MIB, 256 * MIB, seed);
-    let e = Pass::create_with(pool.clone(), &cfg(1, 4), &mode_opts(bytes)).unwrap();
+    let (pool, e) = table_with(seed, &mode_opts(bytes));
     assert_eq!(e.geometry().n, 4);
+    (pool, e)
+}
+
+/// A dense table: 16 + 2 buckets (three chain groups), split load 1.05,
+/// so stash and chain records, their filters and compaction are in play
+/// on every path.
+fn dense_table(seed: u64) -> (Arc<Pool>, Pass) {
+    let (pool, e) = table_with(
+        seed,
+        &Options {
+            normal_buckets: Some(16),
+            stash_buckets: Some(2),
+            split_load: 1.05,
+            ..Options::default()
+        },
+    );
+    assert_eq!(e.geometry().groups(), 3);
+    (pool, e)
+}
+
+fn table_with(seed: u64, opts: &Options) -> (Arc<Pool>, Pass) {
+    let pool = mem_pool(Mode::Volatile, 8 * MIB, 256 * MIB, seed);
+    let e = Pass::create_with(pool.clone(), &cfg(1, 4), opts).unwrap();
     assert_eq!(e.first_segment(), 1);
     (pool, e)
 }
@@ -61,8 +83,19 @@ fn table(bytes: bool, seed: u64) -> (Arc<Pool>, Pass) {
 /// keys never go back, writer keys hold None or a value once written,
 /// never-inserted keys are always None.
 fn writers_and_readers(bytes: bool, writers: usize, readers: usize, n: u64, seed: u64) {
+    writers_and_readers_on(bytes, table(bytes, seed), writers, readers, n, seed, 0);
+}
+
+fn writers_and_readers_on(
+    bytes: bool,
+    (pool, e): (Arc<Pool>, Pass),
+    writers: usize,
+    readers: usize,
+    n: u64,
+    seed: u64,
+    min_chain_inserts: u64,
+) {
     let started = Instant::now();
-    let (pool, e) = table(bytes, seed);
     const STABLE: u64 = 300;
     const VERSIONED: u64 = 64;
     let stable: Vec<u64> = (0..STABLE).map(|i| key_of(STABLE_T, i)).collect();
@@ -259,6 +292,11 @@ fn writers_and_readers(bytes: bool, writers: usize, readers: usize, n: u64, seed
         absent.extend((0..n).map(|i| wkey(w, i)));
     }
     verify(e, &pool, &model, &absent, &ctx);
+    let chained = detail_u(e, "chain inserts");
+    assert!(
+        chained >= min_chain_inserts,
+        "{ctx}: only {chained} chain inserts"
+    );
     let splits = detail_u(e, "splits") - splits_before;
     let (reads, hits) = (reads.load(Ordering::Relaxed), hits.load(Ordering::Relaxed));
     eprintln!(
@@ -300,7 +338,15 @@ fn writers_and_readers_2w_2r_bytes() {
 /// writers insert (and remove) others, forcing split after split, every
 /// get of a stable key returns exactly its value, never `None`.
 fn no_false_negatives(bytes: bool, seed: u64) {
-    let (pool, e) = table(bytes, seed);
+    no_false_negatives_on(bytes, table(bytes, seed), seed, 0);
+}
+
+fn no_false_negatives_on(
+    bytes: bool,
+    (pool, e): (Arc<Pool>, Pass),
+    seed: u64,
+    min_chain_inserts: u64,
+) {
     let stable: Vec<u64> = (0..2000).map(|i| key_of(STABLE_T, i)).collect();
     for &k in &stable {
         assert!(e.insert(k, val(k, 7)).unwrap());
@@ -377,6 +423,11 @@ fn no_false_negatives(bytes: bool, seed: u64) {
         misses.load(Ordering::Relaxed)
     );
     assert_eq!(misses.load(Ordering::Relaxed), 0, "{ctx}: false negatives");
+    let chained = detail_u(e, "chain inserts");
+    assert!(
+        chained >= min_chain_inserts,
+        "{ctx}: only {chained} chain inserts"
+    );
     assert!(
         splits >= 100,
         "{ctx}: only {splits} splits during the reads"
@@ -389,6 +440,16 @@ fn no_false_negatives(bytes: bool, seed: u64) {
         .flat_map(|w| (0..n).map(move |i| key_of(w, i)))
         .collect();
     verify(e, &pool, &model, &absent, &ctx);
+}
+
+#[test]
+fn stable_keys_never_read_absent_during_splits_dense() {
+    no_false_negatives_on(false, dense_table(12), 12, 1000);
+}
+
+#[test]
+fn writers_and_readers_2w_2r_dense() {
+    writers_and_readers_on(false, dense_table(4), 2, 2, 30_000, 4, 1000);
 }
 
 #[test]

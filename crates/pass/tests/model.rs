@@ -604,76 +604,68 @@ fn crash_reopen_from_live_image_keeps_every_key() {
     }
 }
 
+/// Runs `rounds` rounds of 1500 operations on a fresh table in a
+/// simulated pool (round `shrink_round` mostly removes); after each, the
+/// persisted image alone (no unflushed line) must recover to exactly the
+/// model, and the recovered copy must take 1500 more writes and splits of
+/// its own. Returns the original table, verified at the end.
+fn crash_image_rounds(
+    bytes: bool,
+    opts: &Options,
+    seed: u64,
+    key_space: u64,
+    rounds: u64,
+    shrink_round: u64,
+) -> Pass {
+    let m = mode_name(bytes);
+    let pool = mem_pool(Mode::Simulated, 4 * MIB, 64 * MIB, seed);
+    let e = Pass::create_with(pool.clone(), &cfg(16, 1), opts).unwrap();
+    let mut d = Driver::new(bytes, 100 * seed + bytes as u64, key_space);
+    for round in 0..rounds {
+        let mix = if round == shrink_round { SHRINK } else { GROW };
+        d.ops(&e, 1500, mix, &format!("{m} sim round {round}"));
+        let (p2, e2) = crash_reopen_persisted(&pool);
+        d.verify(&e2, &p2, &format!("{m} persisted image {round}"));
+        let mut d2 = Driver::new(bytes, 100 * seed + 50 + round, key_space);
+        d2.words = d.words.clone();
+        d2.byte_model = d.byte_model.clone();
+        d2.ops(&e2, 1500, GROW, &format!("{m} recovered copy {round}"));
+        d2.verify(&e2, &p2, &format!("{m} recovered copy {round}"));
+    }
+    d.verify(&e, &pool, &format!("{m} original"));
+    e
+}
+
 /// A simulated pool crashed every 1500 operations: the persisted image
-/// alone (no unflushed line) recovers to exactly the model, because every
-/// acknowledged write is durable under strict durability. The original
-/// table goes on after each snapshot.
+/// alone recovers to exactly the model, because every acknowledged write
+/// is durable under strict durability. The original table goes on after
+/// each snapshot.
 #[test]
 fn persisted_crash_images_hold_every_acknowledged_write() {
     for bytes in [false, true] {
-        let m = mode_name(bytes);
-        let pool = mem_pool(Mode::Simulated, 4 * MIB, 64 * MIB, 7);
-        let e = Pass::create_with(pool.clone(), &cfg(16, 1), &mode_opts(bytes)).unwrap();
-        let mut d = Driver::new(bytes, 700 + bytes as u64, 2500);
-        for round in 0..5 {
-            let mix = if round == 3 { SHRINK } else { GROW };
-            d.ops(&e, 1500, mix, &format!("{m} sim round {round}"));
-            let (p2, e2) = crash_reopen_persisted(&pool);
-            d.verify(&e2, &p2, &format!("{m} persisted image {round}"));
-            // The recovered copy accepts writes and splits on its own.
-            let mut d2 = Driver::new(bytes, 900 + round, 2500);
-            d2.words = d.words.clone();
-            d2.byte_model = d.byte_model.clone();
-            d2.ops(&e2, 1500, GROW, &format!("{m} recovered copy {round}"));
-            d2.verify(&e2, &p2, &format!("{m} recovered copy {round}"));
-        }
-        assert!(
-            detail_u(&e, "splits") >= 20,
-            "{m}: {} splits",
-            detail_u(&e, "splits")
-        );
-        d.verify(&e, &pool, &format!("{m} original"));
+        let e = crash_image_rounds(bytes, &mode_opts(bytes), 7, 2500, 5, 3);
+        let splits = detail_u(&e, "splits");
+        assert!(splits >= 20, "{}: {splits} splits", mode_name(bytes));
     }
 }
 
 /// The same at a dense split load with 16 normal buckets: three chain
-/// groups per segment, chains and counted stash records everywhere (the
-/// paths of the filter words), persisted images recovered every 1500
-/// operations and the recovered copy written on.
+/// groups per segment, chains and stash records everywhere (the paths of
+/// the overflow filters and filter words).
 #[test]
 fn dense_crash_images_with_several_chain_groups_recover() {
     for bytes in [false, true] {
-        let m = mode_name(bytes);
-        let pool = mem_pool(Mode::Simulated, 4 * MIB, 64 * MIB, 8);
         let opts = Options {
             normal_buckets: Some(16),
             split_load: 1.05,
             ..mode_opts(bytes)
         };
-        let e = Pass::create_with(pool.clone(), &cfg(16, 1), &opts).unwrap();
+        let e = crash_image_rounds(bytes, &opts, 8, 12000, 4, 2);
         assert_eq!(e.geometry().groups(), 3);
-        let mut d = Driver::new(bytes, 1700 + bytes as u64, 12000);
-        for round in 0..4 {
-            let mix = if round == 2 { SHRINK } else { GROW };
-            d.ops(&e, 1500, mix, &format!("{m} dense round {round}"));
-            let (p2, e2) = crash_reopen_persisted(&pool);
-            d.verify(&e2, &p2, &format!("{m} dense persisted image {round}"));
-            let mut d2 = Driver::new(bytes, 1900 + round, 12000);
-            d2.words = d.words.clone();
-            d2.byte_model = d.byte_model.clone();
-            d2.ops(
-                &e2,
-                1500,
-                GROW,
-                &format!("{m} dense recovered copy {round}"),
-            );
-            d2.verify(&e2, &p2, &format!("{m} dense recovered copy {round}"));
-        }
         for (what, least) in [("chain inserts", 50), ("stash inserts", 50), ("splits", 5)] {
             let got = detail_u(&e, what);
-            assert!(got >= least, "{m}: {what} {got}");
+            assert!(got >= least, "{}: {what} {got}", mode_name(bytes));
         }
-        d.verify(&e, &pool, &format!("{m} dense original"));
     }
 }
 

@@ -196,7 +196,8 @@ impl Default for EngineConfig {
     }
 }
 
-type CreateFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
+/// Formats a fresh pool for an engine (a registry entry's `create`).
+pub type CreateFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
 type OpenFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
 type VolatileFn = fn(&EngineConfig) -> Box<dyn Engine>;
 

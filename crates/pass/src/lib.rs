@@ -42,18 +42,28 @@ pub const DEFAULT_SPLIT_LOAD: f64 = 0.7;
 /// (10M keys, docs/benchmarks.md).
 pub const DENSE_SPLIT_LOAD: f64 = 0.85;
 
-/// The registry entry: inline 8-byte keys.
-pub fn spec() -> EngineSpec {
+/// A registry entry of this layout (every entry opens with [`Pass::open`]:
+/// the options are in the pool).
+fn entry(name: &'static str, about: &'static str, create: engine::CreateFn) -> EngineSpec {
     EngineSpec {
         reference: false,
-        name: "pass",
-        about: "PASS: persistent spiral storage, fused mapping table, Dash buckets (8-byte keys inline)",
+        name,
+        about,
         kind: EngineKind::Persistent {
             layout: LAYOUT,
-            create: |pool, cfg| Ok(Box::new(Pass::create(pool, cfg)?)),
+            create,
             open: |pool, cfg| Ok(Box::new(Pass::open(pool, cfg)?)),
         },
     }
+}
+
+/// The registry entry: inline 8-byte keys.
+pub fn spec() -> EngineSpec {
+    entry(
+        "pass",
+        "PASS: persistent spiral storage, fused mapping table, Dash buckets (8-byte keys inline)",
+        |pool, cfg| Ok(Box::new(Pass::create(pool, cfg)?)),
+    )
 }
 
 /// The split load of the `pass-dense` registry entry: load factor about
@@ -63,22 +73,17 @@ pub const DENSE_ENTRY_SPLIT_LOAD: f64 = 1.05;
 /// The registry entry for a dense table: inline keys, split load
 /// [`DENSE_ENTRY_SPLIT_LOAD`].
 pub fn spec_dense() -> EngineSpec {
-    EngineSpec {
-        reference: false,
-        name: "pass-dense",
-        about: "PASS at split load 1.05 (load factor about 0.91; more stash and chain records)",
-        kind: EngineKind::Persistent {
-            layout: LAYOUT,
-            create: |pool, cfg| {
-                let opts = Options {
-                    split_load: DENSE_ENTRY_SPLIT_LOAD,
-                    ..Options::default()
-                };
-                Ok(Box::new(Pass::create_with(pool, cfg, &opts)?))
-            },
-            open: |pool, cfg| Ok(Box::new(Pass::open(pool, cfg)?)),
+    entry(
+        "pass-dense",
+        "PASS at split load 1.05 (load factor about 0.91; more stash and chain records)",
+        |pool, cfg| {
+            let opts = Options {
+                split_load: DENSE_ENTRY_SPLIT_LOAD,
+                ..Options::default()
+            };
+            Ok(Box::new(Pass::create_with(pool, cfg, &opts)?))
         },
-    }
+    )
 }
 
 /// The engine name a table reports: by key mode and split load.
@@ -94,22 +99,17 @@ pub(crate) fn engine_name(bytes_keys: bool, split_load: f64) -> &'static str {
 /// out of line behind a pointer + fingerprint slot; the u64 key `k` of the
 /// [`engine::Engine`] API is stored as the 16 bytes [`wide_key`]`(k)`.
 pub fn spec_var() -> EngineSpec {
-    EngineSpec {
-        reference: false,
-        name: "pass-var",
-        about: "PASS with 16-byte keys stored out of line (pointer + fingerprint slots)",
-        kind: EngineKind::Persistent {
-            layout: LAYOUT,
-            create: |pool, cfg| {
-                let opts = Options {
-                    bytes_keys: true,
-                    ..Options::default()
-                };
-                Ok(Box::new(Pass::create_with(pool, cfg, &opts)?))
-            },
-            open: |pool, cfg| Ok(Box::new(Pass::open(pool, cfg)?)),
+    entry(
+        "pass-var",
+        "PASS with 16-byte keys stored out of line (pointer + fingerprint slots)",
+        |pool, cfg| {
+            let opts = Options {
+                bytes_keys: true,
+                ..Options::default()
+            };
+            Ok(Box::new(Pass::create_with(pool, cfg, &opts)?))
         },
-    }
+    )
 }
 
 /// The 16-byte key a u64 key stands for in bytes mode: its little-endian

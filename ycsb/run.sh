@@ -14,6 +14,7 @@
 #   THREADS=2          YCSB client threads (= connections)
 #   WORKLOADS="a b c d e f"
 #   DURABILITY=strict  pmhash serve --durability (strict|relaxed)
+#   SERVE_FLAGS=...    extra arguments for pmhash serve (e.g. "--threads 2")
 #   STORE_ROOT=/dev/shm  where the fresh store directories go
 #   PMHASH_BIN=...     use this pmhash binary instead of `cargo build --release`
 #   MVN_FLAGS=...      extra Maven flags (e.g. -o to stay offline)
@@ -70,8 +71,9 @@ srv_dir=""
 start_server() { # $1: name for the log
   srv_dir=$(mktemp -d "$STORE_ROOT/pmhash-ycsb.XXXXXX")
   local slog="$out/server-$1.log"
+  # shellcheck disable=SC2086 # SERVE_FLAGS is a list of arguments
   "$PMHASH" serve --dir "$srv_dir/db" --addr 127.0.0.1:0 --durability "$DURABILITY" \
-    >"$slog" 2>&1 &
+    ${SERVE_FLAGS:-} >"$slog" 2>&1 &
   srv_pid=$!
   local i
   for i in $(seq 1 300); do

@@ -177,11 +177,15 @@ pub struct Geo {
 
 impl Geo {
     pub fn new(n: u64, m: u64, bytes_keys: bool) -> Geo {
-        Geo {
+        let g = Geo {
             n,
             m,
             bytes_keys,
-            hdr: H_CHAINS + LINE * n.div_ceil(GROUP_HOMES),
+            hdr: 0,
+        };
+        Geo {
+            hdr: H_CHAINS + LINE * g.groups(),
+            ..g
         }
     }
 

@@ -317,7 +317,7 @@ impl Pass {
     /// Stash buckets the hints of home `t` (meta `mt`, fingerprint word
     /// `ht`) and probe `p` point to for fingerprint `fp`, as a bit set.
     #[inline]
-    pub(crate) fn stash_candidates(&self, (mt, ht, mp, hp): (u64, u64, u64, u64), fp: u8) -> u64 {
+    fn stash_candidates(&self, (mt, ht, mp, hp): (u64, u64, u64, u64), fp: u8) -> u64 {
         let mut set = 0;
         for j in 0..OFPS {
             let (v, mem, idx, f) = ofp(mt, ht, j);
@@ -969,10 +969,11 @@ impl Pass {
             while cb != 0 {
                 if self.try_put(cb, rec, v, fp, persist, all_locked)? {
                     // The home's filters are hints (the caller holds the
-                    // home): set after the record, persisted under one
-                    // fence when they change, rebuilt after a crash.
+                    // home), set after the record and rebuilt after a crash.
                     let changed = self.note_overflow(seg, bix, h);
                     if persist {
+                        // persist: the chain record (flushed by `try_put`)
+                        // and the changed filter lines under one fence.
                         self.persist_hints(&changed);
                     }
                     self.t.chain_inserts.fetch_add(1, Ordering::Relaxed);

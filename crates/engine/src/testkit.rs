@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use pmem::Pool;
 
@@ -223,4 +223,19 @@ pub fn strict_config(initial_capacity: u64, threads: usize) -> crate::EngineConf
         initial_capacity,
         threads,
     }
+}
+
+/// Joins every writer thread, then raises `done` (the flag readers loop
+/// on) before passing on the first writer's panic: a failing writer fails
+/// its test instead of leaving the readers spinning and the test hung.
+pub fn join_then_stop<T>(
+    writers: Vec<std::thread::ScopedJoinHandle<'_, T>>,
+    done: &AtomicBool,
+) -> Vec<T> {
+    let joined: Vec<_> = writers.into_iter().map(|h| h.join()).collect();
+    done.store(true, Ordering::Release);
+    joined
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        .collect()
 }

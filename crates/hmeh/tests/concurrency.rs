@@ -249,9 +249,7 @@ fn writers_and_readers(s: Shape) {
                 })
             })
             .collect();
-        let out = ws.into_iter().map(|h| h.join().unwrap()).collect();
-        done.store(true, Ordering::Release);
-        out
+        engine::testkit::join_then_stop(ws, &done)
     });
     let mut model = HashMap::new();
     for &k in stable.iter().chain(&versioned) {
@@ -472,9 +470,7 @@ fn overflow_chains_under_readers(durability: Durability, writers: usize, readers
                 })
             })
             .collect();
-        let out = ws.into_iter().map(|h| h.join().unwrap()).collect();
-        done.store(true, Ordering::Release);
-        out
+        engine::testkit::join_then_stop(ws, &done)
     });
     for m in models {
         model.extend(m);

@@ -348,10 +348,7 @@ fn readers_during_resizes(writers: usize, readers: usize) {
                 })
             })
             .collect();
-        for w in ws {
-            w.join().unwrap();
-        }
-        done.store(true, Ordering::Release);
+        engine::testkit::join_then_stop(ws, &done);
     });
     let exp = detail_u(&e, "expansions") - start_exp;
     let shr = detail_u(&e, "shrinks");

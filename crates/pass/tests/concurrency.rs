@@ -269,9 +269,7 @@ fn writers_and_readers_on(
                 })
             })
             .collect();
-        let out = ws.into_iter().map(|h| h.join().unwrap()).collect();
-        done.store(true, Ordering::Release);
-        out
+        engine::testkit::join_then_stop(ws, &done)
     });
     let mut model = HashMap::new();
     for &k in stable.iter().chain(&versioned) {
@@ -408,9 +406,7 @@ fn no_false_negatives_on(
                 })
             })
             .collect();
-        let out = hs.into_iter().map(|h| h.join().unwrap()).collect();
-        done.store(true, Ordering::Release);
-        out
+        engine::testkit::join_then_stop(hs, &done)
     });
     let splits = detail_u(e, "splits") - before;
     let ctx = format!(

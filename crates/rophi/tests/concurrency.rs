@@ -258,9 +258,7 @@ fn writers_and_readers(seed: u64) {
                 })
             })
             .collect();
-        let out = hs.into_iter().map(|h| h.join().unwrap()).collect();
-        done.store(true, Ordering::Release);
-        out
+        engine::testkit::join_then_stop(hs, &done)
     });
     let (r1, g1) = growth(e);
     let ctx = &format!("writers and readers, seed {seed}");
@@ -365,7 +363,7 @@ fn readers_see_only_written_values_never_going_back() {
             }
             m
         });
-        let hs: Vec<_> = (0..updaters)
+        let mut hs: Vec<_> = (0..updaters)
             .map(|u| {
                 let versioned = &versioned;
                 sc.spawn(move || {
@@ -387,10 +385,8 @@ fn readers_see_only_written_values_never_going_back() {
                 })
             })
             .collect();
-        let mut out: Vec<HashMap<u64, u64>> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-        out.push(filler.join().unwrap());
-        done.store(true, Ordering::Release);
-        out
+        hs.push(filler);
+        engine::testkit::join_then_stop(hs, &done)
     });
     let (r1, g1) = growth(e);
     eprintln!(

@@ -7,15 +7,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use common::small_opts;
+use common::{contents, crash_then_clean_reopen, small_opts, verify, Model};
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::{CrashChoice, Mode, Pool};
 use store::{Store, LAYOUT};
-
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn store(mode: Mode, seed: u64) -> (Arc<Pool>, Store) {
     let o = small_opts();
@@ -61,23 +58,6 @@ fn refs(b: &[(Vec<u8>, Vec<u8>)]) -> Vec<(&[u8], &[u8])> {
     b.iter().map(|(k, v)| (&k[..], &v[..])).collect()
 }
 
-fn contents(s: &Store) -> Model {
-    let mut m = Model::new();
-    s.for_each(|k, v| {
-        assert!(m.insert(k.to_vec(), v.to_vec()).is_none(), "key twice");
-    });
-    m
-}
-
-fn verify(s: &Store, m: &Model, ctx: &str) {
-    assert_eq!(&contents(s), m, "{ctx}: contents");
-    for (k, v) in m {
-        assert_eq!(s.get(k).unwrap().as_ref(), Some(v), "{ctx}: get");
-    }
-    assert_eq!(s.len(), m.len() as u64, "{ctx}: len");
-    s.check().unwrap_or_else(|e| panic!("{ctx}: check: {e}"));
-}
-
 #[test]
 fn batches_equal_puts_one_by_one() {
     let (pool, s) = store(Mode::Volatile, 1);
@@ -103,14 +83,8 @@ fn batches_equal_puts_one_by_one() {
     assert!(s.stats().files_reclaimed > 0, "GC never ran");
     verify(&s, &m, "end");
     // A crash (log scan) and a clean reopen (image) agree.
-    let p2 = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
-    let s2 = Store::open_pool(p2.clone(), small_opts()).unwrap();
-    verify(&s2, &m, "log scan");
-    s2.close().unwrap();
-    let p3 = Arc::new(Pool::from_image(p2.image(), Mode::Volatile).unwrap());
-    let s3 = Store::open_pool(p3, small_opts()).unwrap();
-    assert_eq!(s3.stats().opened_from, "image");
-    verify(&s3, &m, "image");
+    drop(s);
+    crash_then_clean_reopen(&pool, &m, "end");
 }
 
 #[test]

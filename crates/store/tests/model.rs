@@ -10,9 +10,8 @@
 
 mod common;
 
-use common::small_opts;
+use common::{crash_then_clean_reopen, small_opts, verify, Model};
 use engine::testkit::TempDir;
-use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use std::sync::{Arc, Mutex};
@@ -21,7 +20,6 @@ use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::{CrashChoice, Mode, Pool};
 use store::{Options, Store, LAYOUT};
 
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A scratch directory, removed on drop.
@@ -105,71 +103,6 @@ fn model_scan(
         .take(limit)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
-}
-
-/// The store holds exactly the model: `for_each` (each key once), `len`,
-/// `stats().keys`, `get` of every key, a full scan, and `check()` with the
-/// model's key count and every PM byte in use reachable (no leak).
-fn verify(s: &Store, m: &Model, ctx: &str) {
-    let mut seen: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(m.len());
-    s.for_each(|k, v| seen.push((k.to_vec(), v.to_vec())));
-    // for_each visits in no particular order; each key once.
-    seen.sort();
-    let dups = seen.windows(2).filter(|w| w[0].0 == w[1].0).count();
-    assert_eq!(dups, 0, "{ctx}: for_each visited keys twice");
-    let want: Vec<(Vec<u8>, Vec<u8>)> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    if seen != want {
-        let missing = m
-            .keys()
-            .filter(|k| !seen.iter().any(|(sk, _)| sk == *k))
-            .count();
-        let wrong = seen
-            .iter()
-            .filter(|(k, v)| m.get(k).is_some_and(|mv| mv != v))
-            .count();
-        panic!(
-            "{ctx}: for_each differs from the model: {} pairs vs {}, {missing} missing, {wrong} wrong values",
-            seen.len(),
-            m.len()
-        );
-    }
-    assert_eq!(s.len(), m.len() as u64, "{ctx}: len()");
-    assert_eq!(s.stats().keys, m.len() as u64, "{ctx}: stats().keys");
-    let mut buf = Vec::new();
-    for (k, v) in m {
-        assert_eq!(
-            s.get(k).unwrap().as_ref(),
-            Some(v),
-            "{ctx}: get of a key of {} bytes",
-            k.len()
-        );
-        assert!(s.get_into(k, &mut buf), "{ctx}: get_into of a present key");
-        assert_eq!(&buf, v, "{ctx}: get_into value");
-    }
-    assert_eq!(
-        s.scan(b"", None, usize::MAX).unwrap(),
-        want,
-        "{ctx}: full scan"
-    );
-    let live: u64 = m
-        .iter()
-        .map(|(k, v)| (40 + k.len() as u64 + v.len() as u64).next_multiple_of(8))
-        .sum();
-    let st = s.stats();
-    assert_eq!(
-        st.live_bytes, live,
-        "{ctx}: stats().live_bytes vs the model's entry bytes"
-    );
-    assert!(st.log_bytes >= live, "{ctx}: {st:?}");
-    let (keys, reach) = s
-        .check()
-        .unwrap_or_else(|e| panic!("{ctx}: check() failed: {e}"));
-    assert_eq!(keys, m.len() as u64, "{ctx}: check().keys");
-    assert_eq!(
-        reach,
-        s.pool().stats().bytes_in_use,
-        "{ctx}: check() reachable bytes differ from the pool's bytes in use (leak)"
-    );
 }
 
 /// Counts of what `run_ops` did, so a test can assert that the workload
@@ -385,15 +318,7 @@ fn gc_reclaims_overwritten_files() {
     verify(&s, &m, "after gc");
     // The relocated copies survive a crash (log scan) and a clean reopen.
     drop(s);
-    let p2 = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
-    let s2 = Store::open_pool(p2.clone(), small_opts()).unwrap();
-    assert_eq!(s2.stats().opened_from, "log scan");
-    verify(&s2, &m, "after gc, crash reopen");
-    s2.close().unwrap();
-    let p3 = Arc::new(Pool::from_image(p2.image(), Mode::Volatile).unwrap());
-    let s3 = Store::open_pool(p3, small_opts()).unwrap();
-    assert_eq!(s3.stats().opened_from, "image");
-    verify(&s3, &m, "after gc, clean reopen");
+    crash_then_clean_reopen(&pool, &m, "after gc");
 }
 
 /// File-backed store: clean close and reopen (image), drop without close

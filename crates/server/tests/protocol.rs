@@ -148,6 +148,22 @@ fn is_err(v: &V, part: &str) -> bool {
     matches!(v, V::Err(e) if e.contains(part))
 }
 
+/// Retries `f` every 20 ms until it returns `Ok`; fails with its last
+/// `Err` after 10 s.
+fn eventually<T, E: std::fmt::Debug>(what: &str, mut f: impl FnMut() -> Result<T, E>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match f() {
+            Ok(t) => return t,
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: not within 10 s; last: {e:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn commands_behave_as_in_redis() {
     let dir = TempDir::new("srv", "cmds");
@@ -450,21 +466,15 @@ fn a_client_that_sends_then_half_closes_is_answered_and_forgotten() {
         assert_eq!(got, b"+PONG\r\n$2\r\nhi\r\n", "round {i}");
     }
     let mut c = Client::new(srv.addr());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually("half-closed connections closed", || {
         let V::Bulk(info) = c.cmd(&["INFO"]) else {
             panic!("INFO is a bulk string")
         };
         let info = String::from_utf8(info).unwrap();
-        if info.contains("connected_clients:1\r\n") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "half-closed connections were not closed: {info}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        info.contains("connected_clients:1\r\n")
+            .then_some(())
+            .ok_or(info)
+    });
     srv.stop().unwrap();
 }
 
@@ -494,8 +504,7 @@ fn connections_past_max_clients_are_refused() {
     assert_eq!(held[0].cmd(&["QUIT"]), ok());
     drop(held.remove(0));
     // The server notices the departure asynchronously.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually("a connection served after a client left", || {
         // A refused connection is told at once; an accepted one says
         // nothing until asked.
         let mut s = TcpStream::connect(srv.addr()).unwrap();
@@ -511,15 +520,11 @@ fn connections_past_max_clients_are_refused() {
             {
                 let mut c = Client::new_from(s);
                 assert_eq!(c.cmd(&["PING"]), V::Simple("PONG".into()));
-                break;
+                Ok(())
             }
-            r => assert!(
-                std::time::Instant::now() < deadline,
-                "still refused after a client left: {r:?}"
-            ),
+            r => Err(format!("still refused: {r:?}")),
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
     srv.stop().unwrap();
 }
 

@@ -1,8 +1,10 @@
 //! The DRAM index: key → `v_addr` of the key's newest entry, in two parts.
 //!
-//! - **Point index**: a concurrent hash table (`scc::HashMap`, bucket-locked
-//!   reads). Gets, puts and deletes go through it, so a point operation
-//!   costs one or two cache misses, not a tree descent.
+//! - **Point index**: [`PointMap`](crate::pmap::PointMap), a concurrent
+//!   hash table of (key hash, `v_addr`) with lock-free reads: a point
+//!   operation costs one cache miss in DRAM, not a tree descent. It holds
+//!   no keys; a candidate is confirmed against the key in the log entry it
+//!   names ([`Keys`]), which a get reads anyway.
 //! - **Ordered index**: the set of keys in a concurrent skip list
 //!   (a `crossbeam-skiplist` set), for scans. It holds keys only; a scan reads each
 //!   key's `v_addr` from the point index, so updates never touch the tree.
@@ -17,13 +19,17 @@
 //! under the key's stripe lock, so they are applied in the order they
 //! happened. Writers of one key are serialised by the store's stripes.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crossbeam_skiplist::SkipSet;
-use scc::HashMap;
+use pmem::Pool;
+
+use crate::epoch::Epochs;
+use crate::layout::{key_hash, vaddr_off};
+use crate::pmap::PointMap;
 
 const INLINE: usize = 23;
 const QUEUES: usize = 64;
@@ -89,39 +95,63 @@ impl std::borrow::Borrow<[u8]> for IKey {
     }
 }
 
-/// A fast, seeded hasher for the point index (keys are not attacker-chosen
-/// inside a process; the seed is random per index anyway).
-#[derive(Clone)]
-pub struct KeyHasher(pub u64);
-
-impl BuildHasher for KeyHasher {
-    type Hasher = KeyHasherState;
-    fn build_hasher(&self) -> KeyHasherState {
-        KeyHasherState(self.0)
-    }
+/// Where the DRAM point map's keys are: in the log entries it names.
+pub enum Keys {
+    /// The store's log, read under its epochs (a file is freed only when
+    /// no pinned reader can still hold an address in it).
+    Log {
+        pool: Arc<Pool>,
+        epochs: Arc<Epochs>,
+    },
+    /// Unit tests: each `v_addr`'s key, in DRAM.
+    #[cfg(test)]
+    Table(Mutex<std::collections::HashMap<u64, Vec<u8>>>),
 }
 
-pub struct KeyHasherState(u64);
+/// Keeps the log's files mapped while held (see [`Keys::pin`]).
+pub enum KeysPin<'a> {
+    Log(#[allow(dead_code)] crate::epoch::Pin<'a>),
+    #[cfg(test)]
+    None,
+}
 
-impl Hasher for KeyHasherState {
-    fn finish(&self) -> u64 {
-        engine::hash::fmix64(self.0)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.0 =
-                engine::hash::fmix64(self.0 ^ u64::from_le_bytes(c.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            self.0 = engine::hash::fmix64(self.0 ^ u64::from_le_bytes(b) ^ 0xff);
+impl Keys {
+    /// Pins the log: every `v_addr` read from the point map while the pin
+    /// is held stays readable until it is dropped.
+    #[inline]
+    fn pin(&self) -> KeysPin<'_> {
+        match self {
+            Keys::Log { epochs, .. } => KeysPin::Log(epochs.pin()),
+            #[cfg(test)]
+            Keys::Table(_) => KeysPin::None,
         }
     }
-    fn write_usize(&mut self, n: usize) {
-        self.0 = self.0.wrapping_add(n as u64).rotate_left(17);
+
+    /// Whether the entry at `va` is `key`'s. The caller holds a pin.
+    #[inline]
+    fn is(&self, va: u64, key: &[u8]) -> bool {
+        match self {
+            Keys::Log { pool, .. } => crate::nlog::entry_key_is(pool, vaddr_off(va), key),
+            #[cfg(test)]
+            Keys::Table(t) => t.lock().unwrap().get(&va).is_some_and(|k| k == key),
+        }
+    }
+
+    /// The key of the entry at `va` into `buf`; false if it cannot be
+    /// read. The caller holds a pin.
+    fn read(&self, va: u64, buf: &mut Vec<u8>) -> bool {
+        match self {
+            Keys::Log { pool, .. } => crate::nlog::entry_key(pool, vaddr_off(va), buf),
+            #[cfg(test)]
+            Keys::Table(t) => match t.lock().unwrap().get(&va) {
+                Some(k) => {
+                    buf.clear();
+                    buf.extend_from_slice(k);
+                    true
+                }
+                None => false,
+            },
+        }
     }
 }
 
@@ -137,8 +167,9 @@ struct Queue {
 
 /// Where point lookups go.
 pub enum Point {
-    /// A DRAM hash table, rebuilt at every open (option (a)).
-    Dram(HashMap<IKey, u64, KeyHasher>),
+    /// A DRAM hash table, rebuilt at every open (option (a)), and where
+    /// its keys are.
+    Dram(PointMap, Keys),
     /// A persistent hash engine in the pool (options (b) and (c)).
     Engine(crate::pindex::PIndex),
 }
@@ -163,30 +194,19 @@ pub struct Index {
     pub nudge: AtomicBool,
 }
 
-impl Default for Index {
-    fn default() -> Self {
-        Index::new(None, true, false, 0)
-    }
-}
-
 impl Index {
-    /// A DRAM point index (`engine` None) or a persistent one, with or
-    /// without the ordered tree.
+    /// A DRAM point index over `keys` (`engine` None) or a persistent one,
+    /// with or without the ordered tree.
     pub fn new(
         engine: Option<crate::pindex::PIndex>,
+        keys: Keys,
         ordered: bool,
         eager: bool,
         capacity: usize,
     ) -> Index {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0x1234, |d| d.as_nanos() as u64);
         Index {
             point: match engine {
-                None => Point::Dram(HashMap::with_capacity_and_hasher(
-                    capacity,
-                    KeyHasher(engine::hash::fmix64(seed)),
-                )),
+                None => Point::Dram(PointMap::with_capacity(capacity), keys),
                 Some(p) => Point::Engine(p),
             },
             tree: ordered.then(SkipSet::new),
@@ -211,11 +231,21 @@ impl Index {
         self.tree.is_some()
     }
 
+    /// The `v_addr` of `key`'s newest entry.
     #[inline]
     pub fn get(&self, key: &[u8]) -> Option<u64> {
+        self.get_hashed(key, key_hash(key))
+    }
+
+    /// [`get`](Self::get) for a caller that has `key_hash(key)`.
+    #[inline]
+    pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<u64> {
         match &self.point {
-            Point::Dram(m) => m.read(key, |_, v| *v),
-            Point::Engine(p) => p.get(key, crate::layout::key_hash(key)),
+            Point::Dram(m, keys) => {
+                let _p = keys.pin();
+                m.get(hash, |va| keys.is(va, key))
+            }
+            Point::Engine(p) => p.get(key, hash),
         }
     }
 
@@ -247,13 +277,9 @@ impl Index {
     /// Returns whether the key was new.
     pub fn set(&self, key: &[u8], hash: u64, v: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
         let new = match &self.point {
-            Point::Dram(m) => {
-                if m.update(key, |_, old| *old = v).is_some() {
-                    false
-                } else {
-                    let _ = m.insert(IKey::new(key), v);
-                    true
-                }
+            Point::Dram(m, keys) => {
+                let _p = keys.pin();
+                m.set(hash, v, |va| keys.is(va, key))
             }
             Point::Engine(p) => p.set(key, hash, v, ovf)?,
         };
@@ -266,7 +292,10 @@ impl Index {
     /// Removes `key`; the caller holds the key's stripe.
     pub fn remove(&self, key: &[u8], hash: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
         let r = match &self.point {
-            Point::Dram(m) => m.remove(key).is_some(),
+            Point::Dram(m, keys) => {
+                let _p = keys.pin();
+                m.remove(hash, |va| keys.is(va, key))
+            }
             Point::Engine(p) => p.remove(key, hash, ovf)?,
         };
         if r {
@@ -278,11 +307,9 @@ impl Index {
     /// Fills the DRAM point index at open (no queueing: the tree is built
     /// from the point index afterwards).
     pub fn load(&self, key: &[u8], v: u64) {
-        if let Point::Dram(m) = &self.point {
-            // Insert first: at open almost every key is new.
-            if let Err((k, v)) = m.insert(IKey::new(key), v) {
-                m.update(k.as_bytes(), |_, old| *old = v);
-            }
+        if let Point::Dram(m, keys) = &self.point {
+            let _p = keys.pin();
+            m.set(key_hash(key), v, |va| keys.is(va, key));
         }
     }
 
@@ -390,18 +417,32 @@ impl Index {
         Ok(())
     }
 
-    /// Every pair, in no particular order.
+    /// Every pair, in no particular order. The DRAM point index reads
+    /// each key from its entry: one shard's pairs at a time, with the log
+    /// pinned from before they are listed until `f` has seen them (`f`
+    /// must not wait for GC).
     pub fn for_each(&self, mut f: impl FnMut(&[u8], u64)) {
         match &self.point {
-            Point::Dram(m) => m.scan(|k, v| f(k.as_bytes(), *v)),
+            Point::Dram(m, keys) => {
+                let mut kbuf = Vec::new();
+                for i in 0..m.shards() {
+                    let _p = keys.pin();
+                    m.for_shard(i, |h, va| {
+                        if keys.read(va, &mut kbuf) && key_hash(&kbuf) == h {
+                            f(&kbuf, va);
+                        }
+                    });
+                }
+            }
             Point::Engine(p) => p.for_each(&mut f),
         }
     }
 
-    /// Number of keys (walks the table: not for hot paths).
+    /// Number of keys (a persistent index walks its table: not for hot
+    /// paths).
     pub fn len(&self) -> usize {
         match &self.point {
-            Point::Dram(m) => m.len(),
+            Point::Dram(m, _) => m.len(),
             Point::Engine(p) => {
                 let mut n = 0;
                 p.for_each(&mut |_, _| n += 1);
@@ -419,11 +460,17 @@ impl Index {
 mod tests {
     use super::*;
 
+    /// A DRAM index whose entries are `(v_addr, key)`, held in DRAM.
+    fn index_of(entries: &[(u64, &[u8])]) -> Index {
+        let t = entries.iter().map(|(va, k)| (*va, k.to_vec())).collect();
+        Index::new(None, Keys::Table(Mutex::new(t)), true, false, 0)
+    }
+
     #[test]
     fn scans_see_queued_changes_in_key_order() {
-        let ix = Index::default();
-        ix.build_tree();
         let long = vec![b'b'; 40];
+        let ix = index_of(&[(3, b"c"), (2, &long), (1, b"a"), (4, b"a"), (9, b"c")]);
+        ix.build_tree();
         let h = |k: &[u8]| crate::layout::key_hash(k);
         let mut no = |_: u64, _: &[u8]| -> engine::Result<u64> { unreachable!() };
         ix.set(b"c", h(b"c"), 3, &mut no).unwrap();
@@ -454,9 +501,11 @@ mod tests {
 
     #[test]
     fn tree_is_built_from_a_loaded_point_index() {
-        let ix = Index::default();
-        for i in 0u64..100 {
-            ix.load(&i.to_be_bytes(), i);
+        let keys: Vec<[u8; 8]> = (0u64..100).map(|i| i.to_be_bytes()).collect();
+        let entries: Vec<(u64, &[u8])> = (1..).zip(keys.iter().map(|k| &k[..])).collect();
+        let ix = index_of(&entries);
+        for (va, k) in &entries {
+            ix.load(k, *va);
         }
         let mut out = Vec::new();
         ix.range(
@@ -467,6 +516,7 @@ mod tests {
         )
         .unwrap();
         let got: Vec<u64> = out.iter().map(|(_, v)| *v).collect();
-        assert_eq!(got, (10..20).collect::<Vec<_>>());
+        assert_eq!(got, (11..21).collect::<Vec<_>>());
+        assert_eq!(ix.len(), 100);
     }
 }

@@ -25,6 +25,7 @@ pub mod layout;
 pub mod nlog;
 pub mod numa;
 pub mod pindex;
+pub mod pmap;
 pub mod raf;
 pub mod recover;
 mod scan;

@@ -492,3 +492,34 @@ impl Nlog {
         self.next_seq.load(Ordering::Acquire)
     }
 }
+
+/// Whether the entry at `off` holds `key` (the DRAM point index confirms a
+/// candidate with it; the caller keeps the file mapped). An 8-byte key,
+/// the fast path, is one word compare.
+#[inline]
+pub fn entry_key_is(pool: &Pool, off: u64, key: &[u8]) -> bool {
+    match parse_lens(pool.load_u64(off + 8)) {
+        Some((klen, _)) if klen == key.len() => {}
+        _ => return false,
+    }
+    let at = off + ENTRY_HEADER;
+    if let Ok(k) = <[u8; 8]>::try_from(key) {
+        return pool.load_u64(at) == u64::from_le_bytes(k);
+    }
+    let mut buf = [0u8; 64];
+    key.chunks(64).enumerate().all(|(i, c)| {
+        pool.read(at + 64 * i as u64, &mut buf[..c.len()]);
+        buf[..c.len()] == *c
+    })
+}
+
+/// The key of the entry at `off` into `buf`; false if its lengths word is
+/// not an entry's (the caller keeps the file mapped).
+pub fn entry_key(pool: &Pool, off: u64, buf: &mut Vec<u8>) -> bool {
+    let Some((klen, _)) = parse_lens(pool.load_u64(off + 8)) else {
+        return false;
+    };
+    buf.resize(klen, 0);
+    pool.read(off + ENTRY_HEADER, buf);
+    true
+}

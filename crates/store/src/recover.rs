@@ -20,13 +20,14 @@
 //! parse), which is the only write of a crash open, and it is idempotent.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use engine::{Error, Result};
 use pmem::{Link, Pool};
 
-use crate::index::{IKey, Index, KeyHasher};
+use crate::index::{IKey, Index};
 use crate::layout::*;
 use crate::nlog::Extent;
 use crate::pindex::PIndex;
@@ -215,8 +216,14 @@ pub(crate) fn open(
     let image_len = pool.load_u64(root + R_IMAGE_LEN);
     let pidx = open_engine(&pool, &ri, &opts)?;
     let persistent = pidx.is_some();
+    let epochs = Arc::new(crate::epoch::Epochs::default());
+    let keys = crate::index::Keys::Log {
+        pool: pool.clone(),
+        epochs: epochs.clone(),
+    };
     let index = Index::new(
         pidx,
+        keys,
         opts.index.ordered(),
         matches!(opts.index, crate::store::IndexKind::Both(_)),
         opts.expected_keys.min(1 << 30) as usize,
@@ -226,6 +233,7 @@ pub(crate) fn open(
         root,
         opts,
         index,
+        epochs,
         ri.nodes,
         ri.clusters,
         ri.extent,
@@ -330,7 +338,7 @@ fn open_persistent(
     s.log.install(files, free);
     let keys = match s.index.point() {
         crate::index::Point::Engine(p) => p.engine.len(),
-        crate::index::Point::Dram(_) => 0,
+        crate::index::Point::Dram(..) => 0,
     };
     s.keys.store(keys, Ordering::Relaxed);
     Ok((s, "hash index", 0))
@@ -762,4 +770,39 @@ pub(crate) fn check(s: &Inner) -> Result<(u64, u64)> {
         )));
     }
     Ok((keys, reach))
+}
+
+/// A fast, seeded hasher for the per-cluster winner maps of a log scan.
+#[derive(Clone)]
+struct KeyHasher(u64);
+
+impl BuildHasher for KeyHasher {
+    type Hasher = KeyHasherState;
+    fn build_hasher(&self) -> KeyHasherState {
+        KeyHasherState(self.0)
+    }
+}
+
+struct KeyHasherState(u64);
+
+impl Hasher for KeyHasherState {
+    fn finish(&self) -> u64 {
+        engine::hash::fmix64(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.0 =
+                engine::hash::fmix64(self.0 ^ u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.0 = engine::hash::fmix64(self.0 ^ u64::from_le_bytes(b) ^ 0xff);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = self.0.wrapping_add(n as u64).rotate_left(17);
+    }
 }

@@ -192,7 +192,7 @@ pub(crate) struct Inner {
     pub(crate) stripes: Stripes,
     pub(crate) raf: Raf,
     pub(crate) numa: Numa,
-    pub(crate) epochs: Epochs,
+    pub(crate) epochs: Arc<Epochs>,
     pub(crate) opts: Options,
     pub(crate) keys: AtomicU64,
     pub(crate) gc_lock: Mutex<()>,
@@ -449,7 +449,7 @@ impl Store {
         s.raf.note_op();
         let _k = s.stripes.lock(hash);
         let _p = s.epochs.pin();
-        let old = s.index.get(key);
+        let old = s.index.get_hashed(key, hash);
         match (want, old) {
             (Want::Absent, Some(_)) | (Want::Present, None) => return Ok(false),
             _ => {}
@@ -519,7 +519,7 @@ impl Store {
                 .map(|i| match earlier[i] {
                     // Appended in an earlier run; `done` is in pair order.
                     Some(j) => Some(done[j].3),
-                    None => s.index.get(pairs[i].0),
+                    None => s.index.get_hashed(pairs[i].0, hashes[i]),
                 })
                 .collect();
             for o in cur.iter().flatten() {
@@ -596,7 +596,7 @@ impl Store {
             Probe::Off => false,
         };
         let _p = s.epochs.pin();
-        let Some(va) = s.index.get(key) else {
+        let Some(va) = s.index.get_hashed(key, hash) else {
             return false;
         };
         s.read_entry(key, hash, va, sampled, here, out)
@@ -626,7 +626,10 @@ impl Store {
             }
         }
         let _p = s.epochs.pin();
-        let vas: Vec<Option<u64>> = todo.iter().map(|&(i, _, _)| s.index.get(keys[i])).collect();
+        let vas: Vec<Option<u64>> = todo
+            .iter()
+            .map(|&(i, h, _)| s.index.get_hashed(keys[i], h))
+            .collect();
         for va in vas.iter().flatten() {
             s.log.touch(vaddr_off(*va));
         }
@@ -693,7 +696,7 @@ impl Store {
         match self.inner.index.point() {
             // The engine's clean close is the store's: nothing to rebuild.
             crate::index::Point::Engine(p) => p.engine.close()?,
-            crate::index::Point::Dram(_) => {
+            crate::index::Point::Dram(..) => {
                 crate::recover::write_image(&self.inner)?;
                 self.inner.pool.close()?;
             }
@@ -868,6 +871,7 @@ pub(crate) fn new_inner(
     root: u64,
     opts: Options,
     index: Index,
+    epochs: Arc<Epochs>,
     nodes: u32,
     clusters: u32,
     extent_size: u64,
@@ -901,7 +905,7 @@ pub(crate) fn new_inner(
         stripes: Stripes::new(4096),
         raf: Raf::new(opts.raf_bytes, opts.remote_ratio, opts.raf_window),
         numa,
-        epochs: Epochs::default(),
+        epochs,
         keys: AtomicU64::new(0),
         gc_lock: Mutex::new(()),
         gc_runs: AtomicU64::new(0),
@@ -938,7 +942,7 @@ impl Inner {
         self.log.read_value(&e, out);
         if sampled {
             self.raf.fill(key, hash, out, va, node, here, || {
-                self.index.get(key) == Some(va)
+                self.index.get_hashed(key, hash) == Some(va)
             });
         }
         true

@@ -230,6 +230,8 @@ fn options(cfg: &BenchConfig, writes: u64, gc: GcMode, recovery_threads: usize) 
         durability: cfg.durability,
         gc,
         recovery_threads,
+        // Sizes the point index, as `--initial-capacity` sizes the engines.
+        expected_keys: cfg.initial_capacity.unwrap_or(cfg.keys),
         ..Options::default()
     }
 }

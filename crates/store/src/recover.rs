@@ -303,7 +303,7 @@ pub(crate) fn open(
         pool.persist(root + R_IMAGE, 16);
         pool.finish_free(t);
     }
-    s.keys.store(s.index.len() as u64, Ordering::Relaxed);
+    s.keys.set(s.index.len() as i64);
     Ok((s, from, entries))
 }
 
@@ -340,7 +340,7 @@ fn open_persistent(
         crate::index::Point::Engine(p) => p.engine.len(),
         crate::index::Point::Dram(..) => 0,
     };
-    s.keys.store(keys, Ordering::Relaxed);
+    s.keys.set(keys as i64);
     Ok((s, "hash index", 0))
 }
 

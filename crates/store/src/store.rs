@@ -194,7 +194,8 @@ pub(crate) struct Inner {
     pub(crate) numa: Numa,
     pub(crate) epochs: Arc<Epochs>,
     pub(crate) opts: Options,
-    pub(crate) keys: AtomicU64,
+    /// Live keys (a sharded counter: every insert and delete adds to it).
+    pub(crate) keys: engine::sync::Counter,
     pub(crate) gc_lock: Mutex<()>,
     pub(crate) gc_runs: AtomicU64,
     pub(crate) relocated: AtomicU64,
@@ -705,7 +706,7 @@ impl Store {
     }
 
     pub fn len(&self) -> u64 {
-        self.inner.keys.load(Ordering::Relaxed)
+        self.inner.keys.get().max(0) as u64
     }
 
     pub fn is_empty(&self) -> bool {
@@ -906,7 +907,7 @@ pub(crate) fn new_inner(
         raf: Raf::new(opts.raf_bytes, opts.remote_ratio, opts.raf_window),
         numa,
         epochs,
-        keys: AtomicU64::new(0),
+        keys: engine::sync::Counter::default(),
         gc_lock: Mutex::new(()),
         gc_runs: AtomicU64::new(0),
         relocated: AtomicU64::new(0),
@@ -1021,7 +1022,7 @@ impl Inner {
                     .set(key, hash, va, &mut |h, p| self.append_ovf(h, p))?;
                 self.raf.update(key, hash, val, va, here);
                 if old.is_none() {
-                    self.keys.fetch_add(1, Ordering::Relaxed);
+                    self.keys.add(1);
                 }
             }
             None => {
@@ -1031,7 +1032,7 @@ impl Inner {
                 // A del entry is never live data.
                 file.dead
                     .fetch_add(entry_len(key.len(), 0), Ordering::Relaxed);
-                self.keys.fetch_sub(1, Ordering::Relaxed);
+                self.keys.add(-1);
             }
         }
         Ok(())

@@ -237,6 +237,15 @@ impl Index {
         self.get_hashed(key, key_hash(key))
     }
 
+    /// Starts loading what a lookup of `hash` reads first (the DRAM point
+    /// index's bucket), for a caller with other work to do before it.
+    #[inline]
+    pub fn prefetch(&self, hash: u64) {
+        if let Point::Dram(m, _) = &self.point {
+            m.prefetch(hash);
+        }
+    }
+
     /// [`get`](Self::get) for a caller that has `key_hash(key)`.
     #[inline]
     pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<u64> {

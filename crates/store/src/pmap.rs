@@ -243,6 +243,16 @@ impl PointMap {
         }
     }
 
+    /// Starts loading the bucket where a lookup of `h` begins, so that a
+    /// lookup after other work finds it in cache.
+    #[inline]
+    pub fn prefetch(&self, h: u64) {
+        let sh = self.shard(h);
+        let g = epoch::pin();
+        let (_, tab) = Self::table(sh, &g);
+        engine::sync::prefetch(&tab.buckets[h as usize & tab.mask]);
+    }
+
     /// Sets the key (`h`, accepted by `is`) to `va`. True if it was absent.
     pub fn set(&self, h: u64, va: u64, mut is: impl FnMut(u64) -> bool) -> bool {
         assert!(va != EMPTY && va != TOMB, "v_addr {va:#x} is reserved");

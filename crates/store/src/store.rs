@@ -446,6 +446,8 @@ impl Store {
         self.writable()?;
         let s = &*self.inner;
         let hash = key_hash(key);
+        // The index bucket's miss overlaps the stripe lock and the pin.
+        s.index.prefetch(hash);
         let here = s.numa.current();
         s.raf.note_op();
         let _k = s.stripes.lock(hash);

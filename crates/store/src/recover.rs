@@ -226,7 +226,10 @@ pub(crate) fn open(
         keys,
         opts.index.ordered(),
         matches!(opts.index, crate::store::IndexKind::Both(_)),
-        opts.expected_keys.min(1 << 30) as usize,
+        // Pre-sized for at most 2^26 keys (about 1.3 GiB); past that the
+        // shards grow as keys arrive, so a large `expected_keys` cannot
+        // make open allocate more DRAM than the machine has.
+        opts.expected_keys.min(1 << 26) as usize,
     );
     let s = new_inner(
         pool.clone(),

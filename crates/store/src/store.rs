@@ -117,7 +117,8 @@ pub struct Options {
     pub read_only: bool,
     /// The point index (fixed at create).
     pub index: IndexKind,
-    /// Expected number of keys: sizes the persistent hash engine.
+    /// Expected number of keys: sizes the persistent hash engine, and the
+    /// DRAM point index (up to 2^26 keys) so that loading it never resizes.
     pub expected_keys: u64,
     /// Fixed pool uuid (reproducible test runs).
     pub uuid: Option<[u8; 16]>,

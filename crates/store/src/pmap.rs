@@ -181,17 +181,22 @@ struct Counts {
     used: usize,
 }
 
+/// A shard's writer side, one cache line each: every write locks it, so it
+/// must not share a line with what readers load.
 #[repr(align(64))]
-struct Shard {
-    table: Atomic<Table>,
-    writer: Mutex<Counts>,
+#[derive(Default)]
+struct Writer {
+    counts: Mutex<Counts>,
     /// `Counts::live`, readable without the mutex.
     live: AtomicUsize,
 }
 
 /// A concurrent map from 64-bit hashes to `v_addr`s; see the module doc.
 pub struct PointMap {
-    shards: Box<[Shard]>,
+    /// Each shard's table: read by every lookup, written only when a table
+    /// is replaced, so eight shards share a line.
+    tables: Box<[Atomic<Table>]>,
+    writers: Box<[Writer]>,
 }
 
 impl PointMap {
@@ -200,25 +205,23 @@ impl PointMap {
         let per_shard = capacity.div_ceil(SHARDS);
         let buckets = ((per_shard as f64 / (MAX_USED * 0.9)) as usize).div_ceil(SLOTS);
         PointMap {
-            shards: (0..SHARDS)
-                .map(|_| Shard {
-                    table: Atomic::new(Table::new(buckets)),
-                    writer: Mutex::new(Counts::default()),
-                    live: AtomicUsize::new(0),
-                })
+            tables: (0..SHARDS)
+                .map(|_| Atomic::new(Table::new(buckets)))
                 .collect(),
+            writers: (0..SHARDS).map(|_| Writer::default()).collect(),
         }
     }
 
+    /// The shard of hash `h`.
     #[inline]
-    fn shard(&self, h: u64) -> &Shard {
-        &self.shards[(h >> (64 - SHARD_BITS)) as usize]
+    fn shard(h: u64) -> usize {
+        (h >> (64 - SHARD_BITS)) as usize
     }
 
-    /// The table of `sh` under `g`.
+    /// The table of a shard (`sh`: its entry in `tables`) under `g`.
     #[inline]
-    fn table<'g>(sh: &Shard, g: &'g Guard) -> (Shared<'g, Table>, &'g Table) {
-        let t = sh.table.load(Ordering::Acquire, g);
+    fn table<'g>(sh: &Atomic<Table>, g: &'g Guard) -> (Shared<'g, Table>, &'g Table) {
+        let t = sh.load(Ordering::Acquire, g);
         // SAFETY: a shard's table is never null (set at creation, replaced
         // only by another table), and a replaced table is destroyed only
         // through `defer_destroy`, after every guard that could load it,
@@ -230,14 +233,14 @@ impl PointMap {
     /// each candidate `v_addr` of hash `h`; it may see one more than once).
     #[inline]
     pub fn get(&self, h: u64, mut is: impl FnMut(u64) -> bool) -> Option<u64> {
-        let sh = self.shard(h);
+        let sh = &self.tables[Self::shard(h)];
         let g = epoch::pin();
         loop {
             let (t, tab) = Self::table(sh, &g);
             let r = tab.get(h, &mut is);
             // A resize meanwhile: the answer may predate a write to the new
             // table, so look again there.
-            if sh.table.load(Ordering::Acquire, &g) == t {
+            if sh.load(Ordering::Acquire, &g) == t {
                 return r;
             }
         }
@@ -247,7 +250,7 @@ impl PointMap {
     /// lookup after other work finds it in cache.
     #[inline]
     pub fn prefetch(&self, h: u64) {
-        let sh = self.shard(h);
+        let sh = &self.tables[Self::shard(h)];
         let g = epoch::pin();
         let (_, tab) = Self::table(sh, &g);
         engine::sync::prefetch(&tab.buckets[h as usize & tab.mask]);
@@ -256,8 +259,8 @@ impl PointMap {
     /// Sets the key (`h`, accepted by `is`) to `va`. True if it was absent.
     pub fn set(&self, h: u64, va: u64, mut is: impl FnMut(u64) -> bool) -> bool {
         assert!(va != EMPTY && va != TOMB, "v_addr {va:#x} is reserved");
-        let sh = self.shard(h);
-        let mut c = sh.writer.lock().expect("point map shard");
+        let (sh, w) = (&self.tables[Self::shard(h)], &self.writers[Self::shard(h)]);
+        let mut c = w.counts.lock().expect("point map shard");
         let g = epoch::pin();
         let (_, tab) = Self::table(sh, &g);
         let (b, s, empty) = match tab.probe(h, &mut is) {
@@ -277,20 +280,20 @@ impl PointMap {
         }
         c.used += empty as usize;
         c.live += 1;
-        sh.live.store(c.live, Ordering::Relaxed);
+        w.live.store(c.live, Ordering::Relaxed);
         true
     }
 
     /// Copies the live slots of `sh` into a new table sized for `want`
     /// live slots and publishes it; returns the new table. The shard's
     /// mutex is held (`_c`).
-    fn rebuild<'g>(sh: &Shard, _c: &Counts, g: &'g Guard, want: usize) -> &'g Table {
+    fn rebuild<'g>(sh: &Atomic<Table>, _c: &Counts, g: &'g Guard, want: usize) -> &'g Table {
         let (old, tab) = Self::table(sh, g);
         let buckets = ((want as f64 / REBUILT_LOAD) as usize).div_ceil(SLOTS);
         let new = Table::new(buckets.max(tab.buckets.len() / 2));
         tab.for_each(&mut |h, va| new.place(h, va));
         let new = Owned::new(new).into_shared(g);
-        sh.table.store(new, Ordering::Release);
+        sh.store(new, Ordering::Release);
         // SAFETY: `old` was just unlinked (the mutex keeps every other
         // writer out), so only guards that loaded it before can reach it,
         // and the destruction waits for all of them.
@@ -301,8 +304,8 @@ impl PointMap {
 
     /// Removes the key (`h`, accepted by `is`). True if it was present.
     pub fn remove(&self, h: u64, mut is: impl FnMut(u64) -> bool) -> bool {
-        let sh = self.shard(h);
-        let mut c = sh.writer.lock().expect("point map shard");
+        let (sh, w) = (&self.tables[Self::shard(h)], &self.writers[Self::shard(h)]);
+        let mut c = w.counts.lock().expect("point map shard");
         let g = epoch::pin();
         let (_, tab) = Self::table(sh, &g);
         let Probe::Found { bucket, slot } = tab.probe(h, &mut is) else {
@@ -310,13 +313,13 @@ impl PointMap {
         };
         tab.buckets[bucket].w[2 * slot + 1].store(TOMB, Ordering::Release);
         c.live -= 1;
-        sh.live.store(c.live, Ordering::Relaxed);
+        w.live.store(c.live, Ordering::Relaxed);
         true
     }
 
     /// Number of shards (for [`for_shard`](Self::for_shard)).
     pub fn shards(&self) -> usize {
-        self.shards.len()
+        self.tables.len()
     }
 
     /// Calls `f(hash, v_addr)` for every pair of shard `i`, from one of its
@@ -326,15 +329,15 @@ impl PointMap {
     /// at all.
     pub fn for_shard(&self, i: usize, mut f: impl FnMut(u64, u64)) {
         let g = epoch::pin();
-        let (_, tab) = Self::table(&self.shards[i], &g);
+        let (_, tab) = Self::table(&self.tables[i], &g);
         tab.for_each(&mut f);
     }
 
     /// Live keys (a sum over the shards' counts: no walk).
     pub fn len(&self) -> usize {
-        self.shards
+        self.writers
             .iter()
-            .map(|s| s.live.load(Ordering::Relaxed))
+            .map(|w| w.live.load(Ordering::Relaxed))
             .sum()
     }
 
@@ -345,12 +348,12 @@ impl PointMap {
 
 impl Drop for PointMap {
     fn drop(&mut self) {
-        for sh in self.shards.iter() {
+        for sh in self.tables.iter() {
             // SAFETY: `&mut self`: no reader or writer holds this map, so
             // no guard can reach its tables; replaced tables were handed to
             // `defer_destroy` already.
             unsafe {
-                let t = sh.table.load(Ordering::Relaxed, epoch::unprotected());
+                let t = sh.load(Ordering::Relaxed, epoch::unprotected());
                 drop(t.into_owned());
             }
         }

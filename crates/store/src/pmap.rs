@@ -71,6 +71,7 @@ enum Probe {
     Found {
         bucket: usize,
         slot: usize,
+        va: u64,
     },
     /// Absent; the first free slot of its probe and whether it is empty
     /// (not a tombstone). `None` only in a table with no free slot, which
@@ -94,28 +95,17 @@ impl Table {
     /// The `v_addr` of the first live slot with hash `h` that `is` accepts.
     #[inline]
     fn get(&self, h: u64, is: &mut impl FnMut(u64) -> bool) -> Option<u64> {
-        let mut b = h as usize & self.mask;
-        for _ in 0..self.buckets.len() {
-            let w = &self.buckets[b].w;
-            let mut open = false;
-            for s in 0..SLOTS {
-                let va = w[2 * s + 1].load(Ordering::Acquire);
-                if va == EMPTY {
-                    open = true;
-                } else if va != TOMB && w[2 * s].load(Ordering::Relaxed) == h && is(va) {
-                    return Some(va);
-                }
-            }
-            if open {
-                return None;
-            }
-            b = (b + 1) & self.mask;
+        match self.probe(h, is) {
+            Probe::Found { va, .. } => Some(va),
+            Probe::Absent(_) => None,
         }
-        None
     }
 
-    /// The slot of the key (`h`, accepted by `is`), or its free slot.
-    /// Writers only (the shard mutex held).
+    /// The slot of the key (`h`, accepted by `is`), or the first free slot
+    /// of its probe (what a writer, holding the shard mutex, fills).
+    /// Readers use it too: each `v_addr` is loaded (acquire) before its
+    /// hash.
+    #[inline]
     fn probe(&self, h: u64, is: &mut impl FnMut(u64) -> bool) -> Probe {
         let mut b = h as usize & self.mask;
         let mut free = None;
@@ -123,18 +113,18 @@ impl Table {
             let w = &self.buckets[b].w;
             let mut open = false;
             for s in 0..SLOTS {
-                let va = w[2 * s + 1].load(Ordering::Relaxed);
-                if va == EMPTY {
-                    open = true;
+                let va = w[2 * s + 1].load(Ordering::Acquire);
+                if va == EMPTY || va == TOMB {
+                    open |= va == EMPTY;
                     if free.is_none() {
-                        free = Some((b, s, true));
-                    }
-                } else if va == TOMB {
-                    if free.is_none() {
-                        free = Some((b, s, false));
+                        free = Some((b, s, va == EMPTY));
                     }
                 } else if w[2 * s].load(Ordering::Relaxed) == h && is(va) {
-                    return Probe::Found { bucket: b, slot: s };
+                    return Probe::Found {
+                        bucket: b,
+                        slot: s,
+                        va,
+                    };
                 }
             }
             if open {
@@ -264,7 +254,7 @@ impl PointMap {
         let g = epoch::pin();
         let (_, tab) = Self::table(sh, &g);
         let (b, s, empty) = match tab.probe(h, &mut is) {
-            Probe::Found { bucket, slot } => {
+            Probe::Found { bucket, slot, .. } => {
                 tab.buckets[bucket].w[2 * slot + 1].store(va, Ordering::Release);
                 return false;
             }
@@ -308,7 +298,7 @@ impl PointMap {
         let mut c = w.counts.lock().expect("point map shard");
         let g = epoch::pin();
         let (_, tab) = Self::table(sh, &g);
-        let Probe::Found { bucket, slot } = tab.probe(h, &mut is) else {
+        let Probe::Found { bucket, slot, .. } = tab.probe(h, &mut is) else {
             return false;
         };
         tab.buckets[bucket].w[2 * slot + 1].store(TOMB, Ordering::Release);

@@ -225,9 +225,6 @@ pub struct Pass {
     /// Split when len exceeds this.
     pub(crate) threshold: AtomicU64,
     pub(crate) split_load: f64,
-    /// Split load above [`DENSE_SPLIT_LOAD`]: most misses then read the
-    /// home's filter word, so lookups fetch it with the home bucket.
-    pub(crate) dense: bool,
     pub(crate) split_mx: Mutex<()>,
     /// Serialises the zero-hash key (kept in the root).
     pub(crate) zero: Mutex<()>,
@@ -392,7 +389,6 @@ impl Pass {
             len: Counter::default(),
             threshold: AtomicU64::new(0),
             split_load,
-            dense: split_load > DENSE_SPLIT_LOAD,
             split_mx: Mutex::new(()),
             zero: Mutex::new(()),
             closed: AtomicBool::new(false),

@@ -187,12 +187,19 @@ impl Engine for Pass {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        // Writes are durable when they return (both durabilities), so a
-        // clean close only records the count.
+        // Records are durable when their writes return (both
+        // durabilities); the hints in the meta lines are not written back
+        // by the writes (recovery rebuilds them after a crash), so a clean
+        // close writes them back here, with the count.
         let _g = self.split_mx.lock().unwrap_or_else(|e| e.into_inner());
+        for p in 0..self.first() {
+            if let Some(seg) = self.seg_off(p) {
+                self.flush_meta(seg);
+            }
+        }
         self.pool.store_u64(self.root + R_LEN, self.len());
-        // persist: the item count before the clean flag that makes it
-        // trusted.
+        // persist: every meta line and the item count before the clean
+        // flag that makes them trusted (a clean open rebuilds nothing).
         self.pool.persist(self.root + R_LEN, 8);
         self.pool.close()?;
         Ok(())

@@ -63,7 +63,8 @@
 //!        block (bytes mode). A slot is a record iff its key word is not 0:
 //!        THE COMMIT of an insert or delete is that one 8-byte store. The
 //!        meta word and fingerprints are hints kept exact while running,
-//!        persisted with the slot, and rebuilt from the slots after a crash
+//!        written back by a clean close (not by each write), and rebuilt
+//!        from the slots after a crash
 //!
 //! Key block (bytes mode; 8 + len rounded up to 8)
 //!   0    length in bytes   8  the key, zero-padded to a whole word

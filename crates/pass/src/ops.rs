@@ -364,12 +364,13 @@ impl Pass {
     }
 
     /// Looks for `k` in the stash of `seg` and the chain of home `bix`'s
-    /// group, once the home's overflow filter (meta) admits the key: first
-    /// the stash buckets the hints name, then — when the home's filter
-    /// word admits the key too — every stash bucket and the chain. `Err(())`: a chain link was torn
-    /// (retry). Safe without the stash and chain locks: only a writer
-    /// holding the home bucket's lock adds or removes this key, and
-    /// callers validate that lock's version (or hold it).
+    /// group, once the home's overflow filter (meta) admits the key (both
+    /// callers test it first, inline: most misses stop there). First the
+    /// stash buckets the hints name, then — when the home's filter word
+    /// admits the key too — every stash bucket and the chain. `Err(())`: a
+    /// chain link was torn (retry). Safe without the stash and chain locks:
+    /// only a writer holding the home bucket's lock adds or removes this
+    /// key, and callers validate that lock's version (or hold it).
     fn overflow_find(
         &self,
         seg: u64,

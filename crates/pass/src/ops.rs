@@ -287,15 +287,6 @@ impl Pass {
                 let mp = wp[1].load(Ordering::Acquire);
                 match self.scan(wp, alloc(mp) & member(mp), fp, k) {
                     Some((_, v)) => Some(v),
-                    // The home's overflow filter rules out the stash and
-                    // the chain (every overflow record of the home sets
-                    // its bit, hinted or not; `check` verifies it): the
-                    // common miss ends here, after two lines. One bit, not
-                    // "no hint valid" as before, which at high load sent
-                    // half the misses into `overflow_find` (a branch the
-                    // CPU cannot predict, taken on loaded data): dense
-                    // get-neg went from 4.0-4.2 to 4.9-5.2 Mops/s.
-                    None if mt & overflow_bit(h) == 0 => None,
                     None => {
                         let hints = (
                             mt,
@@ -303,7 +294,7 @@ impl Pass {
                             mp,
                             wp[3].load(Ordering::Relaxed),
                         );
-                        match self.overflow_find(seg, h, hints, k) {
+                        match self.overflow_lookup(seg, h, hints, k) {
                             Ok(Some(l)) => Some(self.pool.load_u64(slot_off(l.bucket, l.s) + 8)),
                             Ok(None) => None,
                             Err(()) => return None,
@@ -363,9 +354,32 @@ impl Pass {
         None
     }
 
+    /// The overflow search of a key that home and probe do not hold. The
+    /// home's overflow filter (meta word `hints.0`) rules out the stash
+    /// and the chain when its bit is clear — every overflow record of the
+    /// home sets its bit, hinted or not, and `check` verifies it — so most
+    /// misses end here, inline, after two lines. (Until 2026-11-23 the
+    /// test was "no valid hint in home or probe, and no filter bit": at
+    /// high load that sent half the misses into `overflow_find`, a branch
+    /// the CPU cannot predict, taken on loaded data; dense get-neg went
+    /// from 4.0-4.2 to 4.9-5.2 Mops/s.)
+    #[inline(always)]
+    fn overflow_lookup(
+        &self,
+        seg: u64,
+        h: u64,
+        hints: (u64, u64, u64, u64),
+        k: Key,
+    ) -> std::result::Result<Option<Loc>, ()> {
+        if hints.0 & overflow_bit(h) == 0 {
+            return Ok(None);
+        }
+        self.overflow_find(seg, h, hints, k)
+    }
+
     /// Looks for `k` in the stash of `seg` and the chain of home `bix`'s
-    /// group, once the home's overflow filter (meta) admits the key (both
-    /// callers test it first, inline: most misses stop there). First the
+    /// group, once the home's overflow filter admits the key
+    /// (`overflow_lookup`). First the
     /// stash buckets the hints name, then — when the home's filter word
     /// admits the key too — every stash bucket and the chain. `Err(())`: a
     /// chain link was torn (retry). Safe without the stash and chain locks:
@@ -379,10 +393,6 @@ impl Pass {
         k: Key,
     ) -> std::result::Result<Option<Loc>, ()> {
         let (fp, bix) = self.fp_bix(h);
-        debug_assert!(
-            hints.0 & overflow_bit(h) != 0,
-            "callers test the filter first"
-        );
         let hinted = self.stash_candidates(hints, fp);
         if let Some(l) = self.stash_find(seg, hinted, fp, k) {
             return Ok(Some(l));
@@ -450,13 +460,8 @@ impl Pass {
             mp,
             wp[3].load(Ordering::Relaxed),
         );
-        if mt & overflow_bit(h) == 0 {
-            // The overflow filter rules out the stash and the chain: what
-            // an insert of a new key usually sees.
-            return None;
-        }
         // Under the home lock a chain cannot be torn.
-        self.overflow_find(seg, h, hints, k).ok().flatten()
+        self.overflow_lookup(seg, h, hints, k).ok().flatten()
     }
 
     // ----- writers --------------------------------------------------------------
@@ -559,7 +564,7 @@ impl Pass {
             self.clear_slot(l.bucket, l.s, l.kind, true, true)?;
             drop(held);
             if let Kind::Stash(j) = l.kind {
-                self.drop_hint(seg, bix, j, fp, true);
+                self.drop_hint(seg, bix, j, fp);
             }
             Ok(true)
         })?;
@@ -666,10 +671,10 @@ impl Pass {
             // line back before it marks the pool clean (`Pass::close`).
             // One line instead of two when the slot is not in line 0:
             // inserts +5% (interleaved runs, `pass-dense` at 10M).
-            // A stash or chain record shares its fence with the home's
-            // hints (also rebuilt after a crash): one fence per insert.
+            // A stash or chain record's line is fenced by its caller once
+            // the home's hints are set (`add_hint`, `chain_place`): one
+            // fence per insert all the same.
             if defer && res.is_none() {
-                self.pool.flush(bucket, LINE as usize);
                 self.pool.flush(so & !(LINE - 1), LINE as usize);
             } else {
                 self.pool.persist_line(so & !(LINE - 1));
@@ -855,8 +860,7 @@ impl Pass {
         // Filters, for every record (a delete may take back a hint that
         // named another record with the same fingerprint and bucket; the
         // filters still find that one).
-        let f_line = self.note_overflow(seg, bix, h);
-        let mut h_line = None;
+        self.note_overflow(seg, bix, h);
         for (b, mem) in [(t, false), (p, true)] {
             let mw = self.pool.atomic_u64(b + B_META);
             let m = mw.load(Ordering::Acquire);
@@ -875,66 +879,41 @@ impl Pass {
                     _ => nm = (nm & !(0xff << OFP2_SHIFT)) | (fp as u64) << OFP2_SHIFT,
                 }
                 mw.store(nm, Ordering::Release);
-                h_line = Some(b);
                 break;
             }
         }
         if persist {
-            // persist: the stash record (flushed by `try_put`) and the
-            // changed hint lines under one fence: no order is needed
-            // between them, because recovery rebuilds hints from slots.
-            self.persist_hints(&[f_line[0], f_line[1], h_line]);
+            // persist: the fence of the stash record's line (flushed by
+            // `try_put`). The hints are not written back: recovery
+            // rebuilds them from the slots, a clean close flushes them.
+            self.pool.fence();
         }
     }
 
     /// Sets the overflow filter bit (home meta) and the filter word bits
     /// of a stash or chain record of hash `h` whose home is `bix` (the
-    /// caller holds the home). Returns the lines that changed: the home
-    /// bucket's and the filter word's.
-    fn note_overflow(&self, seg: u64, bix: u64, h: u64) -> [Option<u64>; 2] {
+    /// caller holds the home). Hints: not written back here (see
+    /// `write_slot`).
+    fn note_overflow(&self, seg: u64, bix: u64, h: u64) {
         let t = self.geo.bucket(seg, bix);
         let mw = self.pool.atomic_u64(t + B_META);
         let m = mw.load(Ordering::Acquire);
         let ob = overflow_bit(h);
-        let fo = chain_filter(seg, bix);
-        let fw = self.pool.atomic_u64(fo);
-        let f = fw.load(Ordering::Acquire);
-        let fb = filter_bits(h);
-        let (meta_new, filter_new) = (m & ob == 0, f & fb != fb);
-        if meta_new {
+        if m & ob == 0 {
             mw.store(m | ob, Ordering::Release);
         }
-        if filter_new {
+        let fw = self.pool.atomic_u64(chain_filter(seg, bix));
+        let f = fw.load(Ordering::Acquire);
+        let fb = filter_bits(h);
+        if f & fb != fb {
             fw.store(f | fb, Ordering::Release);
         }
-        [
-            meta_new.then_some(t),
-            filter_new.then_some(fo & !(LINE - 1)),
-        ]
-    }
-
-    /// Writes back the changed hint lines (each maybe none; duplicates
-    /// flushed once), then fences: also the fence of the stash or chain
-    /// record written before them (`try_put` leaves it to this one).
-    fn persist_hints(&self, lines: &[Option<u64>]) {
-        let mut todo = [0u64; 3];
-        let mut n = 0;
-        for &l in lines.iter().flatten() {
-            if !todo[..n].contains(&l) {
-                todo[n] = l;
-                n += 1;
-            }
-        }
-        for &l in &todo[..n] {
-            self.pool.flush(l, LINE as usize);
-        }
-        self.pool.fence();
     }
 
     /// Undoes [`add_hint`](Self::add_hint)'s fingerprint hint for a
     /// removed stash record (the filters keep their bits until the
     /// segment's hints are rebuilt).
-    fn drop_hint(&self, seg: u64, bix: u64, j: u64, fp: u8, persist: bool) {
+    fn drop_hint(&self, seg: u64, bix: u64, j: u64, fp: u8) {
         let t = self.geo.bucket(seg, bix);
         let p = self.geo.bucket(seg, self.geo.probe(bix));
         for (b, mem) in [(t, false), (p, true)] {
@@ -946,9 +925,6 @@ impl Pass {
                     m & !(1 << (OFP_VALID_SHIFT as usize + jj)),
                     Ordering::Release,
                 );
-                if persist {
-                    self.pool.persist_line(b);
-                }
                 return;
             }
         }
@@ -975,11 +951,11 @@ impl Pass {
                 if self.try_put(cb, rec, v, fp, persist, all_locked)? {
                     // The home's filters are hints (the caller holds the
                     // home), set after the record and rebuilt after a crash.
-                    let changed = self.note_overflow(seg, bix, h);
+                    self.note_overflow(seg, bix, h);
                     if persist {
-                        // persist: the chain record (flushed by `try_put`)
-                        // and the changed filter lines under one fence.
-                        self.persist_hints(&changed);
+                        // persist: the fence of the chain record's line
+                        // (flushed by `try_put`); the filters are hints.
+                        self.pool.fence();
                     }
                     self.t.chain_inserts.fetch_add(1, Ordering::Relaxed);
                     return Ok(());

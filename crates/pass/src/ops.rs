@@ -379,12 +379,12 @@ impl Pass {
 
     /// Looks for `k` in the stash of `seg` and the chain of home `bix`'s
     /// group, once the home's overflow filter admits the key
-    /// (`overflow_lookup`). First the
-    /// stash buckets the hints name, then — when the home's filter word
-    /// admits the key too — every stash bucket and the chain. `Err(())`: a
-    /// chain link was torn (retry). Safe without the stash and chain locks:
-    /// only a writer holding the home bucket's lock adds or removes this
-    /// key, and callers validate that lock's version (or hold it).
+    /// (`overflow_lookup`, the only caller): first the stash buckets the
+    /// hints name, then — when the home's filter word admits the key too —
+    /// every stash bucket and the chain. `Err(())`: a chain link was torn
+    /// (retry). Safe without the stash and chain locks: only a writer
+    /// holding the home bucket's lock adds or removes this key, and
+    /// callers validate that lock's version (or hold it).
     fn overflow_find(
         &self,
         seg: u64,

@@ -112,6 +112,11 @@ pub struct BenchArgs {
     /// i mod N, and log accesses are counted local or remote
     #[arg(long, value_name = "N")]
     pub numa_emulate: Option<u32>,
+
+    /// The store reads every value from its log, as in NStore, instead of
+    /// keeping 8-byte values of 8-byte keys in its DRAM point index
+    #[arg(long)]
+    pub no_inline_values: bool,
 }
 
 #[derive(Parser)]
@@ -203,11 +208,13 @@ impl BenchArgs {
                 return Err(format!("--numa-emulate must be between 1 and 64, got {n}"));
             }
         }
-        let store_options =
-            self.key_size != 8 || self.value_size != 8 || self.numa_emulate.is_some();
+        let store_options = self.key_size != 8
+            || self.value_size != 8
+            || self.numa_emulate.is_some()
+            || self.no_inline_values;
         if store_options && !has_store {
             return Err(
-                "--key-size, --value-size and --numa-emulate apply only to the store engine (--engine store)"
+                "--key-size, --value-size, --numa-emulate and --no-inline-values apply only to the store engine (--engine store)"
                     .to_string(),
             );
         }
@@ -234,6 +241,7 @@ impl BenchArgs {
             key_size: self.key_size,
             value_size: self.value_size,
             numa_emulate: self.numa_emulate,
+            inline_values: !self.no_inline_values,
         })
     }
 }

@@ -96,6 +96,9 @@ pub struct RunResult {
 pub struct StoreFigures {
     pub key_size: usize,
     pub value_size: usize,
+    /// 8-byte values of 8-byte keys kept in the DRAM point index (their
+    /// gets read no log, so they count no local or remote read).
+    pub inline_values: bool,
     /// Log nodes (virtual ones with `--numa-emulate`).
     pub nodes: u32,
     /// Log bytes written and not reclaimed, over the bytes holding a key's

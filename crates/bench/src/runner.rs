@@ -77,6 +77,8 @@ pub struct BenchConfig {
     pub value_size: usize,
     /// Virtual NUMA nodes of the store (`None`: the machine's nodes).
     pub numa_emulate: Option<u32>,
+    /// The store's `Options::inline_values`.
+    pub inline_values: bool,
 }
 
 impl BenchConfig {

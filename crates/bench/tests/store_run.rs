@@ -71,6 +71,9 @@ fn nstore_workloads_and_recovery_with_two_virtual_nodes() {
         "1,2",
         "--numa-emulate",
         "2",
+        // The paper's read path: every get reads the log, so the local and
+        // remote counts below cover every get.
+        "--no-inline-values",
         "--pool",
         dir.0.to_str().unwrap(),
         "--json",
@@ -242,4 +245,41 @@ fn store_options_are_checked() {
         "volatile",
     ]);
     assert!(e.contains("--mode mapped or dax"), "{e}");
+}
+
+/// With the 8-byte fast path (the default), a get of an 8-byte key with an
+/// 8-byte value is answered by the DRAM point index: no log read at all.
+#[test]
+fn inline_values_answer_gets_without_log_reads() {
+    let dir = Scratch::new("inline");
+    let json_path = dir.path("out.json");
+    for (flag, inline) in [(None, true), (Some("--no-inline-values"), false)] {
+        let mut args = vec![
+            "--engine",
+            "store",
+            "--workload",
+            "get100",
+            "--keys",
+            "2000",
+            "--numa-emulate",
+            "2",
+            "--pool",
+            dir.0.to_str().unwrap(),
+            "--json",
+            json_path.to_str().unwrap(),
+        ];
+        args.extend(flag);
+        bench(&args).unwrap();
+        let json: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+        let run = &json["runs"][0];
+        assert_eq!(run["inline_values"], inline, "{run}");
+        let reads = u(run, "local_reads") + u(run, "remote_reads");
+        if inline {
+            assert_eq!(reads, 0, "{run}");
+        } else {
+            // RAF hits read no log either.
+            assert_eq!(reads + u(run, "raf_hits"), u(run, "ops"), "{run}");
+        }
+    }
 }

@@ -21,7 +21,7 @@ pub const fn inverse(c: u64) -> u64 {
 
 /// murmur3's fmix64.
 #[inline]
-pub fn fmix64(mut h: u64) -> u64 {
+pub const fn fmix64(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(C1);
     h ^= h >> 33;

@@ -131,7 +131,7 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
                 f.node, cluster, OP_INS, version, &kbuf, &vbuf, here_va, f.seq, &s.numa,
             )?;
             s.index
-                .set(&kbuf, hash, va, &mut |h, p| s.append_ovf(h, p))?;
+                .set(&kbuf, hash, va, &vbuf, &mut |h, p| s.append_ovf(h, p))?;
             s.raf.relocate(&kbuf, hash, here_va, va, f.node);
             f.dead.fetch_add(e.len, Ordering::Relaxed);
             s.relocated.fetch_add(1, Ordering::Relaxed);

@@ -29,7 +29,7 @@ use pmem::Pool;
 
 use crate::epoch::Epochs;
 use crate::layout::{key_hash, vaddr_off};
-use crate::pmap::PointMap;
+use crate::pmap::{Got, PointMap, Who};
 
 const INLINE: usize = 23;
 const QUEUES: usize = 64;
@@ -155,6 +155,17 @@ impl Keys {
     }
 }
 
+/// How the DRAM point map recognises `key`: an 8-byte key by its hash
+/// (a bijection on 8-byte keys), any other by the key in its entry.
+#[inline]
+fn who<'a>(keys: &'a Keys, key: &'a [u8]) -> Who<impl FnMut(u64) -> bool + 'a> {
+    if key.len() == 8 {
+        Who::Key8
+    } else {
+        Who::Other(move |va| keys.is(va, key))
+    }
+}
+
 #[derive(Default)]
 struct Queue {
     pending: Mutex<Vec<(IKey, bool)>>,
@@ -192,6 +203,8 @@ pub struct Index {
     pub eager: bool,
     /// Set when a queue grew past `NUDGE`.
     pub nudge: AtomicBool,
+    /// 8-byte values of 8-byte keys are kept in the DRAM point index.
+    inline: bool,
 }
 
 impl Index {
@@ -203,6 +216,7 @@ impl Index {
         ordered: bool,
         eager: bool,
         capacity: usize,
+        inline: bool,
     ) -> Index {
         Index {
             point: match engine {
@@ -216,6 +230,7 @@ impl Index {
             build_lock: Mutex::new(()),
             eager,
             nudge: AtomicBool::new(false),
+            inline,
         }
     }
 
@@ -252,9 +267,32 @@ impl Index {
         match &self.point {
             Point::Dram(m, keys) => {
                 let _p = keys.pin();
-                m.get(hash, |va| keys.is(va, key))
+                m.get(hash, who(keys, key))
             }
             Point::Engine(p) => p.get(key, hash),
+        }
+    }
+
+    /// The newest entry of an 8-byte key, with its value when the DRAM
+    /// point index holds it inline. The caller holds the log's epoch pin.
+    #[inline]
+    pub fn get8(&self, key: &[u8], hash: u64) -> Got {
+        debug_assert_eq!(key.len(), 8);
+        match &self.point {
+            Point::Dram(m, _) => m.get8(hash),
+            Point::Engine(p) => p.get(key, hash).map_or(Got::Absent, Got::Addr),
+        }
+    }
+
+    /// The value word the DRAM point index keeps inline for this pair, if
+    /// it keeps one.
+    #[inline]
+    fn inline_of(&self, key: &[u8], value: Option<&[u8]>) -> Option<u64> {
+        match value {
+            Some(v) if self.inline && key.len() == 8 && v.len() == 8 => {
+                Some(u64::from_le_bytes(v.try_into().expect("8 bytes")))
+            }
+            _ => None,
         }
     }
 
@@ -284,11 +322,18 @@ impl Index {
 
     /// Sets `key` (hash `hash`) to `v`; the caller holds the key's stripe.
     /// Returns whether the key was new.
-    pub fn set(&self, key: &[u8], hash: u64, v: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
+    pub fn set(
+        &self,
+        key: &[u8],
+        hash: u64,
+        v: u64,
+        value: &[u8],
+        ovf: OvfFn<'_>,
+    ) -> engine::Result<bool> {
         let new = match &self.point {
             Point::Dram(m, keys) => {
                 let _p = keys.pin();
-                m.set(hash, v, |va| keys.is(va, key))
+                m.set(hash, v, self.inline_of(key, Some(value)), who(keys, key))
             }
             Point::Engine(p) => p.set(key, hash, v, ovf)?,
         };
@@ -303,7 +348,7 @@ impl Index {
         let r = match &self.point {
             Point::Dram(m, keys) => {
                 let _p = keys.pin();
-                m.remove(hash, |va| keys.is(va, key))
+                m.remove(hash, who(keys, key))
             }
             Point::Engine(p) => p.remove(key, hash, ovf)?,
         };
@@ -314,12 +359,18 @@ impl Index {
     }
 
     /// Fills the DRAM point index at open (no queueing: the tree is built
-    /// from the point index afterwards).
-    pub fn load(&self, key: &[u8], v: u64) {
+    /// from the point index afterwards). `value`: the entry's value, when
+    /// the caller has it at hand (an 8-byte one is then kept inline).
+    pub fn load(&self, key: &[u8], v: u64, value: Option<&[u8]>) {
         if let Point::Dram(m, keys) = &self.point {
             let _p = keys.pin();
-            m.set(key_hash(key), v, |va| keys.is(va, key));
+            m.set(key_hash(key), v, self.inline_of(key, value), who(keys, key));
         }
+    }
+
+    /// Whether 8-byte values of 8-byte keys are kept inline.
+    pub fn inlines(&self) -> bool {
+        self.inline && matches!(self.point, Point::Dram(..))
     }
 
     /// Builds the tree from the point index (once, after open).
@@ -472,7 +523,7 @@ mod tests {
     /// A DRAM index whose entries are `(v_addr, key)`, held in DRAM.
     fn index_of(entries: &[(u64, &[u8])]) -> Index {
         let t = entries.iter().map(|(va, k)| (*va, k.to_vec())).collect();
-        Index::new(None, Keys::Table(Mutex::new(t)), true, false, 0)
+        Index::new(None, Keys::Table(Mutex::new(t)), true, false, 0, true)
     }
 
     #[test]
@@ -482,10 +533,10 @@ mod tests {
         ix.build_tree();
         let h = |k: &[u8]| crate::layout::key_hash(k);
         let mut no = |_: u64, _: &[u8]| -> engine::Result<u64> { unreachable!() };
-        ix.set(b"c", h(b"c"), 3, &mut no).unwrap();
-        ix.set(&long, h(&long), 2, &mut no).unwrap();
-        ix.set(b"a", h(b"a"), 1, &mut no).unwrap();
-        ix.set(b"a", h(b"a"), 4, &mut no).unwrap();
+        ix.set(b"c", h(b"c"), 3, b"", &mut no).unwrap();
+        ix.set(&long, h(&long), 2, b"", &mut no).unwrap();
+        ix.set(b"a", h(b"a"), 1, b"", &mut no).unwrap();
+        ix.set(b"a", h(b"a"), 4, b"", &mut no).unwrap();
         let mut out = Vec::new();
         ix.range(b"", None, 10, &mut out).unwrap();
         let keys: Vec<&[u8]> = out.iter().map(|(k, _)| k.as_bytes()).collect();
@@ -501,7 +552,7 @@ mod tests {
         assert_eq!(out.len(), 2);
         // Delete then re-insert: the queue keeps the order.
         assert!(ix.remove(b"c", h(b"c"), &mut no).unwrap());
-        ix.set(b"c", h(b"c"), 9, &mut no).unwrap();
+        ix.set(b"c", h(b"c"), 9, b"", &mut no).unwrap();
         out.clear();
         ix.range(b"c", None, 10, &mut out).unwrap();
         assert_eq!(out.len(), 1);
@@ -514,7 +565,7 @@ mod tests {
         let entries: Vec<(u64, &[u8])> = (1..).zip(keys.iter().map(|k| &k[..])).collect();
         let ix = index_of(&entries);
         for (va, k) in &entries {
-            ix.load(k, *va);
+            ix.load(k, *va, None);
         }
         let mut out = Vec::new();
         ix.range(

@@ -1,6 +1,7 @@
 //! The DRAM point map: a concurrent hash table from a key's 64-bit hash to
-//! the `v_addr` of its newest log entry. Reads take no lock and write
-//! nothing; a lookup costs one cache line in the common case.
+//! the `v_addr` of its newest log entry (and, for 8-byte keys with 8-byte
+//! values, the value). Reads take no lock and write nothing; a lookup costs
+//! one cache miss in the common case.
 //!
 //! - **Keys are not stored.** A slot holds `(hash, v_addr)`. A slot with
 //!   the right hash is a candidate, and the caller confirms it against the
@@ -11,8 +12,9 @@
 //!   own table, a writer mutex and its counts. A table grows (or is
 //!   rebuilt without its tombstones) under its shard's mutex, so a resize
 //!   pauses one shard's writers for a small table's copy, never the map.
-//! - **Tables.** Open addressing over 64-byte buckets of [`SLOTS`] slots,
-//!   linear probing from bucket `hash & mask`. A slot's `v_addr` word says
+//! - **Tables.** Open addressing over 128-byte buckets of [`SLOTS`] slots
+//!   (hashes and `v_addr` words in the first line, inline values in the
+//!   second), linear probing from bucket `hash & mask`. A slot's `v_addr` word says
 //!   what it is: [`EMPTY`] (never used), [`TOMB`] (deleted), or live. A key
 //!   lives before the first bucket of its probe that has an empty slot: an
 //!   insert takes the first free slot up to that bucket, and slots never
@@ -33,8 +35,27 @@
 //!   atomic store: a reader sees the old or the new entry); deletes store
 //!   [`TOMB`]. Both hold the shard mutex, so that a resize never copies a
 //!   slot while it changes.
+//! - **The 8-byte fast path.** A slot's `v_addr` word carries two tags in
+//!   bits 48..50, which a `v_addr` never uses (offsets stay below 2^48):
+//!   [`KEY8`], the key is 8 bytes long, and [`VAL8`], its value is 8 bytes
+//!   long and sits in the slot's value word (a parallel array, four words
+//!   per bucket, so a bucket's values share one line). `key_hash` is a
+//!   bijection on 8-byte keys, so a [`KEY8`] slot's hash *is* its key:
+//!   such keys are found without reading the log, and with [`VAL8`] a get
+//!   never touches the log at all. Keys of other lengths never match a
+//!   [`KEY8`] slot, and 8-byte keys match nothing else.
+//! - **Reading an inline value** ([`PointMap::get8`]): word (acquire),
+//!   hash, value, word again, all acquire; accepted when both words are
+//!   equal and the hash is the key's. A writer stores hash, then value,
+//!   then word (release), and a delete stores [`TOMB`] first, so a value
+//!   or hash from a later reuse of the slot comes with a visible change of
+//!   the word. The caller holds the log's epoch pin, so a `v_addr` is not
+//!   handed out twice while it reads (GC frees a file only after every pin
+//!   older than its unlinking is gone): equal words are one write. The value
+//!   read may be from an update newer than the first word, which is a
+//!   durable value of the same key, written concurrently with the get.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
@@ -43,8 +64,17 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 pub const EMPTY: u64 = 0;
 /// A deleted slot: skipped by lookups, reused by inserts.
 pub const TOMB: u64 = u64::MAX;
-/// Slots per 64-byte bucket.
+/// Slots per bucket.
 pub const SLOTS: usize = 4;
+/// Tag in a slot's `v_addr` word: the key is 8 bytes long (its hash
+/// identifies it).
+pub const KEY8: u64 = 1 << 48;
+/// Tag in a slot's `v_addr` word: the value is 8 bytes long and held in
+/// the slot's value word.
+pub const VAL8: u64 = 1 << 49;
+/// Bits of a `v_addr` word that are tags, never address: a `v_addr` given
+/// to the map must have them clear.
+pub const TAG_BITS: u64 = 0xff << 48;
 /// log2 of the shard count.
 pub const SHARD_BITS: u32 = 10;
 const SHARDS: usize = 1 << SHARD_BITS;
@@ -54,11 +84,14 @@ const MAX_USED: f64 = 0.85;
 /// A rebuilt table is sized for its live slots at this load (or less).
 const REBUILT_LOAD: f64 = 0.5;
 
-#[repr(align(64))]
+#[repr(align(128))]
 #[derive(Default)]
 struct Bucket {
-    /// Slot `s` is words `2s` (hash) and `2s + 1` (`v_addr`).
+    /// Slot `s` is words `2s` (hash) and `2s + 1` (`v_addr` word), in
+    /// the first line; its inline value is `v[s]`, in the second.
     w: [AtomicU64; 2 * SLOTS],
+    v: [AtomicU64; SLOTS],
+    _pad: [u64; 4],
 }
 
 struct Table {
@@ -66,12 +99,31 @@ struct Table {
     buckets: Box<[Bucket]>,
 }
 
+/// How a caller names the key it looks for.
+#[derive(Clone, Copy)]
+pub enum Who<F> {
+    /// An 8-byte key: its hash is enough.
+    Key8,
+    /// Any other key: candidates (their `v_addr`s) are confirmed by `F`.
+    Other(F),
+}
+
+/// What [`PointMap::get8`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Got {
+    Absent,
+    /// The key's `v_addr`; its value is not inline.
+    Addr(u64),
+    /// The key's `v_addr` and inline value.
+    Value(u64, u64),
+}
+
 /// Where a key is, or where it would go.
 enum Probe {
     Found {
         bucket: usize,
         slot: usize,
-        va: u64,
+        word: u64,
     },
     /// Absent; the first free slot of its probe and whether it is empty
     /// (not a tombstone). `None` only in a table with no free slot, which
@@ -92,38 +144,42 @@ impl Table {
         self.buckets.len() * SLOTS
     }
 
-    /// The `v_addr` of the first live slot with hash `h` that `is` accepts.
+    /// The `v_addr` of the key (`h`, `who`).
     #[inline]
-    fn get(&self, h: u64, is: &mut impl FnMut(u64) -> bool) -> Option<u64> {
-        match self.probe(h, is) {
-            Probe::Found { va, .. } => Some(va),
+    fn get(&self, h: u64, who: &mut Who<impl FnMut(u64) -> bool>) -> Option<u64> {
+        match self.probe(h, who) {
+            Probe::Found { word, .. } => Some(word & !TAG_BITS),
             Probe::Absent(_) => None,
         }
     }
 
-    /// The slot of the key (`h`, accepted by `is`), or the first free slot
-    /// of its probe (what a writer, holding the shard mutex, fills).
-    /// Readers use it too: each `v_addr` is loaded (acquire) before its
-    /// hash.
+    /// The slot of the key (`h`, `who`), or the first free slot of its
+    /// probe (what a writer, holding the shard mutex, fills). Readers use
+    /// it too: each `v_addr` word is loaded (acquire) before its hash.
     #[inline]
-    fn probe(&self, h: u64, is: &mut impl FnMut(u64) -> bool) -> Probe {
+    fn probe(&self, h: u64, who: &mut Who<impl FnMut(u64) -> bool>) -> Probe {
         let mut b = h as usize & self.mask;
         let mut free = None;
         for _ in 0..self.buckets.len() {
             let w = &self.buckets[b].w;
             let mut open = false;
             for s in 0..SLOTS {
-                let va = w[2 * s + 1].load(Ordering::Acquire);
-                if va == EMPTY || va == TOMB {
-                    open |= va == EMPTY;
+                let word = w[2 * s + 1].load(Ordering::Acquire);
+                if word == EMPTY || word == TOMB {
+                    open |= word == EMPTY;
                     if free.is_none() {
-                        free = Some((b, s, va == EMPTY));
+                        free = Some((b, s, word == EMPTY));
                     }
-                } else if w[2 * s].load(Ordering::Relaxed) == h && is(va) {
+                } else if w[2 * s].load(Ordering::Acquire) == h
+                    && match who {
+                        Who::Key8 => word & KEY8 != 0,
+                        Who::Other(is) => word & KEY8 == 0 && is(word & !TAG_BITS),
+                    }
+                {
                     return Probe::Found {
                         bucket: b,
                         slot: s,
-                        va,
+                        word,
                     };
                 }
             }
@@ -135,28 +191,82 @@ impl Table {
         Probe::Absent(free)
     }
 
-    /// Fills a free slot: hash first, then `v_addr` (release), so a reader
-    /// that sees the `v_addr` sees its hash.
-    fn fill(&self, bucket: usize, slot: usize, h: u64, va: u64) {
-        let w = &self.buckets[bucket].w;
-        w[2 * slot].store(h, Ordering::Relaxed);
-        w[2 * slot + 1].store(va, Ordering::Release);
+    /// [`get`](Self::get) of an 8-byte key, with its inline value when it
+    /// has one; `None`: a writer changed the slot while it was read (look
+    /// again). The read protocol is in the module doc.
+    #[inline]
+    fn get8(&self, h: u64) -> Option<Got> {
+        let mut b = h as usize & self.mask;
+        // The home bucket's second line (its values) loads alongside its
+        // first.
+        engine::sync::prefetch(&self.buckets[b].v);
+        for _ in 0..self.buckets.len() {
+            let w = &self.buckets[b].w;
+            // The bucket's slots are tested without a branch each: a miss
+            // of which slot matches would cost more than the tests.
+            let mut words = [0u64; SLOTS];
+            let (mut hit, mut open) = (0u32, 0u32);
+            for (s, word) in words.iter_mut().enumerate() {
+                *word = w[2 * s + 1].load(Ordering::Acquire);
+                let hh = w[2 * s].load(Ordering::Acquire);
+                hit |= (((*word & KEY8 != 0) & (*word != TOMB) & (hh == h)) as u32) << s;
+                open |= ((*word == EMPTY) as u32) << s;
+            }
+            if hit != 0 {
+                let s = hit.trailing_zeros() as usize;
+                let word = words[s];
+                if word & VAL8 == 0 {
+                    return Some(Got::Addr(word & !TAG_BITS));
+                }
+                let v = self.buckets[b].v[s].load(Ordering::Acquire);
+                fence(Ordering::Acquire);
+                let again = w[2 * s + 1].load(Ordering::Acquire);
+                if again != word || w[2 * s].load(Ordering::Acquire) != h {
+                    return None;
+                }
+                return Some(Got::Value(word & !TAG_BITS, v));
+            }
+            if open != 0 {
+                break;
+            }
+            b = (b + 1) & self.mask;
+        }
+        Some(Got::Absent)
     }
 
-    /// Places a pair known to be absent, in a table no reader sees yet.
-    fn place(&self, h: u64, va: u64) {
-        match self.probe(h, &mut |_| false) {
-            Probe::Absent(Some((b, s, _))) => self.fill(b, s, h, va),
+    /// Stores the value word, then the `v_addr` word of a live slot (the
+    /// order `get8` relies on).
+    fn store(&self, bucket: usize, slot: usize, word: u64, val: u64) {
+        if word & VAL8 != 0 {
+            self.buckets[bucket].v[slot].store(val, Ordering::Release);
+        }
+        self.buckets[bucket].w[2 * slot + 1].store(word, Ordering::Release);
+    }
+
+    /// Fills a free slot: hash first, then value, then the `v_addr` word
+    /// (all release), so a reader that sees the word sees its hash and
+    /// value, and one that sees the hash sees the delete before it.
+    fn fill(&self, bucket: usize, slot: usize, h: u64, word: u64, val: u64) {
+        self.buckets[bucket].w[2 * slot].store(h, Ordering::Release);
+        self.store(bucket, slot, word, val);
+    }
+
+    /// Places a slot known to be absent, in a table no reader sees yet.
+    fn place(&self, h: u64, word: u64, val: u64) {
+        match self.probe(h, &mut Who::Other(|_| false)) {
+            Probe::Absent(Some((b, s, _))) => self.fill(b, s, h, word, val),
             _ => unreachable!("a rebuilt table has room for every live slot"),
         }
     }
 
-    fn for_each(&self, f: &mut impl FnMut(u64, u64)) {
-        for bk in self.buckets.iter() {
+    /// Calls `f(hash, word, value word)` for every live slot.
+    fn for_each(&self, f: &mut impl FnMut(u64, u64, u64)) {
+        for (b, bk) in self.buckets.iter().enumerate() {
             for s in 0..SLOTS {
-                let va = bk.w[2 * s + 1].load(Ordering::Acquire);
-                if va != EMPTY && va != TOMB {
-                    f(bk.w[2 * s].load(Ordering::Relaxed), va);
+                let word = bk.w[2 * s + 1].load(Ordering::Acquire);
+                if word != EMPTY && word != TOMB {
+                    let val = self.buckets[b].v[s].load(Ordering::Acquire);
+                    f(bk.w[2 * s].load(Ordering::Acquire), word, val);
                 }
             }
         }
@@ -219,19 +329,35 @@ impl PointMap {
         (t, unsafe { t.deref() })
     }
 
-    /// The `v_addr` of the key with hash `h` that `is` accepts (`is` gets
-    /// each candidate `v_addr` of hash `h`; it may see one more than once).
+    /// The `v_addr` of the key (`h`, `who`); an [`Who::Other`] check gets
+    /// each candidate `v_addr` of hash `h` and may see one more than once.
     #[inline]
-    pub fn get(&self, h: u64, mut is: impl FnMut(u64) -> bool) -> Option<u64> {
+    pub fn get(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> Option<u64> {
         let sh = &self.tables[Self::shard(h)];
         let g = epoch::pin();
         loop {
             let (t, tab) = Self::table(sh, &g);
-            let r = tab.get(h, &mut is);
+            let r = tab.get(h, &mut who);
             // A resize meanwhile: the answer may predate a write to the new
             // table, so look again there.
             if sh.load(Ordering::Acquire, &g) == t {
                 return r;
+            }
+        }
+    }
+
+    /// The 8-byte key of hash `h`: its `v_addr`, and its value when inline.
+    /// The caller holds the log's epoch pin (see the module doc).
+    #[inline]
+    pub fn get8(&self, h: u64) -> Got {
+        let sh = &self.tables[Self::shard(h)];
+        let g = epoch::pin();
+        loop {
+            let (t, tab) = Self::table(sh, &g);
+            if let Some(r) = tab.get8(h) {
+                if sh.load(Ordering::Acquire, &g) == t {
+                    return r;
+                }
             }
         }
     }
@@ -246,26 +372,40 @@ impl PointMap {
         engine::sync::prefetch(&tab.buckets[h as usize & tab.mask]);
     }
 
-    /// Sets the key (`h`, accepted by `is`) to `va`. True if it was absent.
-    pub fn set(&self, h: u64, va: u64, mut is: impl FnMut(u64) -> bool) -> bool {
-        assert!(va != EMPTY && va != TOMB, "v_addr {va:#x} is reserved");
+    /// Sets the key (`h`, `who`) to `va`, with `inline` as its value word
+    /// (8-byte keys only). True if it was absent.
+    pub fn set(
+        &self,
+        h: u64,
+        va: u64,
+        inline: Option<u64>,
+        mut who: Who<impl FnMut(u64) -> bool>,
+    ) -> bool {
+        assert!(
+            va != EMPTY && va & TAG_BITS == 0,
+            "v_addr {va:#x} is reserved or too large"
+        );
+        let key8 = matches!(who, Who::Key8);
+        assert!(inline.is_none() || key8, "inline values need 8-byte keys");
+        let word = va | if key8 { KEY8 } else { 0 } | if inline.is_some() { VAL8 } else { 0 };
+        let val = inline.unwrap_or(0);
         let (sh, w) = (&self.tables[Self::shard(h)], &self.writers[Self::shard(h)]);
         let mut c = w.counts.lock().expect("point map shard");
         let g = epoch::pin();
         let (_, tab) = Self::table(sh, &g);
-        let (b, s, empty) = match tab.probe(h, &mut is) {
+        let (b, s, empty) = match tab.probe(h, &mut who) {
             Probe::Found { bucket, slot, .. } => {
-                tab.buckets[bucket].w[2 * slot + 1].store(va, Ordering::Release);
+                tab.store(bucket, slot, word, val);
                 return false;
             }
             Probe::Absent(Some(free)) => free,
             Probe::Absent(None) => unreachable!("tables never fill up"),
         };
         if !empty || (c.used + 1) as f64 <= MAX_USED * tab.slots() as f64 {
-            tab.fill(b, s, h, va);
+            tab.fill(b, s, h, word, val);
         } else {
             let bigger = Self::rebuild(sh, &c, &g, c.live + 1);
-            bigger.place(h, va);
+            bigger.place(h, word, val);
             c.used = c.live;
         }
         c.used += empty as usize;
@@ -281,7 +421,7 @@ impl PointMap {
         let (old, tab) = Self::table(sh, g);
         let buckets = ((want as f64 / REBUILT_LOAD) as usize).div_ceil(SLOTS);
         let new = Table::new(buckets.max(tab.buckets.len() / 2));
-        tab.for_each(&mut |h, va| new.place(h, va));
+        tab.for_each(&mut |h, word, val| new.place(h, word, val));
         let new = Owned::new(new).into_shared(g);
         sh.store(new, Ordering::Release);
         // SAFETY: `old` was just unlinked (the mutex keeps every other
@@ -292,13 +432,13 @@ impl PointMap {
         unsafe { new.deref() }
     }
 
-    /// Removes the key (`h`, accepted by `is`). True if it was present.
-    pub fn remove(&self, h: u64, mut is: impl FnMut(u64) -> bool) -> bool {
+    /// Removes the key (`h`, `who`). True if it was present.
+    pub fn remove(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> bool {
         let (sh, w) = (&self.tables[Self::shard(h)], &self.writers[Self::shard(h)]);
         let mut c = w.counts.lock().expect("point map shard");
         let g = epoch::pin();
         let (_, tab) = Self::table(sh, &g);
-        let Probe::Found { bucket, slot, .. } = tab.probe(h, &mut is) else {
+        let Probe::Found { bucket, slot, .. } = tab.probe(h, &mut who) else {
             return false;
         };
         tab.buckets[bucket].w[2 * slot + 1].store(TOMB, Ordering::Release);
@@ -320,7 +460,7 @@ impl PointMap {
     pub fn for_shard(&self, i: usize, mut f: impl FnMut(u64, u64)) {
         let g = epoch::pin();
         let (_, tab) = Self::table(&self.tables[i], &g);
-        tab.for_each(&mut f);
+        tab.for_each(&mut |h, word, _| f(h, word & !TAG_BITS));
     }
 
     /// Live keys (a sum over the shards' counts: no walk).
@@ -379,10 +519,13 @@ mod tests {
             match x >> 62 {
                 0 | 1 => {
                     let va = k << 8 | (i & 0xff) | 1;
-                    assert_eq!(m.set(h, va, is), model.insert(k, va).is_none());
+                    assert_eq!(
+                        m.set(h, va, None, Who::Other(is)),
+                        model.insert(k, va).is_none()
+                    );
                 }
-                2 => assert_eq!(m.remove(h, is), model.remove(&k).is_some()),
-                _ => assert_eq!(m.get(h, is), model.get(&k).copied()),
+                2 => assert_eq!(m.remove(h, Who::Other(is)), model.remove(&k).is_some()),
+                _ => assert_eq!(m.get(h, Who::Other(is)), model.get(&k).copied()),
             }
         }
         assert_eq!(m.len(), model.len());
@@ -395,19 +538,25 @@ mod tests {
         }
         assert_eq!(seen, model);
         for (k, va) in &model {
-            assert_eq!(m.get(hash(*k), |v| key_of(v) == *k), Some(*va));
+            assert_eq!(m.get(hash(*k), Who::Other(|v| key_of(v) == *k)), Some(*va));
         }
     }
 
     #[test]
     fn a_full_collision_is_two_keys() {
         let m = PointMap::with_capacity(10);
-        assert!(m.set(42, 1 << 8 | 1, |va| key_of(va) == 1));
-        assert!(m.set(42, 2 << 8 | 1, |va| key_of(va) == 2));
-        assert_eq!(m.get(42, |va| key_of(va) == 2), Some(2 << 8 | 1));
-        assert!(m.remove(42, |va| key_of(va) == 1));
-        assert_eq!(m.get(42, |va| key_of(va) == 1), None);
-        assert_eq!(m.get(42, |va| key_of(va) == 2), Some(2 << 8 | 1));
+        assert!(m.set(42, 1 << 8 | 1, None, Who::Other(|va| key_of(va) == 1)));
+        assert!(m.set(42, 2 << 8 | 1, None, Who::Other(|va| key_of(va) == 2)));
+        assert_eq!(
+            m.get(42, Who::Other(|va| key_of(va) == 2)),
+            Some(2 << 8 | 1)
+        );
+        assert!(m.remove(42, Who::Other(|va| key_of(va) == 1)));
+        assert_eq!(m.get(42, Who::Other(|va| key_of(va) == 1)), None);
+        assert_eq!(
+            m.get(42, Who::Other(|va| key_of(va) == 2)),
+            Some(2 << 8 | 1)
+        );
         assert_eq!(m.len(), 1);
     }
 
@@ -419,7 +568,7 @@ mod tests {
         let m = PointMap::with_capacity(0);
         let stable: Vec<u64> = (0..2_000u64).map(|i| i * 4).collect();
         for &k in &stable {
-            assert!(m.set(hash(k), k << 8 | 1, |va| key_of(va) == k));
+            assert!(m.set(hash(k), k << 8 | 1, None, Who::Other(|va| key_of(va) == k)));
         }
         let done = AtomicBool::new(false);
         let reads = AtomicU64::new(0);
@@ -430,7 +579,10 @@ mod tests {
                     let mut i = r;
                     while !done.load(Ordering::Acquire) {
                         let k = stable[i % stable.len()];
-                        assert_eq!(m.get(hash(k), |va| key_of(va) == k), Some(k << 8 | 1));
+                        assert_eq!(
+                            m.get(hash(k), Who::Other(|va| key_of(va) == k)),
+                            Some(k << 8 | 1)
+                        );
                         i += 7;
                         reads.fetch_add(1, Ordering::Relaxed);
                     }
@@ -447,12 +599,28 @@ mod tests {
                             let keys = (0..30_000u64).map(|i| 4 * i + 2 + w);
                             for k in keys.clone() {
                                 let h = hash(k);
-                                assert!(m.set(h, k << 8 | 2, |va| key_of(va) == k));
-                                assert!(!m.set(h, k << 8 | 3, |va| key_of(va) == k));
-                                assert_eq!(m.get(h, |va| key_of(va) == k), Some(k << 8 | 3));
+                                assert!(m.set(
+                                    h,
+                                    k << 8 | 2,
+                                    None,
+                                    Who::Other(|va| key_of(va) == k)
+                                ));
+                                assert!(!m.set(
+                                    h,
+                                    k << 8 | 3,
+                                    None,
+                                    Who::Other(|va| key_of(va) == k)
+                                ));
+                                assert_eq!(
+                                    m.get(h, Who::Other(|va| key_of(va) == k)),
+                                    Some(k << 8 | 3)
+                                );
                             }
                             for k in keys {
-                                assert!(m.remove(hash(k), |va| key_of(va) == k), "round {round}");
+                                assert!(
+                                    m.remove(hash(k), Who::Other(|va| key_of(va) == k)),
+                                    "round {round}"
+                                );
                             }
                         }
                     })
@@ -462,5 +630,124 @@ mod tests {
         });
         assert!(reads.load(Ordering::Relaxed) > 0);
         assert_eq!(m.len(), stable.len());
+    }
+
+    /// 8-byte keys (found by hash alone, values inline or not) and other
+    /// keys with the very same hashes, through growth, deletes and
+    /// tombstone rebuilds: neither kind ever answers for the other.
+    #[test]
+    fn eight_byte_keys_and_inline_values_agree_with_a_model() {
+        let m = PointMap::with_capacity(0);
+        // key -> (v_addr, inline value)
+        let mut eight: HashMap<u64, (u64, Option<u64>)> = HashMap::new();
+        let mut other: HashMap<u64, u64> = HashMap::new();
+        let mut x = 11u64;
+        for i in 1..150_000u64 {
+            x = engine::hash::fmix64(x + i);
+            let k = x % 20_000;
+            // An 8-byte key's hash is a bijection of it; the "other" key k
+            // has the same hash as 8-byte key k.
+            let h = engine::hash::fmix64(k);
+            let va = (k << 20) | (i & 0xf_ffff);
+            let is = |v: u64| key_of(v >> 12) == k;
+            match (x >> 60, x & 1 == 0) {
+                (0..=5, true) => {
+                    let inline = (x & 2 == 0).then_some(x ^ k);
+                    let fresh = eight.insert(k, (va, inline)).is_none();
+                    assert_eq!(m.set(h, va, inline, Who::<fn(u64) -> bool>::Key8), fresh);
+                }
+                (0..=5, false) => {
+                    let fresh = other.insert(k, va).is_none();
+                    assert_eq!(m.set(h, va, None, Who::Other(is)), fresh);
+                }
+                (6..=8, true) => assert_eq!(
+                    m.remove(h, Who::<fn(u64) -> bool>::Key8),
+                    eight.remove(&k).is_some()
+                ),
+                (6..=8, false) => {
+                    assert_eq!(m.remove(h, Who::Other(is)), other.remove(&k).is_some())
+                }
+                _ => {
+                    let want = match eight.get(&k) {
+                        None => Got::Absent,
+                        Some(&(va, None)) => Got::Addr(va),
+                        Some(&(va, Some(v))) => Got::Value(va, v),
+                    };
+                    assert_eq!(m.get8(h), want);
+                    assert_eq!(
+                        m.get(h, Who::<fn(u64) -> bool>::Key8),
+                        eight.get(&k).map(|e| e.0)
+                    );
+                    assert_eq!(m.get(h, Who::Other(is)), other.get(&k).copied());
+                }
+            }
+        }
+        assert_eq!(m.len(), eight.len() + other.len());
+        for (k, &(va, v)) in &eight {
+            let want = v.map_or(Got::Addr(va), |v| Got::Value(va, v));
+            assert_eq!(m.get8(engine::hash::fmix64(*k)), want);
+        }
+    }
+
+    /// Readers of inline values race writers that update, delete and
+    /// re-insert keys sharing a few buckets (so slots are reused by other
+    /// keys all the time) and resize the shard: a value read is always
+    /// one of the key's own, never older than the `v_addr` read with it.
+    #[test]
+    fn inline_values_are_never_torn_or_another_keys() {
+        // v_addr and value of write `seq` of key `k` both encode (k, seq).
+        let enc = |k: u64, seq: u64| (k << 28) | seq;
+        // 64 keys of one shard: its table is small, so they share buckets
+        // and take over each other's slots.
+        let keys: Vec<u64> = (1u64..)
+            .filter(|&k| PointMap::shard(engine::hash::fmix64(k)) == 7)
+            .take(64)
+            .collect();
+        let m = PointMap::with_capacity(0);
+        let done = AtomicBool::new(false);
+        let reads = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            let (m, done, reads, keys) = (&m, &done, &reads, &keys);
+            sc.spawn(move || {
+                let mut i = 0u64;
+                while !done.load(Ordering::Acquire) {
+                    let k = keys[i as usize % 64];
+                    i += 1;
+                    match m.get8(engine::hash::fmix64(k)) {
+                        Got::Value(va, v) => {
+                            assert_eq!(v >> 28, k, "a value of another key");
+                            assert_eq!(va >> 28, k, "a v_addr of another key");
+                            assert!(
+                                v & 0xfff_ffff >= va & 0xfff_ffff,
+                                "a value older than its v_addr"
+                            );
+                            reads.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Got::Addr(va) => panic!("key {k} lost its inline value ({va:#x})"),
+                        Got::Absent => {}
+                    }
+                }
+            });
+            let writer = sc.spawn(move || {
+                let mut x = 5u64;
+                for seq in 1..300_000u64 {
+                    x = engine::hash::fmix64(x + seq);
+                    let k = keys[(x % 64) as usize];
+                    let h = engine::hash::fmix64(k);
+                    if x >> 61 == 0 {
+                        m.remove(h, Who::<fn(u64) -> bool>::Key8);
+                    } else {
+                        m.set(
+                            h,
+                            enc(k, seq),
+                            Some(enc(k, seq)),
+                            Who::<fn(u64) -> bool>::Key8,
+                        );
+                    }
+                }
+            });
+            engine::testkit::join_then_stop(vec![writer], done);
+        });
+        assert!(reads.load(Ordering::Relaxed) > 0);
     }
 }

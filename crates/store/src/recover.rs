@@ -34,7 +34,11 @@ use crate::pindex::PIndex;
 use crate::store::{new_inner, Inner, Options};
 use engine::{EngineConfig, EngineKind};
 
-const IMAGE_MAGIC: u64 = u64::from_le_bytes(*b"PMHSIMG1");
+/// "2": records may carry an inline value (an image of format 1 fails this
+/// check, and the open scans the log instead).
+const IMAGE_MAGIC: u64 = u64::from_le_bytes(*b"PMHSIMG2");
+/// Set in an image record's length word when an 8-byte value follows.
+const VALUE_FOLLOWS: u64 = 1 << 63;
 
 fn corrupt(m: String) -> Error {
     Error::Corrupt(m)
@@ -230,6 +234,7 @@ pub(crate) fn open(
         // shards grow as keys arrive, so a large `expected_keys` cannot
         // make open allocate more DRAM than the machine has.
         opts.expected_keys.min(1 << 26) as usize,
+        opts.inline_values,
     );
     let s = new_inner(
         pool.clone(),
@@ -401,6 +406,8 @@ struct Win {
     op: u64,
     len: u64,
     file: usize,
+    /// The value, when it is 8 bytes (the point index may keep it inline).
+    val8: Option<[u8; 8]>,
 }
 
 /// The crash open: rebuilds index, versions, tails and dead bytes.
@@ -444,6 +451,7 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
                                 op: e.op,
                                 len: e.len,
                                 file: fi,
+                                val8: vbuf.as_slice().try_into().ok(),
                             };
                             match win.get_mut(kbuf.as_slice()) {
                                 Some(old) if old.version >= e.version => {}
@@ -460,7 +468,8 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
                     for (k, w) in &win {
                         if w.op != OP_DEL {
                             live[w.file] += w.len;
-                            s.index.load(k.as_bytes(), w.va);
+                            s.index
+                                .load(k.as_bytes(), w.va, w.val8.as_ref().map(|v| &v[..]));
                         }
                     }
                     for (fi, &i) in by_cluster[c].iter().enumerate() {
@@ -488,8 +497,13 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
 /// 40  table_len
 /// 48  versions[clusters]        next version of each cluster
 ///     (tail, dead)[table_len]   per extent-table slot
-///     records: klen, key (padded to 8), v_addr
+///     records: klen | VALUE_FOLLOWS, key (padded to 8), v_addr,
+///              value (8 bytes, only when VALUE_FOLLOWS)
 /// ```
+///
+/// The value of an 8-byte key with an 8-byte value is recorded, so that a
+/// clean open fills the point index's inline values without reading the
+/// log.
 pub(crate) fn write_image(s: &Inner) -> Result<()> {
     let pool = &s.pool;
     let root = s.log.root;
@@ -513,11 +527,28 @@ pub(crate) fn write_image(s: &Inner) -> Result<()> {
         put(&mut buf, d);
     }
     let mut keys = 0u64;
+    let inlines = s.index.inlines();
+    let mut vbuf = Vec::new();
     s.index.for_each(|k, va| {
-        put(&mut buf, k.len() as u64);
+        // The key was just read from this entry: its header is in cache.
+        let val = (inlines && k.len() == 8)
+            .then(|| s.log.header(vaddr_off(va)))
+            .flatten()
+            .filter(|e| e.vlen == 8)
+            .map(|e| {
+                s.log.read_value(&e, &mut vbuf);
+                u64::from_le_bytes(vbuf[..8].try_into().expect("8 bytes"))
+            });
+        put(
+            &mut buf,
+            k.len() as u64 | if val.is_some() { VALUE_FOLLOWS } else { 0 },
+        );
         buf.extend_from_slice(k);
         buf.resize(buf.len().next_multiple_of(8), 0);
         put(&mut buf, va);
+        if let Some(v) = val {
+            put(&mut buf, v);
+        }
         keys += 1;
     });
     let len = buf.len() as u64;
@@ -595,19 +626,21 @@ fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bo
             return Ok(false);
         }
     }
-    let mut recs: Vec<(usize, usize, u64)> = Vec::with_capacity(keys as usize);
+    // (key position, key length, v_addr, position of the value if any)
+    let mut recs: Vec<(usize, usize, u64, Option<usize>)> = Vec::with_capacity(keys as usize);
     while p < len as usize {
         if p + 8 > len as usize {
             return Ok(false);
         }
-        let kl = w(p) as usize;
+        let (kl, follows) = ((w(p) & !VALUE_FOLLOWS) as usize, w(p) & VALUE_FOLLOWS != 0);
         let kp = p + 8;
         let vp = kp + kl.next_multiple_of(8);
-        if kl > MAX_KEY || vp + 8 > len as usize {
+        let end = vp + 8 + if follows { 8 } else { 0 };
+        if kl > MAX_KEY || end > len as usize || (follows && kl != 8) {
             return Ok(false);
         }
-        recs.push((kp, kl, w(vp)));
-        p = vp + 8;
+        recs.push((kp, kl, w(vp), follows.then_some(vp + 8)));
+        p = end;
     }
     if recs.len() as u64 != keys {
         return Ok(false);
@@ -618,8 +651,9 @@ fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bo
         for part in recs.chunks(chunk) {
             let buf = &buf;
             sc.spawn(move || {
-                for &(kp, kl, va) in part {
-                    s.index.load(&buf[kp..kp + kl], va);
+                for &(kp, kl, va, val) in part {
+                    s.index
+                        .load(&buf[kp..kp + kl], va, val.map(|p| &buf[p..p + 8]));
                 }
             });
         }

@@ -16,6 +16,7 @@ use crate::index::Index;
 use crate::layout::*;
 use crate::nlog::{Extent, NewEntry, Nlog};
 use crate::numa::{detect_nodes, Numa};
+use crate::pmap::Got;
 use crate::raf::{Probe, Raf};
 
 /// Pool layout id of a store.
@@ -122,6 +123,10 @@ pub struct Options {
     pub expected_keys: u64,
     /// Fixed pool uuid (reproducible test runs).
     pub uuid: Option<[u8; 16]>,
+    /// The 8-byte fast path: an 8-byte key's 8-byte value is also kept in
+    /// the DRAM point index, so its get reads no log entry (the log stays
+    /// the only durable copy). Off: every get reads the log, as in NStore.
+    pub inline_values: bool,
 }
 
 impl Default for Options {
@@ -147,6 +152,7 @@ impl Default for Options {
             uuid: None,
             index: IndexKind::Dram,
             expected_keys: 1 << 20,
+            inline_values: true,
         }
     }
 }
@@ -590,6 +596,31 @@ impl Store {
         }
         let s = &*self.inner;
         let hash = key_hash(key);
+        if key.len() == 8 && s.index.inlines() {
+            // The 8-byte fast path: one probe of the point index, which
+            // holds an 8-byte value inline; the cache and the log only for
+            // a longer value.
+            let _p = s.epochs.pin();
+            let va = match s.index.get8(key, hash) {
+                Got::Absent => return false,
+                Got::Value(_, v) => {
+                    out.clear();
+                    out.extend_from_slice(&v.to_le_bytes());
+                    return true;
+                }
+                Got::Addr(va) => va,
+            };
+            let here = s.numa.current();
+            let sampled = match s.raf.probe(key, hash, here) {
+                Probe::Hit(v) => {
+                    *out = v;
+                    return true;
+                }
+                Probe::Miss { sampled } => sampled,
+                Probe::Off => false,
+            };
+            return s.read_entry(key, hash, va, sampled, here, out);
+        }
         let here = s.numa.current();
         let sampled = match s.raf.probe(key, hash, here) {
             Probe::Hit(v) => {
@@ -615,7 +646,10 @@ impl Store {
         out.clear();
         let s = &*self.inner;
         let here = s.numa.current();
-        // (position, hash, sampled) of the keys the cache did not answer.
+        let inlines = s.index.inlines();
+        let _p = s.epochs.pin();
+        // (position, hash, sampled, v_addr if known) of the keys the index
+        // and the cache did not answer.
         let mut todo = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
             out.push(None);
@@ -623,21 +657,31 @@ impl Store {
                 continue;
             }
             let hash = key_hash(key);
+            let mut known = None;
+            if key.len() == 8 && inlines {
+                match s.index.get8(key, hash) {
+                    Got::Absent => continue,
+                    Got::Value(_, v) => {
+                        out[i] = Some(v.to_le_bytes().to_vec());
+                        continue;
+                    }
+                    Got::Addr(va) => known = Some(va),
+                }
+            }
             match s.raf.probe(key, hash, here) {
                 Probe::Hit(v) => out[i] = Some(v),
-                Probe::Miss { sampled } => todo.push((i, hash, sampled)),
-                Probe::Off => todo.push((i, hash, false)),
+                Probe::Miss { sampled } => todo.push((i, hash, sampled, known)),
+                Probe::Off => todo.push((i, hash, false, known)),
             }
         }
-        let _p = s.epochs.pin();
         let vas: Vec<Option<u64>> = todo
             .iter()
-            .map(|&(i, h, _)| s.index.get_hashed(keys[i], h))
+            .map(|&(i, h, _, known)| known.or_else(|| s.index.get_hashed(keys[i], h)))
             .collect();
         for va in vas.iter().flatten() {
             s.log.touch(vaddr_off(*va));
         }
-        for (&(i, hash, sampled), va) in todo.iter().zip(vas) {
+        for (&(i, hash, sampled, _), va) in todo.iter().zip(vas) {
             let Some(va) = va else { continue };
             let mut v = Vec::new();
             if s.read_entry(keys[i], hash, va, sampled, here, &mut v) {
@@ -1022,7 +1066,7 @@ impl Inner {
         match value {
             Some(val) => {
                 self.index
-                    .set(key, hash, va, &mut |h, p| self.append_ovf(h, p))?;
+                    .set(key, hash, va, val, &mut |h, p| self.append_ovf(h, p))?;
                 self.raf.update(key, hash, val, va, here);
                 if old.is_none() {
                     self.keys.add(1);

@@ -41,9 +41,10 @@ fn mem_store(opts: &Options, seed: u64) -> (Arc<Pool>, Store) {
     (pool, s)
 }
 
-/// Key lengths drawn in turn: the empty key, 1 byte, 8 bytes, around the
-/// 23-byte inline limit of the index, and long heap keys.
-const KEY_LENS: [usize; 10] = [0, 1, 8, 22, 23, 24, 25, 40, 200, 1000];
+/// Key lengths drawn in turn: the empty key, 1 byte, 8 bytes (the point
+/// index's fast path, twice), around the 23-byte inline limit of the
+/// index, and long heap keys.
+const KEY_LENS: [usize; 11] = [0, 1, 8, 8, 22, 23, 24, 25, 40, 200, 1000];
 
 /// A universe of `n` keys (the empty key and 1-byte keys repeat, which is
 /// fine: the model is keyed by bytes). `max_len` caps the lengths.
@@ -77,7 +78,9 @@ fn value(op: u64, len: usize) -> Vec<u8> {
 fn value_len(rng: &mut Rng, max: usize) -> usize {
     match rng.below(10) {
         0 => 0,
-        1..=5 => rng.below(64) as usize,
+        // 8 bytes: an 8-byte key's value is then inline in the point index.
+        1..=2 => 8,
+        3..=5 => rng.below(64) as usize,
         6..=8 => rng.below(512) as usize,
         _ => rng.below(max as u64 + 1) as usize,
     }

@@ -104,6 +104,9 @@ fn opts(raf_bytes: u64) -> Options {
         gc: GcMode::Manual,
         raf_bytes,
         raf_window: 1024,
+        // Every get reads the log (or the RAF cache), as in the paper: an
+        // 8-byte value kept in the point index would bypass both.
+        inline_values: false,
         ..Options::default()
     }
 }

@@ -677,6 +677,22 @@ impl Pool {
         }
     }
 
+    /// [`prefetch`](Self::prefetch) with intent to write (`prefetchw`): the
+    /// line arrives owned, so a store to it does not wait for it.
+    #[inline]
+    pub fn prefetch_write(&self, off: u64) {
+        debug_assert!(off < self.size());
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unused_unsafe)]
+        // SAFETY: prefetch is a hint; it neither faults nor changes memory,
+        // and the address is inside our reservation.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
+                self.map.base().add(off as usize) as *const i8,
+            )
+        }
+    }
+
     /// The byte at `off`, as an atomic.
     #[inline]
     #[track_caller]

@@ -84,6 +84,10 @@ pub struct Nlog {
     pub files: RwLock<BTreeMap<u64, Arc<Extent>>>,
     /// Active file per (node, cluster); the lock is the append lock.
     pub active: Box<[Mutex<Option<Arc<Extent>>>]>,
+    /// Per (node, cluster): the pool offset where its next entry goes, as
+    /// of the last append (0: none yet). A hint read without the lock, for
+    /// [`prefetch_tail`](Self::prefetch_tail).
+    next_at: Box<[AtomicU64]>,
     /// Free extent-table slots.
     free_slots: Mutex<Vec<u64>>,
     /// DRAM copy of root.next_seq; `seq_lock` serialises its bumps.
@@ -117,6 +121,9 @@ impl Nlog {
             active: (0..nodes as usize * clusters as usize)
                 .map(|_| Mutex::new(None))
                 .collect(),
+            next_at: (0..nodes as usize * clusters as usize)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             free_slots: Mutex::new(Vec::new()),
             next_seq: AtomicU64::new(next_seq),
             seq_lock: Mutex::new(()),
@@ -128,6 +135,19 @@ impl Nlog {
     #[inline]
     pub fn pair(&self, node: u32, cluster: u32) -> usize {
         node as usize * self.clusters as usize + cluster as usize
+    }
+
+    /// Starts loading, owned, the lines where the next entry of (node,
+    /// cluster) will most likely go, so that an append about to take the
+    /// lock does not wait for them there. A hint: the lines may have moved
+    /// on, or the file may be gone (a prefetch never faults).
+    #[inline]
+    pub fn prefetch_tail(&self, node: u32, cluster: u32) {
+        let at = self.next_at[self.pair(node, cluster)].load(Ordering::Relaxed);
+        if at != 0 && at + 64 < self.pool.size() {
+            self.pool.prefetch_write(at);
+            self.pool.prefetch_write(at + 63);
+        }
     }
 
     /// Registers a file found at open; `free` lists the empty table slots.
@@ -366,6 +386,7 @@ impl Nlog {
         pool.flush(off, len as usize);
         numa.count_write(node, numa.current());
         f.tail.store(tail + len, Ordering::Release);
+        self.next_at[self.pair(node, e.cluster)].store(off + len, Ordering::Relaxed);
         Ok((vaddr(node, off), f))
     }
 

@@ -56,7 +56,9 @@
 //!   durable value of the same key, written concurrently with the get.
 
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use engine::hugemem::HugeWords;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 
@@ -84,21 +86,22 @@ const MAX_USED: f64 = 0.85;
 /// A rebuilt table is sized for its live slots at this load (or less).
 const REBUILT_LOAD: f64 = 0.5;
 
-#[repr(align(128))]
-#[derive(Default)]
-struct Bucket {
-    /// Slot `s` is words `2s` (hash) and `2s + 1` (`v_addr` word), in
-    /// the first line; its inline value is `v[s]`, in the second.
-    w: [AtomicU64; 2 * SLOTS],
-    v: [AtomicU64; SLOTS],
-    _pad: [u64; 4],
-}
+/// Words per bucket (128 bytes): slot `s` is words `2s` (hash) and
+/// `2s + 1` (`v_addr` word), in the first line; its inline value is word
+/// [`VAL`]` + s`, in the second; the rest is padding.
+const BUCKET_WORDS: usize = 16;
+/// The word of slot 0's inline value.
+const VAL: usize = 2 * SLOTS;
 
+/// A shard's table: `mask + 1` buckets at word `base` of `words`, which
+/// the initial tables of all shards share (one huge-page-advised array:
+/// with 4 KiB pages every probe would be a TLB miss as well as a cache
+/// miss), and a rebuilt table has to itself.
 struct Table {
     mask: usize,
-    buckets: Box<[Bucket]>,
+    words: Arc<HugeWords>,
+    base: usize,
 }
-
 /// How a caller names the key it looks for.
 #[derive(Clone, Copy)]
 pub enum Who<F> {
@@ -131,17 +134,45 @@ enum Probe {
     Absent(Option<(usize, usize, bool)>),
 }
 
+/// Zeroed words for `buckets` buckets and the word where bucket 0 starts,
+/// 128-byte aligned.
+fn arena(buckets: usize) -> (HugeWords, usize) {
+    let words = HugeWords::zeroed(buckets * BUCKET_WORDS + BUCKET_WORDS);
+    // Fault every page in now, at open, rather than in the first writes
+    // (a huge page's fault zeroes 2 MiB).
+    for w in words.iter().step_by(512) {
+        w.store(0, Ordering::Relaxed);
+    }
+    let misalign = (words.as_ptr() as usize / 8) % BUCKET_WORDS;
+    let base = (BUCKET_WORDS - misalign) % BUCKET_WORDS;
+    (words, base)
+}
+
 impl Table {
+    /// A table of `buckets` (rounded up to a power of two) buckets.
     fn new(buckets: usize) -> Table {
         let n = buckets.next_power_of_two().max(1);
+        let (words, base) = arena(n);
         Table {
             mask: n - 1,
-            buckets: (0..n).map(|_| Bucket::default()).collect(),
+            words: Arc::new(words),
+            base,
         }
     }
 
+    /// The words of bucket `b`.
+    #[inline]
+    fn bucket(&self, b: usize) -> &[AtomicU64] {
+        let i = self.base + b * BUCKET_WORDS;
+        &self.words[i..i + BUCKET_WORDS]
+    }
+
+    fn len(&self) -> usize {
+        self.mask + 1
+    }
+
     fn slots(&self) -> usize {
-        self.buckets.len() * SLOTS
+        self.len() * SLOTS
     }
 
     /// The `v_addr` of the key (`h`, `who`).
@@ -160,8 +191,8 @@ impl Table {
     fn probe(&self, h: u64, who: &mut Who<impl FnMut(u64) -> bool>) -> Probe {
         let mut b = h as usize & self.mask;
         let mut free = None;
-        for _ in 0..self.buckets.len() {
-            let w = &self.buckets[b].w;
+        for _ in 0..self.len() {
+            let w = self.bucket(b);
             let mut open = false;
             for s in 0..SLOTS {
                 let word = w[2 * s + 1].load(Ordering::Acquire);
@@ -199,9 +230,9 @@ impl Table {
         let mut b = h as usize & self.mask;
         // The home bucket's second line (its values) loads alongside its
         // first.
-        engine::sync::prefetch(&self.buckets[b].v);
-        for _ in 0..self.buckets.len() {
-            let w = &self.buckets[b].w;
+        engine::sync::prefetch(&self.bucket(b)[VAL]);
+        for _ in 0..self.len() {
+            let w = self.bucket(b);
             // The bucket's slots are tested without a branch each: a miss
             // of which slot matches would cost more than the tests.
             let mut words = [0u64; SLOTS];
@@ -218,7 +249,7 @@ impl Table {
                 if word & VAL8 == 0 {
                     return Some(Got::Addr(word & !TAG_BITS));
                 }
-                let v = self.buckets[b].v[s].load(Ordering::Acquire);
+                let v = w[VAL + s].load(Ordering::Acquire);
                 fence(Ordering::Acquire);
                 let again = w[2 * s + 1].load(Ordering::Acquire);
                 if again != word || w[2 * s].load(Ordering::Acquire) != h {
@@ -238,16 +269,16 @@ impl Table {
     /// order `get8` relies on).
     fn store(&self, bucket: usize, slot: usize, word: u64, val: u64) {
         if word & VAL8 != 0 {
-            self.buckets[bucket].v[slot].store(val, Ordering::Release);
+            self.bucket(bucket)[VAL + slot].store(val, Ordering::Release);
         }
-        self.buckets[bucket].w[2 * slot + 1].store(word, Ordering::Release);
+        self.bucket(bucket)[2 * slot + 1].store(word, Ordering::Release);
     }
 
     /// Fills a free slot: hash first, then value, then the `v_addr` word
     /// (all release), so a reader that sees the word sees its hash and
     /// value, and one that sees the hash sees the delete before it.
     fn fill(&self, bucket: usize, slot: usize, h: u64, word: u64, val: u64) {
-        self.buckets[bucket].w[2 * slot].store(h, Ordering::Release);
+        self.bucket(bucket)[2 * slot].store(h, Ordering::Release);
         self.store(bucket, slot, word, val);
     }
 
@@ -261,12 +292,13 @@ impl Table {
 
     /// Calls `f(hash, word, value word)` for every live slot.
     fn for_each(&self, f: &mut impl FnMut(u64, u64, u64)) {
-        for (b, bk) in self.buckets.iter().enumerate() {
+        for b in 0..self.len() {
+            let bk = self.bucket(b);
             for s in 0..SLOTS {
-                let word = bk.w[2 * s + 1].load(Ordering::Acquire);
+                let word = bk[2 * s + 1].load(Ordering::Acquire);
                 if word != EMPTY && word != TOMB {
-                    let val = self.buckets[b].v[s].load(Ordering::Acquire);
-                    f(bk.w[2 * s].load(Ordering::Acquire), word, val);
+                    let val = bk[VAL + s].load(Ordering::Acquire);
+                    f(bk[2 * s].load(Ordering::Acquire), word, val);
                 }
             }
         }
@@ -303,10 +335,21 @@ impl PointMap {
     /// A map sized for `capacity` keys without a resize.
     pub fn with_capacity(capacity: usize) -> PointMap {
         let per_shard = capacity.div_ceil(SHARDS);
-        let buckets = ((per_shard as f64 / (MAX_USED * 0.9)) as usize).div_ceil(SLOTS);
+        let n = ((per_shard as f64 / (MAX_USED * 0.9)) as usize)
+            .div_ceil(SLOTS)
+            .next_power_of_two();
+        // One array for every shard's first table.
+        let (words, base) = arena(SHARDS * n);
+        let words = Arc::new(words);
         PointMap {
             tables: (0..SHARDS)
-                .map(|_| Atomic::new(Table::new(buckets)))
+                .map(|i| {
+                    Atomic::new(Table {
+                        mask: n - 1,
+                        words: words.clone(),
+                        base: base + i * n * BUCKET_WORDS,
+                    })
+                })
                 .collect(),
             writers: (0..SHARDS).map(|_| Writer::default()).collect(),
         }
@@ -369,7 +412,7 @@ impl PointMap {
         let sh = &self.tables[Self::shard(h)];
         let g = epoch::pin();
         let (_, tab) = Self::table(sh, &g);
-        engine::sync::prefetch(&tab.buckets[h as usize & tab.mask]);
+        engine::sync::prefetch(&tab.bucket(h as usize & tab.mask)[0]);
     }
 
     /// Sets the key (`h`, `who`) to `va`, with `inline` as its value word
@@ -420,7 +463,7 @@ impl PointMap {
     fn rebuild<'g>(sh: &Atomic<Table>, _c: &Counts, g: &'g Guard, want: usize) -> &'g Table {
         let (old, tab) = Self::table(sh, g);
         let buckets = ((want as f64 / REBUILT_LOAD) as usize).div_ceil(SLOTS);
-        let new = Table::new(buckets.max(tab.buckets.len() / 2));
+        let new = Table::new(buckets.max(tab.len() / 2));
         tab.for_each(&mut |h, word, val| new.place(h, word, val));
         let new = Owned::new(new).into_shared(g);
         sh.store(new, Ordering::Release);
@@ -441,7 +484,7 @@ impl PointMap {
         let Probe::Found { bucket, slot, .. } = tab.probe(h, &mut who) else {
             return false;
         };
-        tab.buckets[bucket].w[2 * slot + 1].store(TOMB, Ordering::Release);
+        tab.bucket(bucket)[2 * slot + 1].store(TOMB, Ordering::Release);
         c.live -= 1;
         w.live.store(c.live, Ordering::Relaxed);
         true

@@ -453,9 +453,14 @@ impl Store {
         self.writable()?;
         let s = &*self.inner;
         let hash = key_hash(key);
-        // The index bucket's miss overlaps the stripe lock and the pin.
-        s.index.prefetch(hash);
         let here = s.numa.current();
+        // One pin of the point map's epochs for the whole write: the map's
+        // own pins nest in it and cost no fence each.
+        let _g = crossbeam_epoch::pin();
+        // The index bucket's miss and the log tail's overlap each other,
+        // the stripe lock and the pin.
+        s.index.prefetch(hash);
+        s.log.prefetch_tail(here, cluster_of(hash, s.log.clusters));
         s.raf.note_op();
         let _k = s.stripes.lock(hash);
         let _p = s.epochs.pin();

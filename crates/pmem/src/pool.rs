@@ -665,31 +665,31 @@ impl Pool {
     /// never faults). For hot paths that know their next misses early.
     #[inline]
     pub fn prefetch(&self, off: u64) {
-        debug_assert!(off < self.size());
         #[cfg(target_arch = "x86_64")]
-        #[allow(unused_unsafe)]
-        // SAFETY: prefetch is a hint; it neither faults nor changes memory,
-        // and the address is inside our reservation.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                self.map.base().add(off as usize) as *const i8,
-            )
-        }
+        self.prefetch_hint::<{ std::arch::x86_64::_MM_HINT_T0 }>(off);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = off;
     }
 
     /// [`prefetch`](Self::prefetch) with intent to write (`prefetchw`): the
     /// line arrives owned, so a store to it does not wait for it.
     #[inline]
     pub fn prefetch_write(&self, off: u64) {
-        debug_assert!(off < self.size());
         #[cfg(target_arch = "x86_64")]
+        self.prefetch_hint::<{ std::arch::x86_64::_MM_HINT_ET0 }>(off);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = off;
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    fn prefetch_hint<const HINT: i32>(&self, off: u64) {
+        debug_assert!(off < self.size());
         #[allow(unused_unsafe)]
         // SAFETY: prefetch is a hint; it neither faults nor changes memory,
         // and the address is inside our reservation.
         unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
-                self.map.base().add(off as usize) as *const i8,
-            )
+            std::arch::x86_64::_mm_prefetch::<HINT>(self.map.base().add(off as usize) as *const i8)
         }
     }
 

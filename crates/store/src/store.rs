@@ -601,30 +601,21 @@ impl Store {
         }
         let s = &*self.inner;
         let hash = key_hash(key);
+        let _p = s.epochs.pin();
+        let mut known = None;
         if key.len() == 8 && s.index.inlines() {
             // The 8-byte fast path: one probe of the point index, which
             // holds an 8-byte value inline; the cache and the log only for
             // a longer value.
-            let _p = s.epochs.pin();
-            let va = match s.index.get8(key, hash) {
+            match s.index.get8(key, hash) {
                 Got::Absent => return false,
                 Got::Value(_, v) => {
                     out.clear();
                     out.extend_from_slice(&v.to_le_bytes());
                     return true;
                 }
-                Got::Addr(va) => va,
-            };
-            let here = s.numa.current();
-            let sampled = match s.raf.probe(key, hash, here) {
-                Probe::Hit(v) => {
-                    *out = v;
-                    return true;
-                }
-                Probe::Miss { sampled } => sampled,
-                Probe::Off => false,
-            };
-            return s.read_entry(key, hash, va, sampled, here, out);
+                Got::Addr(va) => known = Some(va),
+            }
         }
         let here = s.numa.current();
         let sampled = match s.raf.probe(key, hash, here) {
@@ -635,8 +626,7 @@ impl Store {
             Probe::Miss { sampled } => sampled,
             Probe::Off => false,
         };
-        let _p = s.epochs.pin();
-        let Some(va) = s.index.get_hashed(key, hash) else {
+        let Some(va) = known.or_else(|| s.index.get_hashed(key, hash)) else {
             return false;
         };
         s.read_entry(key, hash, va, sampled, here, out)

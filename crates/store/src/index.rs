@@ -137,6 +137,21 @@ impl Keys {
         }
     }
 
+    /// Starts loading the lines of the entry at `va` that [`is`](Self::is)
+    /// reads (its lengths word and its key's first bytes).
+    #[inline]
+    fn prefetch(&self, va: u64) {
+        match self {
+            Keys::Log { pool, .. } => {
+                let off = vaddr_off(va);
+                pool.prefetch(off + 8);
+                pool.prefetch(off + crate::layout::ENTRY_HEADER);
+            }
+            #[cfg(test)]
+            Keys::Table(_) => {}
+        }
+    }
+
     /// The key of the entry at `va` into `buf`; false if it cannot be
     /// read. The caller holds a pin.
     fn read(&self, va: u64, buf: &mut Vec<u8>) -> bool {
@@ -270,6 +285,27 @@ impl Index {
                 m.get(hash, who(keys, key))
             }
             Point::Engine(p) => p.get(key, hash),
+        }
+    }
+
+    /// Starts loading what a lookup of `key` will read after the bucket:
+    /// the entries of the DRAM point index's candidates for its hash, which
+    /// confirm the key (none for an 8-byte key: its hash confirms it). For
+    /// batches: after [`prefetch`](Self::prefetch) of every key's bucket,
+    /// before the lookups, so that the misses of the batch overlap.
+    #[inline]
+    pub fn prefetch_candidates(&self, key: &[u8], hash: u64) {
+        if let Point::Dram(m, keys) = &self.point {
+            if key.len() != 8 {
+                let _p = keys.pin();
+                m.get(
+                    hash,
+                    Who::Other(|va| {
+                        keys.prefetch(va);
+                        false
+                    }),
+                );
+            }
         }
     }
 

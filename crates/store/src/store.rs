@@ -530,6 +530,14 @@ impl Store {
             // entry's header: independent misses the CPU can overlap, where
             // one key at a time would wait for each in turn (the header is
             // read again when the old entry is accounted dead).
+            // The lookups' misses overlap: every bucket first, then every
+            // candidate entry that confirms a key, then the lookups.
+            for i in (start..end).filter(|&i| earlier[i].is_none()) {
+                s.index.prefetch(hashes[i]);
+            }
+            for i in (start..end).filter(|&i| earlier[i].is_none()) {
+                s.index.prefetch_candidates(pairs[i].0, hashes[i]);
+            }
             let cur: Vec<Option<u64>> = (start..end)
                 .map(|i| match earlier[i] {
                     // Appended in an earlier run; `done` is in pair order.
@@ -643,6 +651,14 @@ impl Store {
         let here = s.numa.current();
         let inlines = s.index.inlines();
         let _p = s.epochs.pin();
+        // The lookups' misses overlap: every bucket, then every candidate
+        // entry that confirms a key, then the lookups below.
+        for key in keys.iter().filter(|k| k.len() <= MAX_KEY) {
+            s.index.prefetch(key_hash(key));
+        }
+        for key in keys.iter().filter(|k| k.len() <= MAX_KEY) {
+            s.index.prefetch_candidates(key, key_hash(key));
+        }
         // (position, hash, sampled, v_addr if known) of the keys the index
         // and the cache did not answer.
         let mut todo = Vec::with_capacity(keys.len());

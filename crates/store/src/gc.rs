@@ -6,8 +6,14 @@
 //! **Phase A, marking.** For every valid entry E of the file, under E's key
 //! stripe: walk E's history through `h_addr` (stopping at an invalid entry,
 //! at `NONE`, or at a file whose sequence number no longer matches — F7),
-//! and mark the history invalid **oldest first, one persist each**, so a
-//! durable mark always has a durable history (I3). Then, if the index names
+//! and note it, oldest first. Once every entry of the file is walked, the
+//! histories are marked invalid **level by level**: the oldest entry of
+//! every history, one fence, the next ones, one fence, and so on, so each
+//! history is marked oldest first and a durable mark always has a durable
+//! history (I3), for one fence per level instead of one per entry (70% of
+//! GC's time under pipelined SETs went to those fences). Marks wait for
+//! the end of the walk safely: only this GC frees files (one GC at a
+//! time), and the file goes only after the marks are durable. Then, if the index names
 //! E, E is live: it is copied to the active file of the same (node,
 //! cluster) with a new version whose history is E itself, and the index is switched
 //! to the copy while the stripe is held (F3: no foreground write can slip
@@ -98,6 +104,8 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
     let tail = f.tail.load(Ordering::Acquire);
     let persistent = s.index.is_persistent();
     let mut touched: Vec<Arc<Extent>> = Vec::new();
+    // levels[i]: the i-th oldest entry of every history to mark.
+    let mut levels: Vec<Vec<u64>> = Vec::new();
     while pos < tail {
         let Some(e) = log.parse(f, pos, &mut kbuf, &mut vbuf) else {
             break;
@@ -116,7 +124,12 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
         // With a persistent point index, recovery never reads op bits, so
         // marks would only cost fences: stale entries die with their file.
         if !persistent {
-            mark_history(s, &e);
+            for (level, off) in history(s, &e).into_iter().enumerate() {
+                if levels.len() <= level {
+                    levels.push(Vec::new());
+                }
+                levels[level].push(off);
+            }
         }
         let cur = s.index.get(&kbuf);
         if e.op != OP_DEL && cur == Some(here_va) {
@@ -147,6 +160,15 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
                 log.sync_file(&c);
             }
         }
+    }
+    for level in &levels {
+        for &off in level {
+            log.mark_invalid(off);
+        }
+        // persist: this level of every history before the next (I3), and
+        // all of them before the file is freed below.
+        log.pool.fence();
+        s.marked.fetch_add(level.len() as u64, Ordering::Relaxed);
     }
     if s.opts.durability == Durability::Relaxed {
         for t in &touched {
@@ -212,8 +234,8 @@ fn key_at(s: &Inner, e: &crate::nlog::Entry) -> Vec<u8> {
     k
 }
 
-/// Marks the valid history of `e` invalid, oldest first.
-fn mark_history(s: &Inner, e: &crate::nlog::Entry) {
+/// The valid history of `e`, oldest first: what must be marked invalid.
+fn history(s: &Inner, e: &crate::nlog::Entry) -> Vec<u64> {
     let log = &s.log;
     let mut chain = Vec::new();
     let (mut h, mut hs, mut ver) = (e.h_addr, e.h_seq, e.version);
@@ -236,8 +258,6 @@ fn mark_history(s: &Inner, e: &crate::nlog::Entry) {
         chain.push(p.off);
         (h, hs, ver) = (p.h_addr, p.h_seq, p.version);
     }
-    for off in chain.into_iter().rev() {
-        log.mark_invalid(off);
-        s.marked.fetch_add(1, Ordering::Relaxed);
-    }
+    chain.reverse();
+    chain
 }

@@ -479,14 +479,16 @@ impl Nlog {
         (self.pool.load_u64(off + 32) == crc as u64).then_some(e)
     }
 
-    /// Marks the entry at `off` invalid (op 00) durably.
+    /// Marks the entry at `off` invalid (op 00) and flushes the mark (the
+    /// caller fences).
     pub fn mark_invalid(&self, off: u64) {
         let w = self.pool.atomic_u64(off);
         let v = w.load(Ordering::Acquire);
         w.store(v & VERSION_MASK, Ordering::Release);
-        // persist: each mark on its own, oldest first (the caller's order),
-        // so a durable mark always has a durable history (I3).
-        self.pool.persist(off, 8);
+        // persist: flushed here; the caller fences each level of marks
+        // before the next, oldest first, so a durable mark always has a
+        // durable history (I3).
+        self.pool.flush(off, 8);
     }
 
     /// Unlinks and frees file `f` (already out of every DRAM map and past an

@@ -235,7 +235,14 @@ impl Index {
     ) -> Index {
         Index {
             point: match engine {
-                None => Point::Dram(PointMap::with_capacity(capacity), keys),
+                None => {
+                    let epochs = match &keys {
+                        Keys::Log { epochs, .. } => epochs.clone(),
+                        #[cfg(test)]
+                        Keys::Table(_) => Arc::default(),
+                    };
+                    Point::Dram(PointMap::with_capacity(capacity, epochs), keys)
+                }
                 Some(p) => Point::Engine(p),
             },
             tree: ordered.then(SkipSet::new),
@@ -401,6 +408,15 @@ impl Index {
         if let Point::Dram(m, keys) = &self.point {
             let _p = keys.pin();
             m.set(key_hash(key), v, self.inline_of(key, value), who(keys, key));
+        }
+    }
+
+    /// Frees the DRAM point index's replaced tables that no reader can
+    /// reach any more (the maintenance thread; never under a pin).
+    pub fn collect(&self) -> usize {
+        match &self.point {
+            Point::Dram(m, _) => m.collect(),
+            Point::Engine(_) => 0,
         }
     }
 

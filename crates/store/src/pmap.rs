@@ -29,8 +29,11 @@
 //!   shard still has the same table: a resize copies under the mutex and
 //!   publishes the new table before any write reaches it, so a read that
 //!   saw the old table throughout returned what was current before the
-//!   swap. Old tables are freed through `crossbeam-epoch` once no reader
-//!   can hold them.
+//!   swap. Every access holds a pin of the store's log epochs (`epoch.rs`;
+//!   nested in the pin of the store operation around it, so it costs no
+//!   fence). A replaced table is freed by [`PointMap::collect`] (the
+//!   maintenance thread, every few milliseconds) after
+//!   `Epochs::synchronize` has waited out every pin that could hold it.
 //! - **Updates** of a present key store the new `v_addr` in place (one
 //!   atomic store: a reader sees the old or the new entry); deletes store
 //!   [`TOMB`]. Both hold the shard mutex, so that a resize never copies a
@@ -55,12 +58,12 @@
 //!   read may be from an update newer than the first word, which is a
 //!   durable value of the same key, written concurrently with the get.
 
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use engine::hugemem::HugeWords;
 
-use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+use crate::epoch::{Epochs, Pin};
 
 /// A slot that was never used (the whole table starts zeroed).
 pub const EMPTY: u64 = 0;
@@ -101,6 +104,10 @@ struct Table {
     mask: usize,
     words: Arc<HugeWords>,
     base: usize,
+    /// Unit tests do not free a collected table: they mark it here, and a
+    /// reader that finds the mark after its probe fails.
+    #[cfg(test)]
+    collected: std::sync::atomic::AtomicBool,
 }
 /// How a caller names the key it looks for.
 #[derive(Clone, Copy)]
@@ -157,6 +164,8 @@ impl Table {
             mask: n - 1,
             words: Arc::new(words),
             base,
+            #[cfg(test)]
+            collected: Default::default(),
         }
     }
 
@@ -326,14 +335,28 @@ struct Writer {
 /// A concurrent map from 64-bit hashes to `v_addr`s; see the module doc.
 pub struct PointMap {
     /// Each shard's table: read by every lookup, written only when a table
-    /// is replaced, so eight shards share a line.
-    tables: Box<[Atomic<Table>]>,
+    /// is replaced, so eight shards share a line. Never null.
+    tables: Box<[AtomicPtr<Table>]>,
     writers: Box<[Writer]>,
+    /// Every access to a table holds a pin of these (the store's log
+    /// epochs: a store operation's own pin covers the map's, which then
+    /// costs no fence).
+    epochs: Arc<Epochs>,
+    /// Replaced tables, freed by [`collect`](Self::collect).
+    retired: Mutex<Vec<Retired>>,
 }
 
+/// A table no longer linked from its shard.
+struct Retired(*mut Table);
+
+// SAFETY: a retired table is only dropped, once, by `collect` or the map's
+// drop, when no other thread can reach it.
+unsafe impl Send for Retired {}
+
 impl PointMap {
-    /// A map sized for `capacity` keys without a resize.
-    pub fn with_capacity(capacity: usize) -> PointMap {
+    /// A map sized for `capacity` keys without a resize, whose tables are
+    /// read under pins of `epochs`.
+    pub fn with_capacity(capacity: usize, epochs: Arc<Epochs>) -> PointMap {
         let per_shard = capacity.div_ceil(SHARDS);
         let n = ((per_shard as f64 / (MAX_USED * 0.9)) as usize)
             .div_ceil(SLOTS)
@@ -344,14 +367,18 @@ impl PointMap {
         PointMap {
             tables: (0..SHARDS)
                 .map(|i| {
-                    Atomic::new(Table {
+                    AtomicPtr::new(Box::into_raw(Box::new(Table {
                         mask: n - 1,
                         words: words.clone(),
                         base: base + i * n * BUCKET_WORDS,
-                    })
+                        #[cfg(test)]
+                        collected: Default::default(),
+                    })))
                 })
                 .collect(),
             writers: (0..SHARDS).map(|_| Writer::default()).collect(),
+            epochs,
+            retired: Mutex::new(Vec::new()),
         }
     }
 
@@ -361,29 +388,60 @@ impl PointMap {
         (h >> (64 - SHARD_BITS)) as usize
     }
 
-    /// The table of a shard (`sh`: its entry in `tables`) under `g`.
+    /// Shard `i`'s table, readable while `_p` is held.
     #[inline]
-    fn table<'g>(sh: &Atomic<Table>, g: &'g Guard) -> (Shared<'g, Table>, &'g Table) {
-        let t = sh.load(Ordering::Acquire, g);
+    fn table<'p>(&self, i: usize, _p: &'p Pin<'_>) -> (*mut Table, &'p Table) {
+        let t = self.tables[i].load(Ordering::Acquire);
         // SAFETY: a shard's table is never null (set at creation, replaced
-        // only by another table), and a replaced table is destroyed only
-        // through `defer_destroy`, after every guard that could load it,
-        // `g` included, is gone.
-        (t, unsafe { t.deref() })
+        // only by another table), and a replaced table is freed only by
+        // `collect`, after `Epochs::synchronize` has waited out every pin
+        // taken before its replacement was published; a pin taken later
+        // cannot load it (see `epoch.rs`). `_p` is held for `'p`.
+        (t, unsafe { &*t })
+    }
+
+    /// Frees the tables replaced since the last call, once no pin can
+    /// still reach them. Waits for every pinned operation: never call it
+    /// while holding a pin. Returns how many it freed.
+    pub fn collect(&self) -> usize {
+        let list = std::mem::take(&mut *self.retired.lock().expect("retired tables"));
+        if list.is_empty() {
+            return 0;
+        }
+        self.epochs.synchronize();
+        let n = list.len();
+        for r in list {
+            // SAFETY: `r` was unlinked before `synchronize` began, so no
+            // pin can reach it any more, and it is freed only here.
+            let t = unsafe { Box::from_raw(r.0) };
+            #[cfg(test)]
+            {
+                t.collected.store(true, Ordering::SeqCst);
+                std::mem::forget(t);
+            }
+            #[cfg(not(test))]
+            drop(t);
+        }
+        n
     }
 
     /// The `v_addr` of the key (`h`, `who`); an [`Who::Other`] check gets
     /// each candidate `v_addr` of hash `h` and may see one more than once.
     #[inline]
     pub fn get(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> Option<u64> {
-        let sh = &self.tables[Self::shard(h)];
-        let g = epoch::pin();
+        let i = Self::shard(h);
+        let p = self.epochs.pin();
         loop {
-            let (t, tab) = Self::table(sh, &g);
+            let (t, tab) = self.table(i, &p);
             let r = tab.get(h, &mut who);
+            #[cfg(test)]
+            assert!(
+                !tab.collected.load(Ordering::SeqCst),
+                "read a collected table"
+            );
             // A resize meanwhile: the answer may predate a write to the new
             // table, so look again there.
-            if sh.load(Ordering::Acquire, &g) == t {
+            if self.tables[i].load(Ordering::Acquire) == t {
                 return r;
             }
         }
@@ -393,12 +451,18 @@ impl PointMap {
     /// The caller holds the log's epoch pin (see the module doc).
     #[inline]
     pub fn get8(&self, h: u64) -> Got {
-        let sh = &self.tables[Self::shard(h)];
-        let g = epoch::pin();
+        let i = Self::shard(h);
+        let p = self.epochs.pin();
         loop {
-            let (t, tab) = Self::table(sh, &g);
-            if let Some(r) = tab.get8(h) {
-                if sh.load(Ordering::Acquire, &g) == t {
+            let (t, tab) = self.table(i, &p);
+            let r = tab.get8(h);
+            #[cfg(test)]
+            assert!(
+                !tab.collected.load(Ordering::SeqCst),
+                "read a collected table"
+            );
+            if let Some(r) = r {
+                if self.tables[i].load(Ordering::Acquire) == t {
                     return r;
                 }
             }
@@ -409,9 +473,8 @@ impl PointMap {
     /// lookup after other work finds it in cache.
     #[inline]
     pub fn prefetch(&self, h: u64) {
-        let sh = &self.tables[Self::shard(h)];
-        let g = epoch::pin();
-        let (_, tab) = Self::table(sh, &g);
+        let p = self.epochs.pin();
+        let (_, tab) = self.table(Self::shard(h), &p);
         engine::sync::prefetch(&tab.bucket(h as usize & tab.mask)[0]);
     }
 
@@ -432,10 +495,10 @@ impl PointMap {
         assert!(inline.is_none() || key8, "inline values need 8-byte keys");
         let word = va | if key8 { KEY8 } else { 0 } | if inline.is_some() { VAL8 } else { 0 };
         let val = inline.unwrap_or(0);
-        let (sh, w) = (&self.tables[Self::shard(h)], &self.writers[Self::shard(h)]);
+        let (i, w) = (Self::shard(h), &self.writers[Self::shard(h)]);
         let mut c = w.counts.lock().expect("point map shard");
-        let g = epoch::pin();
-        let (_, tab) = Self::table(sh, &g);
+        let p = self.epochs.pin();
+        let (_, tab) = self.table(i, &p);
         let (b, s, empty) = match tab.probe(h, &mut who) {
             Probe::Found { bucket, slot, .. } => {
                 tab.store(bucket, slot, word, val);
@@ -447,7 +510,7 @@ impl PointMap {
         if !empty || (c.used + 1) as f64 <= MAX_USED * tab.slots() as f64 {
             tab.fill(b, s, h, word, val);
         } else {
-            let bigger = Self::rebuild(sh, &c, &g, c.live + 1);
+            let bigger = self.rebuild(i, &c, &p, c.live + 1);
             bigger.place(h, word, val);
             c.used = c.live;
         }
@@ -460,27 +523,30 @@ impl PointMap {
     /// Copies the live slots of `sh` into a new table sized for `want`
     /// live slots and publishes it; returns the new table. The shard's
     /// mutex is held (`_c`).
-    fn rebuild<'g>(sh: &Atomic<Table>, _c: &Counts, g: &'g Guard, want: usize) -> &'g Table {
-        let (old, tab) = Self::table(sh, g);
+    fn rebuild<'p>(&self, i: usize, _c: &Counts, p: &'p Pin<'_>, want: usize) -> &'p Table {
+        let (old, tab) = self.table(i, p);
         let buckets = ((want as f64 / REBUILT_LOAD) as usize).div_ceil(SLOTS);
         let new = Table::new(buckets.max(tab.len() / 2));
         tab.for_each(&mut |h, word, val| new.place(h, word, val));
-        let new = Owned::new(new).into_shared(g);
-        sh.store(new, Ordering::Release);
-        // SAFETY: `old` was just unlinked (the mutex keeps every other
-        // writer out), so only guards that loaded it before can reach it,
-        // and the destruction waits for all of them.
-        unsafe { g.defer_destroy(old) };
-        // SAFETY: `new` is the shard's table, freed only after `g` is gone.
-        unsafe { new.deref() }
+        let new = Box::into_raw(Box::new(new));
+        self.tables[i].store(new, Ordering::Release);
+        // `old` is unlinked (the mutex keeps every other writer out): only
+        // pins taken before can reach it, and `collect` waits for them.
+        self.retired
+            .lock()
+            .expect("retired tables")
+            .push(Retired(old));
+        // SAFETY: `new` is the shard's table now; a later replacement is
+        // freed only after every pin from before it, `p` included, is gone.
+        unsafe { &*new }
     }
 
     /// Removes the key (`h`, `who`). True if it was present.
     pub fn remove(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> bool {
-        let (sh, w) = (&self.tables[Self::shard(h)], &self.writers[Self::shard(h)]);
+        let (i, w) = (Self::shard(h), &self.writers[Self::shard(h)]);
         let mut c = w.counts.lock().expect("point map shard");
-        let g = epoch::pin();
-        let (_, tab) = Self::table(sh, &g);
+        let p = self.epochs.pin();
+        let (_, tab) = self.table(i, &p);
         let Probe::Found { bucket, slot, .. } = tab.probe(h, &mut who) else {
             return false;
         };
@@ -501,8 +567,8 @@ impl PointMap {
     /// meanwhile may be visited with its old or its new `v_addr`, or not
     /// at all.
     pub fn for_shard(&self, i: usize, mut f: impl FnMut(u64, u64)) {
-        let g = epoch::pin();
-        let (_, tab) = Self::table(&self.tables[i], &g);
+        let p = self.epochs.pin();
+        let (_, tab) = self.table(i, &p);
         tab.for_each(&mut |h, word, _| f(h, word & !TAG_BITS));
     }
 
@@ -521,14 +587,13 @@ impl PointMap {
 
 impl Drop for PointMap {
     fn drop(&mut self) {
-        for sh in self.tables.iter() {
-            // SAFETY: `&mut self`: no reader or writer holds this map, so
-            // no guard can reach its tables; replaced tables were handed to
-            // `defer_destroy` already.
-            unsafe {
-                let t = sh.load(Ordering::Relaxed, epoch::unprotected());
-                drop(t.into_owned());
-            }
+        let retired = std::mem::take(&mut *self.retired.lock().expect("retired tables"));
+        let current = self.tables.iter().map(|t| t.load(Ordering::Relaxed));
+        for t in current.chain(retired.into_iter().map(|r| r.0)) {
+            // SAFETY: `&mut self`: no reader or writer holds this map any
+            // more; each table is linked or retired once, and freed here
+            // once.
+            drop(unsafe { Box::from_raw(t) });
         }
     }
 }
@@ -551,7 +616,7 @@ mod tests {
 
     #[test]
     fn agrees_with_a_model_through_growth_deletes_and_tombstone_rebuilds() {
-        let m = PointMap::with_capacity(0);
+        let m = PointMap::with_capacity(0, Arc::default());
         let mut model: HashMap<u64, u64> = HashMap::new();
         let mut x = 7u64;
         for i in 0..200_000u64 {
@@ -587,7 +652,7 @@ mod tests {
 
     #[test]
     fn a_full_collision_is_two_keys() {
-        let m = PointMap::with_capacity(10);
+        let m = PointMap::with_capacity(10, Arc::default());
         assert!(m.set(42, 1 << 8 | 1, None, Who::Other(|va| key_of(va) == 1)));
         assert!(m.set(42, 2 << 8 | 1, None, Who::Other(|va| key_of(va) == 2)));
         assert_eq!(
@@ -608,7 +673,7 @@ mod tests {
     /// must always find them, through every resize of every shard.
     #[test]
     fn readers_never_lose_a_stable_key_while_writers_resize() {
-        let m = PointMap::with_capacity(0);
+        let m = PointMap::with_capacity(0, Arc::default());
         let stable: Vec<u64> = (0..2_000u64).map(|i| i * 4).collect();
         for &k in &stable {
             assert!(m.set(hash(k), k << 8 | 1, None, Who::Other(|va| key_of(va) == k)));
@@ -669,7 +734,22 @@ mod tests {
                     })
                 })
                 .collect();
+            // Replaced tables are freed while the readers run (as the
+            // store's maintenance thread does): a reader that still held
+            // one would read freed memory and lose its key.
+            let collector = {
+                let (m, done) = (&m, &done);
+                sc.spawn(move || {
+                    let mut freed = 0;
+                    while !done.load(Ordering::Acquire) {
+                        freed += m.collect();
+                        std::thread::yield_now();
+                    }
+                    freed + m.collect()
+                })
+            };
             engine::testkit::join_then_stop(writers, &done);
+            assert!(collector.join().unwrap() > 0, "no table was replaced");
         });
         assert!(reads.load(Ordering::Relaxed) > 0);
         assert_eq!(m.len(), stable.len());
@@ -680,7 +760,7 @@ mod tests {
     /// tombstone rebuilds: neither kind ever answers for the other.
     #[test]
     fn eight_byte_keys_and_inline_values_agree_with_a_model() {
-        let m = PointMap::with_capacity(0);
+        let m = PointMap::with_capacity(0, Arc::default());
         // key -> (v_addr, inline value)
         let mut eight: HashMap<u64, (u64, Option<u64>)> = HashMap::new();
         let mut other: HashMap<u64, u64> = HashMap::new();
@@ -746,7 +826,7 @@ mod tests {
             .filter(|&k| PointMap::shard(engine::hash::fmix64(k)) == 7)
             .take(64)
             .collect();
-        let m = PointMap::with_capacity(0);
+        let m = PointMap::with_capacity(0, Arc::default());
         let done = AtomicBool::new(false);
         let reads = AtomicU64::new(0);
         std::thread::scope(|sc| {
@@ -789,8 +869,82 @@ mod tests {
                     }
                 }
             });
+            sc.spawn(move || {
+                while !done.load(Ordering::Acquire) {
+                    m.collect();
+                    std::thread::yield_now();
+                }
+            });
             engine::testkit::join_then_stop(vec![writer], done);
         });
         assert!(reads.load(Ordering::Relaxed) > 0);
+    }
+
+    /// One shard, rebuilt over and over by a writer that inserts and
+    /// deletes, while readers look up keys that stay and a collector frees
+    /// every replaced table as soon as it may: a reader that finishes a
+    /// probe of a table `collect` has freed fails (unit tests mark what
+    /// `collect` frees instead of freeing it).
+    #[test]
+    fn collected_tables_are_never_read() {
+        // Top bits zero: every key of this test is in shard 0.
+        let h = |k: u64| engine::hash::fmix64(k) >> SHARD_BITS;
+        let m = PointMap::with_capacity(0, Arc::default());
+        let stable: Vec<u64> = (0..64u64).map(|i| i * 2).collect();
+        for &k in &stable {
+            assert!(m.set(h(k), k << 8 | 1, None, Who::Other(|va| key_of(va) == k)));
+        }
+        let done = AtomicBool::new(false);
+        let freed = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for r in 0..2 {
+                let (m, done, stable) = (&m, &done, &stable);
+                sc.spawn(move || {
+                    let mut i = r;
+                    while !done.load(Ordering::Acquire) {
+                        let k = stable[i % stable.len()];
+                        assert_eq!(
+                            m.get(h(k), Who::Other(|va| key_of(va) == k)),
+                            Some(k << 8 | 1),
+                            "a stable key was lost"
+                        );
+                        i += 1;
+                    }
+                });
+            }
+            {
+                let (m, done, freed) = (&m, &done, &freed);
+                sc.spawn(move || {
+                    while !done.load(Ordering::Acquire) {
+                        freed.fetch_add(m.collect() as u64, Ordering::Relaxed);
+                    }
+                });
+            }
+            let writer = {
+                let m = &m;
+                sc.spawn(move || {
+                    let start = std::time::Instant::now();
+                    let mut round = 0u64;
+                    while start.elapsed() < std::time::Duration::from_millis(600) {
+                        // Odd keys, never stable: a growth, then deletes
+                        // whose tombstones force rebuilds.
+                        for i in 0..2_000u64 {
+                            let k = (round * 2_000 + i) * 2 + 1;
+                            m.set(h(k), k << 8 | 2, None, Who::Other(|va| key_of(va) == k));
+                        }
+                        for i in 0..2_000u64 {
+                            let k = (round * 2_000 + i) * 2 + 1;
+                            m.remove(h(k), Who::Other(|va| key_of(va) == k));
+                        }
+                        round += 1;
+                    }
+                })
+            };
+            engine::testkit::join_then_stop(vec![writer], &done);
+        });
+        assert!(
+            freed.load(Ordering::Relaxed) > 10,
+            "too few tables replaced"
+        );
     }
 }

@@ -388,6 +388,7 @@ impl Store {
                         inner.index.build_tree();
                     }
                     inner.index.apply_pending();
+                    inner.index.collect();
                     for _ in 0..8 {
                         if !crate::recover::account_one(&inner) {
                             break;
@@ -454,16 +455,15 @@ impl Store {
         let s = &*self.inner;
         let hash = key_hash(key);
         let here = s.numa.current();
-        // One pin of the point map's epochs for the whole write: the map's
-        // own pins nest in it and cost no fence each.
-        let _g = crossbeam_epoch::pin();
-        // The index bucket's miss and the log tail's overlap each other,
-        // the stripe lock and the pin.
+        // One pin for the whole write: the point map's and the log's own
+        // pins nest in it and cost no fence each.
+        let _p = s.epochs.pin();
+        // The index bucket's miss and the log tail's overlap each other
+        // and the stripe lock.
         s.index.prefetch(hash);
         s.log.prefetch_tail(here, cluster_of(hash, s.log.clusters));
         s.raf.note_op();
         let _k = s.stripes.lock(hash);
-        let _p = s.epochs.pin();
         let old = s.index.get_hashed(key, hash);
         match (want, old) {
             (Want::Absent, Some(_)) | (Want::Present, None) => return Ok(false),

@@ -41,6 +41,18 @@ fn mem_store(opts: &Options, seed: u64) -> (Arc<Pool>, Store) {
     (pool, s)
 }
 
+/// A simulated pool (crash images at fences) sized for `opts`.
+fn sim_pool(opts: &Options, seed: u64) -> Arc<Pool> {
+    mem_pool(&test_pool_options(
+        LAYOUT,
+        b"store-model-test",
+        Mode::Simulated,
+        opts.pool_size,
+        opts.max_pool_size,
+        seed,
+    ))
+}
+
 /// Key lengths drawn in turn: the empty key, 1 byte, 8 bytes (the point
 /// index's fast path, twice), around the 23-byte inline limit of the
 /// index, and long heap keys.
@@ -556,14 +568,7 @@ fn crash_during_gc_then_delete_does_not_resurrect() {
         raf_bytes: 0,
         ..small_opts()
     };
-    let pool = mem_pool(&test_pool_options(
-        LAYOUT,
-        b"store-model-test",
-        Mode::Simulated,
-        opts.pool_size,
-        opts.max_pool_size,
-        99,
-    ));
+    let pool = sim_pool(&opts, 99);
     let s = Store::open_pool(pool.clone(), opts.clone()).unwrap();
     let key = |i: u64| format!("key-{i:04}").into_bytes();
     let mut m = Model::new();
@@ -656,14 +661,7 @@ fn history_marks_become_durable_oldest_first() {
         raf_bytes: 0,
         ..small_opts()
     };
-    let pool = mem_pool(&test_pool_options(
-        LAYOUT,
-        b"store-model-test",
-        Mode::Simulated,
-        opts.pool_size,
-        opts.max_pool_size,
-        7,
-    ));
+    let pool = sim_pool(&opts, 7);
     let s = Store::open_pool(pool.clone(), opts.clone()).unwrap();
     let mut m = Model::new();
     let victim = b"victim!!".to_vec();
@@ -769,14 +767,7 @@ fn crash_at_random_fences_keeps_acknowledged_writes() {
         raf_bytes: 0,
         ..small_opts()
     };
-    let pool = mem_pool(&test_pool_options(
-        LAYOUT,
-        b"store-model-test",
-        Mode::Simulated,
-        opts.pool_size,
-        opts.max_pool_size,
-        7,
-    ));
+    let pool = sim_pool(&opts, 7);
     let s = Store::open_pool(pool.clone(), opts.clone()).unwrap();
     let cur = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     type Images = Arc<Mutex<Vec<(usize, Vec<u8>)>>>;
@@ -862,14 +853,7 @@ fn relaxed_writes_survive_a_crash_after_sync() {
         durability: engine::Durability::Relaxed,
         ..small_opts()
     };
-    let pool = mem_pool(&test_pool_options(
-        LAYOUT,
-        b"store-model-test",
-        Mode::Simulated,
-        opts.pool_size,
-        opts.max_pool_size,
-        8,
-    ));
+    let pool = sim_pool(&opts, 8);
     let s = Store::open_pool(pool.clone(), opts.clone()).unwrap();
     let keys = key_universe(100, 8, 300);
     let mut rng = Rng::new(8);

@@ -137,9 +137,9 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
             let version = s.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
             // persist: the copy (durable in append; fenced below under
             // Relaxed) before the index names it and before the file is
-            // freed. Its history is E (whose own history is all invalid
-            // now), so that E is marked with the copy if a crash keeps
-            // this file alive past the copy.
+            // freed. Its history is E (whose own history is marked
+            // invalid before this file goes), so that E is marked with the
+            // copy if a crash keeps this file alive past the copy.
             let (va, nf) = log.append(
                 f.node, cluster, OP_INS, version, &kbuf, &vbuf, here_va, f.seq, &s.numa,
             )?;

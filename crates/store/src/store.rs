@@ -526,12 +526,11 @@ impl Store {
             while end < pairs.len() && !matches!(earlier[end], Some(j) if j >= start) {
                 end += 1;
             }
-            // Every key's current address first, then a touch of each old
-            // entry's header: independent misses the CPU can overlap, where
-            // one key at a time would wait for each in turn (the header is
-            // read again when the old entry is accounted dead).
-            // The lookups' misses overlap: every bucket first, then every
-            // candidate entry that confirms a key, then the lookups.
+            // Independent misses the CPU can overlap, where one key at a
+            // time would wait for each in turn: every key's index bucket,
+            // then every candidate entry that confirms a key, then the
+            // lookups (current addresses), then a touch of each old entry's
+            // header (read again when the old entry is accounted dead).
             for i in (start..end).filter(|&i| earlier[i].is_none()) {
                 s.index.prefetch(hashes[i]);
             }
@@ -651,23 +650,29 @@ impl Store {
         let here = s.numa.current();
         let inlines = s.index.inlines();
         let _p = s.epochs.pin();
+        // None: a key too long to be present.
+        let hashes: Vec<Option<u64>> = keys
+            .iter()
+            .map(|k| (k.len() <= MAX_KEY).then(|| key_hash(k)))
+            .collect();
         // The lookups' misses overlap: every bucket, then every candidate
         // entry that confirms a key, then the lookups below.
-        for key in keys.iter().filter(|k| k.len() <= MAX_KEY) {
-            s.index.prefetch(key_hash(key));
+        for h in hashes.iter().flatten() {
+            s.index.prefetch(*h);
         }
-        for key in keys.iter().filter(|k| k.len() <= MAX_KEY) {
-            s.index.prefetch_candidates(key, key_hash(key));
+        for (key, h) in keys.iter().zip(&hashes) {
+            if let Some(h) = h {
+                s.index.prefetch_candidates(key, *h);
+            }
         }
         // (position, hash, sampled, v_addr if known) of the keys the index
         // and the cache did not answer.
         let mut todo = Vec::with_capacity(keys.len());
-        for (i, key) in keys.iter().enumerate() {
+        for (i, (key, hash)) in keys.iter().zip(&hashes).enumerate() {
             out.push(None);
-            if key.len() > MAX_KEY {
+            let Some(hash) = *hash else {
                 continue;
-            }
-            let hash = key_hash(key);
+            };
             let mut known = None;
             if key.len() == 8 && inlines {
                 match s.index.get8(key, hash) {

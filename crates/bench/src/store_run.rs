@@ -144,15 +144,6 @@ impl Target for StoreTarget {
     }
 
     fn get(&self, key: u64) -> Option<u64> {
-        if self.key_size == 8 {
-            // An 8-byte key is its big-endian bytes: no buffer to fill.
-            return BUFFERS.with(|b| {
-                let out = &mut b.borrow_mut().out;
-                self.store
-                    .get_into(&key.to_be_bytes(), out)
-                    .then(|| self.decode(out))
-            });
-        }
         self.with(key, None, |s, b| {
             s.get_into(&b.key, &mut b.out).then(|| self.decode(&b.out))
         })

@@ -614,6 +614,42 @@ mod tests {
         va >> 8
     }
 
+    /// Sets every key of `stable` (hash `h`) to `v_addr` `k << 8 | 1`.
+    fn load_stable(m: &PointMap, h: fn(u64) -> u64, stable: &[u64]) {
+        for &k in stable {
+            assert!(m.set(h(k), k << 8 | 1, None, Who::Other(|va| key_of(va) == k)));
+        }
+    }
+
+    /// Two readers that look up the `stable` keys (reader `r` from index
+    /// `r`, every `step`-th) until `done`, each expecting the `v_addr`
+    /// `load_stable` gave it; `reads` counts the lookups.
+    fn spawn_stable_readers<'scope>(
+        sc: &'scope std::thread::Scope<'scope, '_>,
+        m: &'scope PointMap,
+        h: fn(u64) -> u64,
+        stable: &'scope [u64],
+        step: usize,
+        done: &'scope AtomicBool,
+        reads: &'scope AtomicU64,
+    ) {
+        for r in 0..2 {
+            sc.spawn(move || {
+                let mut i = r;
+                while !done.load(Ordering::Acquire) {
+                    let k = stable[i % stable.len()];
+                    assert_eq!(
+                        m.get(h(k), Who::Other(|va| key_of(va) == k)),
+                        Some(k << 8 | 1),
+                        "a stable key was lost"
+                    );
+                    i += step;
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    }
+
     #[test]
     fn agrees_with_a_model_through_growth_deletes_and_tombstone_rebuilds() {
         let m = PointMap::with_capacity(0, Arc::default());
@@ -675,27 +711,11 @@ mod tests {
     fn readers_never_lose_a_stable_key_while_writers_resize() {
         let m = PointMap::with_capacity(0, Arc::default());
         let stable: Vec<u64> = (0..2_000u64).map(|i| i * 4).collect();
-        for &k in &stable {
-            assert!(m.set(hash(k), k << 8 | 1, None, Who::Other(|va| key_of(va) == k)));
-        }
+        load_stable(&m, hash, &stable);
         let done = AtomicBool::new(false);
         let reads = AtomicU64::new(0);
         std::thread::scope(|sc| {
-            for r in 0..2 {
-                let (m, done, stable, reads) = (&m, &done, &stable, &reads);
-                sc.spawn(move || {
-                    let mut i = r;
-                    while !done.load(Ordering::Acquire) {
-                        let k = stable[i % stable.len()];
-                        assert_eq!(
-                            m.get(hash(k), Who::Other(|va| key_of(va) == k)),
-                            Some(k << 8 | 1)
-                        );
-                        i += 7;
-                        reads.fetch_add(1, Ordering::Relaxed);
-                    }
-                });
-            }
+            spawn_stable_readers(sc, &m, hash, &stable, 7, &done, &reads);
             let writers: Vec<_> = (0..2u64)
                 .map(|w| {
                     let m = &m;
@@ -888,30 +908,17 @@ mod tests {
     #[test]
     fn collected_tables_are_never_read() {
         // Top bits zero: every key of this test is in shard 0.
-        let h = |k: u64| engine::hash::fmix64(k) >> SHARD_BITS;
+        fn h(k: u64) -> u64 {
+            engine::hash::fmix64(k) >> SHARD_BITS
+        }
         let m = PointMap::with_capacity(0, Arc::default());
         let stable: Vec<u64> = (0..64u64).map(|i| i * 2).collect();
-        for &k in &stable {
-            assert!(m.set(h(k), k << 8 | 1, None, Who::Other(|va| key_of(va) == k)));
-        }
+        load_stable(&m, h, &stable);
         let done = AtomicBool::new(false);
         let freed = AtomicU64::new(0);
+        let reads = AtomicU64::new(0);
         std::thread::scope(|sc| {
-            for r in 0..2 {
-                let (m, done, stable) = (&m, &done, &stable);
-                sc.spawn(move || {
-                    let mut i = r;
-                    while !done.load(Ordering::Acquire) {
-                        let k = stable[i % stable.len()];
-                        assert_eq!(
-                            m.get(h(k), Who::Other(|va| key_of(va) == k)),
-                            Some(k << 8 | 1),
-                            "a stable key was lost"
-                        );
-                        i += 1;
-                    }
-                });
-            }
+            spawn_stable_readers(sc, &m, h, &stable, 1, &done, &reads);
             {
                 let (m, done, freed) = (&m, &done, &freed);
                 sc.spawn(move || {

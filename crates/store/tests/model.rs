@@ -41,6 +41,17 @@ fn mem_store(opts: &Options, seed: u64) -> (Arc<Pool>, Store) {
     (pool, s)
 }
 
+/// One cluster (so every entry goes to the same files), no RAF cache, GC
+/// at `gc_threshold`.
+fn one_cluster_opts(gc_threshold: f64) -> Options {
+    Options {
+        clusters: 1,
+        gc_threshold,
+        raf_bytes: 0,
+        ..small_opts()
+    }
+}
+
 /// A simulated pool (crash images at fences) sized for `opts`.
 fn sim_pool(opts: &Options, seed: u64) -> Arc<Pool> {
     mem_pool(&test_pool_options(
@@ -562,12 +573,7 @@ fn largest_keys_and_values() {
 /// the delete's history then names only the copy.
 #[test]
 fn crash_during_gc_then_delete_does_not_resurrect() {
-    let opts = Options {
-        clusters: 1,
-        gc_threshold: 0.3,
-        raf_bytes: 0,
-        ..small_opts()
-    };
+    let opts = one_cluster_opts(0.3);
     let pool = sim_pool(&opts, 99);
     let s = Store::open_pool(pool.clone(), opts.clone()).unwrap();
     let key = |i: u64| format!("key-{i:04}").into_bytes();
@@ -655,12 +661,7 @@ fn crash_during_gc_then_delete_does_not_resurrect() {
 /// collected again, and reopened from the log.
 #[test]
 fn history_marks_become_durable_oldest_first() {
-    let opts = Options {
-        clusters: 1,
-        gc_threshold: 0.5,
-        raf_bytes: 0,
-        ..small_opts()
-    };
+    let opts = one_cluster_opts(0.5);
     let pool = sim_pool(&opts, 7);
     let s = Store::open_pool(pool.clone(), opts.clone()).unwrap();
     let mut m = Model::new();

@@ -298,7 +298,6 @@ impl Conn {
                     if args.is_empty() {
                         continue;
                     }
-                    sh.commands.fetch_add(1, Ordering::Relaxed);
                     if let Some(kind) = batchable(&args).filter(|_| self.client.authed) {
                         if kind != self.batch_kind {
                             self.run_batch(sh);
@@ -312,6 +311,7 @@ impl Conn {
                     }
                     // Replies go out in request order: the batch first.
                     self.run_batch(sh);
+                    sh.commands.fetch_add(1, Ordering::Relaxed);
                     let (reply, after) = dispatch(sh, &mut self.client, &args);
                     if let Some(r) = reply {
                         // Writing to a Vec cannot fail.
@@ -320,6 +320,7 @@ impl Conn {
                     if matches!(after, After::Close) {
                         self.closing = true;
                     }
+                    self.parser.recycle(args);
                 }
                 Ok((n, None)) => {
                     self.start += n;
@@ -348,6 +349,10 @@ impl Conn {
         if self.batch.is_empty() {
             return;
         }
+        // Counted per batch, not per command: a locked add waits for the
+        // store buffer to drain, as a fence does.
+        sh.commands
+            .fetch_add(self.batch.len() as u64, Ordering::Relaxed);
         match self.batch_kind {
             Kind::Set => {
                 let pairs: Vec<(&[u8], &[u8])> =
@@ -372,7 +377,9 @@ impl Conn {
                 }
             }
         }
-        self.batch.clear();
+        for r in self.batch.drain(..) {
+            self.parser.recycle(r);
+        }
     }
 
     /// Reads more bytes. Ok(false): nothing to read now. The peer's close

@@ -36,7 +36,18 @@ pub struct Parser {
     /// requests).
     want: usize,
     bytes: usize,
+    /// Requests handed back by [`Parser::recycle`], emptied, and the
+    /// argument buffers they held: a pipelined SET would otherwise cost
+    /// four allocations and four frees.
+    free_reqs: Vec<Request>,
+    free_bufs: Vec<Vec<u8>>,
 }
+
+/// Most requests and argument buffers a parser keeps for reuse, and the
+/// largest buffer it keeps: enough for a pipeline, bounded per connection.
+const KEEP_REQS: usize = 256;
+const KEEP_BUFS: usize = 1024;
+const KEEP_BUF_BYTES: usize = 4096;
 
 /// One line (without its `\r\n` or `\n`) and the bytes it took, or `None`
 /// when its end has not arrived yet.
@@ -91,7 +102,8 @@ impl Parser {
                 None | Some(0) => return Ok((at, Some(Vec::new()))),
                 Some(n) => {
                     self.want = n;
-                    self.args = Vec::with_capacity(n.min(1024));
+                    self.args = self.free_reqs.pop().unwrap_or_default();
+                    self.args.reserve(n.min(1024));
                     self.bytes = 0;
                 }
             }
@@ -121,7 +133,9 @@ impl Parser {
             if &buf[body + len..body + len + 2] != b"\r\n" {
                 return Err(ProtocolError("bulk string not ended by CRLF".into()));
             }
-            self.args.push(buf[body..body + len].to_vec());
+            let mut arg = self.free_bufs.pop().unwrap_or_default();
+            arg.extend_from_slice(&buf[body..body + len]);
+            self.args.push(arg);
             at = body + len + 2;
             self.want -= 1;
         }
@@ -129,6 +143,20 @@ impl Parser {
             return Ok((at, Some(std::mem::take(&mut self.args))));
         }
         Ok((at, None))
+    }
+
+    /// Takes back a request [`next`](Self::next) returned, once it is
+    /// done with, to reuse its memory (within bounds).
+    pub fn recycle(&mut self, mut req: Request) {
+        for mut a in req.drain(..) {
+            if self.free_bufs.len() < KEEP_BUFS && a.capacity() <= KEEP_BUF_BYTES {
+                a.clear();
+                self.free_bufs.push(a);
+            }
+        }
+        if self.free_reqs.len() < KEEP_REQS && req.capacity() <= 1024 {
+            self.free_reqs.push(req);
+        }
     }
 }
 

@@ -145,7 +145,7 @@ impl Default for Options {
             gc_threshold: 0.5,
             gc: GcMode::Background,
             raf_bytes: 64 << 20,
-            raf_window: 1 << 20,
+            raf_window: 1 << 16,
             recovery_threads: 0,
             scan_readers: 0,
             read_only: false,
@@ -528,11 +528,16 @@ impl Store {
             }
             // Independent misses the CPU can overlap, where one key at a
             // time would wait for each in turn: every key's index bucket,
-            // then every candidate entry that confirms a key, then the
-            // lookups (current addresses), then a touch of each old entry's
-            // header (read again when the old entry is accounted dead).
+            // log tail (the append's stores would otherwise miss) and cache
+            // bucket (locked after the fence, one key after another), then
+            // every candidate entry that confirms a key, then the lookups
+            // (current addresses), then a touch of each old entry's header
+            // (read again when the old entry is accounted dead).
             for i in (start..end).filter(|&i| earlier[i].is_none()) {
                 s.index.prefetch(hashes[i]);
+                s.log
+                    .prefetch_tail(here, cluster_of(hashes[i], s.log.clusters));
+                s.raf.prefetch(hashes[i]);
             }
             for i in (start..end).filter(|&i| earlier[i].is_none()) {
                 s.index.prefetch_candidates(pairs[i].0, hashes[i]);

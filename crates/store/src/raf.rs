@@ -348,11 +348,11 @@ impl Raf {
     }
 
     /// Starts loading the bucket a write of `hash` will lock (its lock and
-    /// tags), so that a batch overlaps those misses; nothing before the
-    /// first fill, when writes skip the cache.
+    /// tags), so that a batch overlaps those misses; nothing when writes
+    /// skip the cache (before the first fill, or while it is off).
     #[inline]
     pub fn prefetch(&self, hash: u64) {
-        if self.exists() && self.filled.load(Ordering::Relaxed) {
+        if self.exists() && self.filled.load(Ordering::Relaxed) && self.is_enabled() {
             engine::sync::prefetch(self.bucket(hash));
         }
     }

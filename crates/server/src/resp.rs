@@ -63,6 +63,15 @@ fn line(buf: &[u8]) -> Result<Option<(&[u8], usize)>, ProtocolError> {
 }
 
 fn parse_len(line: &[u8], what: &str, max: usize) -> Result<Option<usize>, ProtocolError> {
+    // The common case, plain digits, without the UTF-8 check and the
+    // generic integer parser (a pipelined SET parses four lengths).
+    if (1..=18).contains(&line.len()) && line.iter().all(u8::is_ascii_digit) {
+        let n = line.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+        if n > max as u64 {
+            return Err(ProtocolError(format!("invalid {what} length")));
+        }
+        return Ok(Some(n as usize));
+    }
     let bad = || ProtocolError(format!("invalid {what} length"));
     let n: i64 = std::str::from_utf8(line)
         .map_err(|_| bad())?
@@ -252,6 +261,64 @@ mod tests {
         match p.next(b)? {
             (_, Some(r)) => Ok(r),
             (_, None) => Err(ProtocolError("incomplete".into())),
+        }
+    }
+
+    /// The generic parse `parse_len` had before its digits fast path.
+    fn parse_len_generic(line: &[u8], max: usize) -> Result<Option<usize>, ()> {
+        let n: i64 = std::str::from_utf8(line)
+            .map_err(|_| ())?
+            .parse()
+            .map_err(|_| ())?;
+        if n < 0 {
+            return Ok(None);
+        }
+        if n as u64 > max as u64 {
+            return Err(());
+        }
+        Ok(Some(n as usize))
+    }
+
+    #[test]
+    fn lengths_parse_as_the_generic_integer_parser_does() {
+        let mut cases: Vec<Vec<u8>> = [
+            "",
+            "0",
+            "7",
+            "007",
+            "-1",
+            "-0",
+            "+5",
+            " 5",
+            "5 ",
+            "1a",
+            "-",
+            "99999999999999999",
+            "999999999999999999",
+            "9999999999999999999",
+            "99999999999999999999",
+            "1048576",
+            "1052672",
+            "1052673",
+        ]
+        .iter()
+        .map(|c| c.as_bytes().to_vec())
+        .collect();
+        cases.push(vec![0xff, b'1']);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            x = x.rotate_left(7).wrapping_mul(0x2545_f491_4f6c_dd1d);
+            cases.push(
+                (x % 10u64.pow((x >> 59) as u32 % 20))
+                    .to_string()
+                    .into_bytes(),
+            );
+        }
+        for c in &cases {
+            for max in [0, 1, MAX_BULK, MAX_ARGS, usize::MAX] {
+                let fast = parse_len(c, "bulk", max).map_err(|_| ());
+                assert_eq!(fast, parse_len_generic(c, max), "{c:?} max {max}");
+            }
         }
     }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::resp::{Parser, Reply, Request};
+use crate::resp::{put_bulk, Parser, Reply, Request};
 use crate::{dispatch, set_batch, stopping, After, Client, Shared};
 
 /// How often a loop wakes to look at the stop flag when nothing happens
@@ -212,6 +212,8 @@ struct Conn {
     /// misses overlap.
     batch: Vec<Request>,
     batch_kind: Kind,
+    /// A value read for a lone GET, kept for the next one.
+    value: Vec<u8>,
     /// The last read was short: the socket had nothing more then, and new
     /// bytes raise a new readable edge, so the next read waits for that
     /// event. Saves a read that would only say "would block": with few
@@ -261,6 +263,7 @@ impl Conn {
             client: Client::new(sh),
             batch: Vec::new(),
             batch_kind: Kind::Set,
+            value: Vec::new(),
             drained: false,
             peer_closing: false,
             closing: false,
@@ -367,13 +370,26 @@ impl Conn {
                     }
                 }
             }
+            // A lone GET (no pipeline) takes the single-key path: nothing
+            // to overlap, and no vectors to allocate.
+            Kind::Get if self.batch.len() == 1 => {
+                if sh.store.get_into(&self.batch[0][1], &mut self.value) {
+                    put_bulk(&mut self.out, &self.value);
+                } else {
+                    let _ = Reply::Nil.write(&mut self.out, self.client.resp3);
+                }
+            }
             Kind::Get => {
                 let keys: Vec<&[u8]> = self.batch.iter().map(|a| &a[1][..]).collect();
                 let mut vals = Vec::with_capacity(keys.len());
                 sh.store.get_many(&keys, &mut vals);
                 for v in vals {
-                    let r = v.map_or(Reply::Nil, Reply::Bulk);
-                    let _ = r.write(&mut self.out, self.client.resp3);
+                    match v {
+                        Some(v) => put_bulk(&mut self.out, &v),
+                        None => {
+                            let _ = Reply::Nil.write(&mut self.out, self.client.resp3);
+                        }
+                    }
                 }
             }
         }

@@ -169,6 +169,28 @@ impl Parser {
     }
 }
 
+/// Appends a bulk string reply for `v` (what `Reply::Bulk(v)` writes),
+/// without the formatter or a copy of `v` into a reply: the hot path of
+/// GET.
+pub fn put_bulk(out: &mut Vec<u8>, v: &[u8]) {
+    let mut digits = [0u8; 20];
+    let mut n = v.len();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push(b'$');
+    out.extend_from_slice(&digits[at..]);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(v);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// A reply, encoded for RESP2 or RESP3.
 pub enum Reply {
     Ok,
@@ -319,6 +341,18 @@ mod tests {
                 let fast = parse_len(c, "bulk", max).map_err(|_| ());
                 assert_eq!(fast, parse_len_generic(c, max), "{c:?} max {max}");
             }
+        }
+    }
+
+    #[test]
+    fn put_bulk_writes_what_a_bulk_reply_writes() {
+        for len in [0usize, 1, 9, 10, 99, 100, 1000, 65_536, 1 << 20] {
+            let v: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut want = Vec::new();
+            Reply::Bulk(v.clone()).write(&mut want, false).unwrap();
+            let mut got = b"x".to_vec();
+            put_bulk(&mut got, &v);
+            assert_eq!(&got[1..], &want[..], "length {len}");
         }
     }
 

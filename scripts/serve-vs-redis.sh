@@ -31,21 +31,36 @@ for p in 6390 6391 6392 6393; do
   for _ in $(seq 100); do redis-cli -p $p ping >/dev/null 2>&1 && break; sleep 0.1; done
 done
 
-# One cell: median and all runs of test $2 at pipeline $3 against port $1.
+# The runs are interleaved: every run of a (test, pipeline) cell goes to
+# each server in turn, so a drift of the machine's speed over the minutes
+# of the script (redis alone moved by a fifth between runs) falls on all
+# servers alike. Every server still sees the cells in the same order: SET
+# and GET unpipelined, then SET and GET pipelined.
+ports="6390 6393 6391 6392"
+res=$(mktemp)
+for pipe in 1 16; do
+  for t in set get; do
+    for _ in $(seq "$runs"); do
+      for p in $ports; do
+        r=$(redis-benchmark -p "$p" -t "$t" -n "$n" -c 50 -P "$pipe" -r 100000 -q 2>/dev/null |
+          tr '\r' '\n' | awk '/requests per second/ {printf "%d", $2}')
+        echo "$p $pipe $t $r" >>"$res"
+      done
+    done
+  done
+done
+
+# One cell: median and all runs of test $3 at pipeline $2 against port $1.
 cell() {
-  local all
-  all=$(for _ in $(seq "$runs"); do
-    redis-benchmark -p "$1" -t "$2" -n "$n" -c 50 -P "$3" -r 100000 -q 2>/dev/null |
-      tr '\r' '\n' | awk '/requests per second/ {printf "%d\n", $2}'
-  done | sort -n)
-  local med
+  local all med
+  all=$(awk -v p="$1" -v pipe="$2" -v t="$3" '$1 == p && $2 == pipe && $3 == t {print $4}' "$res" | sort -n)
   med=$(echo "$all" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
   echo "$med ($(echo "$all" | tr '\n' ' ' | sed 's/ $//'))"
 }
 
 echo "| server | pipeline | SET req/s, median (runs) | GET req/s, median (runs) |"
 echo "|---|---|---|---|"
-for p in 6390 6393 6391 6392; do
+for p in $ports; do
   case $p in
     6390) name="pmhash serve (strict), default loops";;
     6393) name="pmhash serve (strict), --threads 2";;
@@ -53,6 +68,7 @@ for p in 6390 6393 6391 6392; do
     6392) name="redis-server, appendfsync always (AOF on disk)";;
   esac
   for pipe in 1 16; do
-    echo "| $name | $pipe | $(cell $p set $pipe) | $(cell $p get $pipe) |"
+    echo "| $name | $pipe | $(cell $p $pipe set) | $(cell $p $pipe get) |"
   done
 done
+rm -f "$res"

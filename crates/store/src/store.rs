@@ -628,6 +628,11 @@ impl Store {
                 }
                 Got::Addr(va) => known = Some(va),
             }
+        } else {
+            // The cache's bucket and the index's are independent misses:
+            // the index's starts now, while the cache probe waits for its
+            // own (a prefetch is not held back by the bucket lock).
+            s.index.prefetch(hash);
         }
         let here = s.numa.current();
         let sampled = match s.raf.probe(key, hash, here) {

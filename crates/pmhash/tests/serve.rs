@@ -759,6 +759,48 @@ fn redis_benchmark_many_clients() {
     assert!(matches!(&v, V::Bulk(b) if b.len() == 3), "{v:?}");
 }
 
+/// CPU time (user + system) the process has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    // Fields after the command name (which may hold spaces), from field 3:
+    // utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// The event loops poll without sleeping only right after work: a server
+/// with a long busy poll that has nothing to do sleeps. (A loop that
+/// polled after every wake-up, work or not, would spin 200 ms of every
+/// 250 here.)
+#[test]
+fn an_idle_server_does_not_spin() {
+    let dir = TempDir::new("idle");
+    let srv = Server::start(dir.path(), &["--busy-poll-us", "200000"]);
+    let mut c = Conn::connect(srv.port);
+    for i in 0..50 {
+        let k = format!("idle{i}");
+        assert_eq!(c.cmd(&[b"SET", k.as_bytes(), b"v"]), V::Simple("OK".into()));
+    }
+    // The poll after the last request ends within 200 ms.
+    std::thread::sleep(Duration::from_millis(400));
+    let before = cpu_ticks(srv.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(srv.pid()) - before;
+    let hz: u64 = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100);
+    assert!(
+        used * 10 < hz * 3,
+        "an idle server used {used} of {hz} clock ticks in one second"
+    );
+    // And it still answers at once.
+    assert_eq!(c.cmd(&[b"GET", b"idle7"]), bulk("v"));
+}
+
 // ---------------------------------------------------------------------------
 // 4. Durability
 // ---------------------------------------------------------------------------

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-pub use net::MAX_CLIENTS;
+pub use net::{BUSY_POLL, MAX_CLIENTS};
 use resp::Reply;
 use store::Store;
 
@@ -40,6 +40,13 @@ pub struct Config {
     /// Most connections at once; one more gets `-ERR max number of
     /// clients reached` and is closed.
     pub max_clients: u64,
+    /// How long an event loop that just had work keeps polling before it
+    /// sleeps in `epoll_wait` (zero: it sleeps at once, as Redis does).
+    /// A request that arrives meanwhile is served without the thread's
+    /// wake-up; the price is CPU: a loop whose requests come less than
+    /// this far apart spins all the time. A loop with nothing to do does
+    /// not spin.
+    pub busy_poll: std::time::Duration,
 }
 
 impl Default for Config {
@@ -49,6 +56,7 @@ impl Default for Config {
             requirepass: None,
             threads: 0,
             max_clients: MAX_CLIENTS,
+            busy_poll: net::BUSY_POLL,
         }
     }
 }

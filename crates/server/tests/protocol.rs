@@ -301,25 +301,45 @@ fn hello_3_switches_to_resp3_and_auth_gates_everything() {
     srv.stop().unwrap();
 }
 
+/// A pipeline, then unpipelined requests, with loops that sleep at once
+/// and with loops that poll a while first (the two ways a loop waits).
 #[test]
 fn pipelines_are_answered_in_order() {
-    let dir = TempDir::new("srv", "pipe");
-    let srv = start(&dir, None);
-    let mut c = Client::new(srv.addr());
-    let mut batch = Vec::new();
-    for i in 0..2000 {
-        let k = format!("p{i}");
-        batch.extend(Client::encode(&[b"SET", k.as_bytes(), k.as_bytes()]));
-        batch.extend(Client::encode(&[b"GET", k.as_bytes()]));
+    for busy_poll in [Duration::ZERO, server::BUSY_POLL, Duration::from_millis(5)] {
+        let dir = TempDir::new("srv", "pipe");
+        let srv = start_cfg(
+            &dir,
+            Config {
+                addr: "127.0.0.1:0".into(),
+                threads: 2,
+                busy_poll,
+                ..Config::default()
+            },
+        );
+        let mut c = Client::new(srv.addr());
+        let mut batch = Vec::new();
+        for i in 0..2000 {
+            let k = format!("p{i}");
+            batch.extend(Client::encode(&[b"SET", k.as_bytes(), k.as_bytes()]));
+            batch.extend(Client::encode(&[b"GET", k.as_bytes()]));
+        }
+        batch.extend(b"PING\r\n"); // an inline command in the same stream
+        c.w.write_all(&batch).unwrap();
+        for i in 0..2000 {
+            assert_eq!(c.read(), ok(), "{busy_poll:?}");
+            assert_eq!(c.read(), b(&format!("p{i}")), "{busy_poll:?}");
+        }
+        assert_eq!(c.read(), V::Simple("PONG".into()));
+        // One at a time, with pauses longer than the poll, so some
+        // requests find the loop asleep and some find it polling.
+        for i in 0..40 {
+            if i % 4 == 0 {
+                std::thread::sleep(Duration::from_millis(7));
+            }
+            assert_eq!(c.cmd(&["GET", &format!("p{i}")]), b(&format!("p{i}")));
+        }
+        srv.stop().unwrap();
     }
-    batch.extend(b"PING\r\n"); // an inline command in the same stream
-    c.w.write_all(&batch).unwrap();
-    for i in 0..2000 {
-        assert_eq!(c.read(), ok());
-        assert_eq!(c.read(), b(&format!("p{i}")));
-    }
-    assert_eq!(c.read(), V::Simple("PONG".into()));
-    srv.stop().unwrap();
 }
 
 /// Back-to-back SETs are committed as one store batch; replies and

@@ -78,8 +78,10 @@ thread_local! {
 fn encode_key(buf: &mut Vec<u8>, k: u64, size: usize) {
     buf.clear();
     buf.extend_from_slice(&k.to_be_bytes());
-    let fill = k.wrapping_mul(GAMMA).to_le_bytes();
-    buf.extend(fill.iter().cycle().take(size - 8));
+    if size > 8 {
+        let fill = k.wrapping_mul(GAMMA).to_le_bytes();
+        buf.extend(fill.iter().cycle().take(size - 8));
+    }
 }
 
 /// Writes value `v` of `size` bytes into `buf`.
@@ -144,6 +146,15 @@ impl Target for StoreTarget {
     }
 
     fn get(&self, key: u64) -> Option<u64> {
+        if self.key_size == 8 {
+            // An 8-byte key is made on the stack, as a caller with integer
+            // keys would; only the value goes through a reused buffer.
+            let k = key.to_be_bytes();
+            return BUFFERS.with(|b| {
+                let out = &mut b.borrow_mut().out;
+                self.store.get_into(&k, out).then(|| self.decode(out))
+            });
+        }
         self.with(key, None, |s, b| {
             s.get_into(&b.key, &mut b.out).then(|| self.decode(&b.out))
         })

@@ -97,6 +97,15 @@ impl Epochs {
     }
 }
 
+impl Pin<'_> {
+    /// Whether this is a pin of `e` (a map that takes its caller's pin
+    /// checks that it protects the map's own tables).
+    #[inline]
+    pub fn belongs_to(&self, e: &Epochs) -> bool {
+        std::ptr::eq(self.epochs, e)
+    }
+}
+
 impl Drop for Pin<'_> {
     fn drop(&mut self) {
         if !self.owner {

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use crossbeam_skiplist::SkipSet;
 use pmem::Pool;
 
-use crate::epoch::Epochs;
+use crate::epoch::{Epochs, Pin};
 use crate::layout::{key_hash, vaddr_off};
 use crate::pmap::{Got, PointMap, Who};
 
@@ -319,10 +319,10 @@ impl Index {
     /// The newest entry of an 8-byte key, with its value when the DRAM
     /// point index holds it inline. The caller holds the log's epoch pin.
     #[inline]
-    pub fn get8(&self, key: &[u8], hash: u64) -> Got {
+    pub fn get8(&self, key: &[u8], hash: u64, p: &Pin<'_>) -> Got {
         debug_assert_eq!(key.len(), 8);
         match &self.point {
-            Point::Dram(m, _) => m.get8(hash),
+            Point::Dram(m, _) => m.get8_pinned(hash, p),
             Point::Engine(p) => p.get(key, hash).map_or(Got::Absent, Got::Addr),
         }
     }

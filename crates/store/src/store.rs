@@ -619,7 +619,7 @@ impl Store {
             // The 8-byte fast path: one probe of the point index, which
             // holds an 8-byte value inline; the cache and the log only for
             // a longer value.
-            match s.index.get8(key, hash) {
+            match s.index.get8(key, hash, &_p) {
                 Got::Absent => return false,
                 Got::Value(_, v) => {
                     out.clear();
@@ -685,7 +685,7 @@ impl Store {
             };
             let mut known = None;
             if key.len() == 8 && inlines {
-                match s.index.get8(key, hash) {
+                match s.index.get8(key, hash, &_p) {
                     Got::Absent => continue,
                     Got::Value(_, v) => {
                         out[i] = Some(v.to_le_bytes().to_vec());

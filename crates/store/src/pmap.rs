@@ -12,9 +12,9 @@
 //!   own table, a writer mutex and its counts. A table grows (or is
 //!   rebuilt without its tombstones) under its shard's mutex, so a resize
 //!   pauses one shard's writers for a small table's copy, never the map.
-//! - **Tables.** Open addressing over 128-byte buckets of [`SLOTS`] slots
-//!   (hashes and `v_addr` words in the first line, inline values in the
-//!   second), linear probing from bucket `hash & mask`. A slot's `v_addr` word says
+//! - **Tables.** Open addressing over 64-byte buckets of [`SLOTS`] slots,
+//!   one cache line each (hashes and `v_addr` words, then inline values),
+//!   linear probing from bucket `hash & mask`. A slot's `v_addr` word says
 //!   what it is: [`EMPTY`] (never used), [`TOMB`] (deleted), or live. A key
 //!   lives before the first bucket of its probe that has an empty slot: an
 //!   insert takes the first free slot up to that bucket, and slots never
@@ -78,7 +78,7 @@ pub const EMPTY: u64 = 0;
 /// A deleted slot: skipped by lookups, reused by inserts.
 pub const TOMB: u64 = u64::MAX;
 /// Slots per bucket.
-pub const SLOTS: usize = 4;
+pub const SLOTS: usize = 2;
 /// Tag in a slot's `v_addr` word: the key is 8 bytes long (its hash
 /// identifies it).
 pub const KEY8: u64 = 1 << 48;
@@ -97,10 +97,17 @@ const MAX_USED: f64 = 0.85;
 /// A rebuilt table is sized for its live slots at this load (or less).
 const REBUILT_LOAD: f64 = 0.5;
 
-/// Words per bucket (128 bytes): slot `s` is words `2s` (hash) and
-/// `2s + 1` (`v_addr` word), in the first line; its inline value is word
-/// [`VAL`]` + s`, in the second; the rest is padding.
-const BUCKET_WORDS: usize = 16;
+/// Words per bucket (64 bytes, one cache line): slot `s` is words `2s`
+/// (hash) and `2s + 1` (`v_addr` word); its inline value is word
+/// [`VAL`]` + s`; the rest is padding.
+///
+/// Two slots to a line rather than four over two lines (the layout until
+/// 2026-11-26): an 8-byte get then waits for one line, not two. On the
+/// AMD host get-pos at 2M keys went 9.3–10.0 → 9.6–10.9 Mops/s at 1 thread
+/// and 17.9–18.9 → 19.5–21.6 at 2; 16-byte keys and inserts did not move;
+/// get-neg at 1.5M keys (load 0.72, where two-slot buckets probe
+/// further) went 7.3–8.3 → 6.8–7.6 (docs/benchmarks.md).
+const BUCKET_WORDS: usize = 8;
 /// The word of slot 0's inline value.
 const VAL: usize = 2 * SLOTS;
 
@@ -150,7 +157,7 @@ enum Probe {
 }
 
 /// Zeroed words for `buckets` buckets and the word where bucket 0 starts,
-/// 128-byte aligned.
+/// bucket-aligned (64 bytes).
 fn arena(buckets: usize) -> (HugeWords, usize) {
     let words = HugeWords::zeroed(buckets * BUCKET_WORDS + BUCKET_WORDS);
     // Fault every page in now, at open, rather than in the first writes
@@ -245,9 +252,6 @@ impl Table {
     #[inline]
     fn get8(&self, h: u64) -> Option<Got> {
         let mut b = h as usize & self.mask;
-        // The home bucket's second line (its values) loads alongside its
-        // first.
-        engine::sync::prefetch(&self.bucket(b)[VAL]);
         for _ in 0..self.len() {
             let w: &[AtomicU64; BUCKET_WORDS] =
                 self.bucket(b).try_into().expect("a bucket's words");
@@ -255,7 +259,7 @@ impl Table {
             // (hash, then word) for this key, so its word, loaded after,
             // is this key's or a later one (a delete's TOMB, a reuse's).
             // Only the candidates' words are loaded: one slot, nearly
-            // always.
+            // always. The value is in the same line.
             let mut cand = 0u32;
             for s in 0..SLOTS {
                 cand |= ((w[2 * s].load(Ordering::Acquire) == h) as u32) << s;

@@ -75,9 +75,10 @@ struct ServeArgs {
     /// Microseconds an event loop that just served requests keeps polling
     /// before it sleeps (0: sleep at once, as Redis does). Lowers the
     /// latency of unpipelined requests; costs CPU while requests come less
-    /// than this far apart.
-    #[arg(long, default_value_t = server::BUSY_POLL.as_micros() as u64)]
-    busy_poll_us: u64,
+    /// than this far apart. Default: 50 while the loops leave a CPU free,
+    /// else 0.
+    #[arg(long)]
+    busy_poll_us: Option<u64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -150,7 +151,7 @@ fn serve_cmd(args: &ServeArgs) -> Result<ExitCode, String> {
         requirepass: args.requirepass.clone(),
         threads: args.threads,
         max_clients: args.maxclients,
-        busy_poll: std::time::Duration::from_micros(args.busy_poll_us),
+        busy_poll: args.busy_poll_us.map(std::time::Duration::from_micros),
     };
     server::install_signal_handlers();
     let srv = server::Server::start(st, cfg)

@@ -45,8 +45,10 @@ pub struct Config {
     /// A request that arrives meanwhile is served without the thread's
     /// wake-up; the price is CPU: a loop whose requests come less than
     /// this far apart spins all the time. A loop with nothing to do does
-    /// not spin.
-    pub busy_poll: std::time::Duration,
+    /// not spin. `None`: [`BUSY_POLL`] while the loops leave a CPU free,
+    /// else zero (polling loops that fill every CPU slow down whatever
+    /// else runs there, the clients on this machine included).
+    pub busy_poll: Option<std::time::Duration>,
 }
 
 impl Default for Config {
@@ -56,7 +58,7 @@ impl Default for Config {
             requirepass: None,
             threads: 0,
             max_clients: MAX_CLIENTS,
-            busy_poll: net::BUSY_POLL,
+            busy_poll: None,
         }
     }
 }
@@ -91,6 +93,8 @@ struct Shared {
     clients: AtomicU64,
     commands: AtomicU64,
     started: std::time::Instant,
+    /// `cfg.busy_poll`, resolved.
+    busy_poll: std::time::Duration,
 }
 
 /// A running server.
@@ -117,6 +121,12 @@ impl Server {
             }
             n => n,
         };
+        let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let busy_poll = cfg.busy_poll.unwrap_or(if n < cpus {
+            BUSY_POLL
+        } else {
+            std::time::Duration::ZERO
+        });
         let shared = Arc::new(Shared {
             store,
             cfg,
@@ -127,6 +137,7 @@ impl Server {
             clients: AtomicU64::new(0),
             commands: AtomicU64::new(0),
             started: std::time::Instant::now(),
+            busy_poll,
         });
         let mut srv = Server {
             shared: shared.clone(),
@@ -685,9 +696,10 @@ fn config_get(pattern: &[u8]) -> Reply {
 fn info(sh: &Shared) -> String {
     let s = sh.store.stats();
     format!(
-        "# Server\r\nredis_version:7.0.0\r\npmhash_version:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Stats\r\ntotal_commands_processed:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n\r\n# Store\r\nstore_files:{}\r\nstore_log_bytes:{}\r\nstore_live_bytes:{}\r\nstore_space_amplification:{:.3}\r\nstore_pm_bytes:{}\r\nstore_gc_runs:{}\r\nstore_files_reclaimed:{}\r\nstore_raf_enabled:{}\r\nstore_raf_hits:{}\r\nstore_nodes:{}\r\nstore_clusters:{}\r\nstore_opened_from:{}\r\nstore_open_ms:{:.2}\r\n",
+        "# Server\r\nredis_version:7.0.0\r\npmhash_version:{}\r\nuptime_in_seconds:{}\r\nbusy_poll_us:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Stats\r\ntotal_commands_processed:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n\r\n# Store\r\nstore_files:{}\r\nstore_log_bytes:{}\r\nstore_live_bytes:{}\r\nstore_space_amplification:{:.3}\r\nstore_pm_bytes:{}\r\nstore_gc_runs:{}\r\nstore_files_reclaimed:{}\r\nstore_raf_enabled:{}\r\nstore_raf_hits:{}\r\nstore_nodes:{}\r\nstore_clusters:{}\r\nstore_opened_from:{}\r\nstore_open_ms:{:.2}\r\n",
         env!("CARGO_PKG_VERSION"),
         sh.started.elapsed().as_secs(),
+        sh.busy_poll.as_micros(),
         sh.clients.load(Ordering::Relaxed),
         sh.commands.load(Ordering::Relaxed),
         s.keys,

@@ -131,11 +131,7 @@ pub(crate) fn worker_loop(sh: &Shared, mailbox: &Mailbox, mut poll: Poll) {
     // polling without sleeping.
     let mut busy = false;
     while !stopping(sh) {
-        let spin = if busy {
-            sh.cfg.busy_poll
-        } else {
-            Duration::ZERO
-        };
+        let spin = if busy { sh.busy_poll } else { Duration::ZERO };
         if let Err(e) = wait(&mut poll, &mut events, spin) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;

@@ -312,7 +312,7 @@ fn pipelines_are_answered_in_order() {
             Config {
                 addr: "127.0.0.1:0".into(),
                 threads: 2,
-                busy_poll,
+                busy_poll: Some(busy_poll),
                 ..Config::default()
             },
         );
@@ -338,6 +338,49 @@ fn pipelines_are_answered_in_order() {
             }
             assert_eq!(c.cmd(&["GET", &format!("p{i}")]), b(&format!("p{i}")));
         }
+        srv.stop().unwrap();
+    }
+}
+
+/// The loops poll by default only while they leave a CPU free; an
+/// explicit setting wins. INFO says what the loops do.
+#[test]
+fn busy_poll_is_automatic_unless_set() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let auto_one_loop = if cpus > 1 {
+        server::BUSY_POLL
+    } else {
+        Duration::ZERO
+    };
+    for (threads, set, want) in [
+        (1, None, auto_one_loop),
+        (cpus, None, Duration::ZERO),
+        (
+            cpus,
+            Some(Duration::from_millis(7)),
+            Duration::from_millis(7),
+        ),
+        (1, Some(Duration::ZERO), Duration::ZERO),
+    ] {
+        let dir = TempDir::new("srv", "busypoll");
+        let srv = start_cfg(
+            &dir,
+            Config {
+                addr: "127.0.0.1:0".into(),
+                threads,
+                busy_poll: set,
+                ..Config::default()
+            },
+        );
+        let mut c = Client::new(srv.addr());
+        let V::Bulk(info) = c.cmd(&["INFO"]) else {
+            panic!("INFO is not a bulk string")
+        };
+        let line = format!("busy_poll_us:{}\r\n", want.as_micros());
+        assert!(
+            String::from_utf8_lossy(&info).contains(&line),
+            "{threads} loops, busy_poll {set:?}: INFO lacks {line:?}"
+        );
         srv.stop().unwrap();
     }
 }

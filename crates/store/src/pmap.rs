@@ -353,7 +353,7 @@ struct Writer {
 pub struct PointMap {
     /// Each shard's table: read by every lookup, written only when a table
     /// is replaced, so eight shards share a line. Never null.
-    tables: Box<[AtomicPtr<Table>]>,
+    tables: Box<[AtomicPtr<Table>; SHARDS]>,
     writers: Box<[Writer]>,
     /// Every access to a table holds a pin of these (the store's log
     /// epochs: a store operation's own pin covers the map's, which then
@@ -392,7 +392,9 @@ impl PointMap {
                         collected: Default::default(),
                     })))
                 })
-                .collect(),
+                .collect::<Box<[_]>>()
+                .try_into()
+                .expect("one table per shard"),
             writers: (0..SHARDS).map(|_| Writer::default()).collect(),
             epochs,
             retired: Mutex::new(Vec::new()),
@@ -474,8 +476,9 @@ impl PointMap {
     /// [`get8`](Self::get8) under the caller's pin of the store's epochs
     /// (`p` proves it is held), for a path that pins once.
     #[inline]
-    pub fn get8_pinned(&self, h: u64, p: &Pin<'_>) -> Got {
-        assert!(p.belongs_to(&self.epochs), "a pin of other epochs");
+    pub(crate) fn get8_pinned(&self, h: u64, p: &Pin<'_>) -> Got {
+        // Crate-private: its callers pass the store's own pin.
+        debug_assert!(p.belongs_to(&self.epochs), "a pin of other epochs");
         let i = Self::shard(h);
         loop {
             let (t, tab) = self.table(i, p);

@@ -243,3 +243,25 @@ fn inspect_and_check_a_rophi_pool_after_a_crash_without_writing_it() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn serve_refuses_an_overlong_busy_poll_before_making_anything() {
+    let dir = temp("serve-busy-poll");
+    let store = dir.join("store");
+    let (code, out) = pmhash(&[
+        "serve",
+        "--dir",
+        store.to_str().unwrap(),
+        "--addr",
+        "127.0.0.1:0",
+        "--busy-poll-us",
+        "1000001",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("--busy-poll-us 1000001 is over the limit"),
+        "{out}"
+    );
+    assert!(!store.exists(), "a refused serve made {}", store.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -63,6 +63,9 @@ impl Default for Config {
     }
 }
 
+/// The longest [`Config::busy_poll`] accepted.
+pub const MAX_BUSY_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
 static SIGNALED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -107,6 +110,12 @@ pub struct Server {
 impl Server {
     /// Binds `cfg.addr` and starts serving `store`.
     pub fn start(store: Store, cfg: Config) -> std::io::Result<Server> {
+        if cfg.busy_poll.is_some_and(|d| d > MAX_BUSY_POLL) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("a busy poll of over {MAX_BUSY_POLL:?} would keep a loop spinning between requests a client sees as idle"),
+            ));
+        }
         let listener = TcpListener::bind(&cfg.addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;

@@ -385,6 +385,24 @@ fn busy_poll_is_automatic_unless_set() {
     }
 }
 
+/// A busy poll past the limit is refused before anything listens.
+#[test]
+fn an_overlong_busy_poll_is_refused() {
+    let dir = TempDir::new("srv", "busypoll-long");
+    let st = Store::open(dir.path(), options()).expect("store opens");
+    let r = Server::start(
+        st,
+        Config {
+            addr: "127.0.0.1:0".into(),
+            busy_poll: Some(server::MAX_BUSY_POLL + Duration::from_micros(1)),
+            ..Config::default()
+        },
+    );
+    let e = r.err().expect("an overlong busy poll is an error");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("busy poll"), "{e}");
+}
+
 /// Back-to-back SETs are committed as one store batch; replies and
 /// effects must still follow request order, with repeated keys, other
 /// commands and MSET in between, and survive a reopen.

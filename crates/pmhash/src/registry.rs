@@ -23,6 +23,7 @@ pub fn all() -> Vec<EngineSpec> {
         engine::filtered_spec!(hmeh::spec, "hmeh+filter"),
         engine::filtered_spec!(pass::spec, "pass+filter"),
         engine::filtered_spec!(pass::spec_var, "pass-var+filter"),
+        engine::filtered_spec!(pass::spec_dense, "pass-dense+filter"),
     ]);
     v.extend(engine::reference_engines());
     v.extend(bench::baselines());

@@ -25,6 +25,7 @@ fn specs() -> Vec<EngineSpec> {
         filtered_spec!(hmeh::spec, "hmeh+filter"),
         filtered_spec!(pass::spec, "pass+filter"),
         filtered_spec!(pass::spec_var, "pass-var+filter"),
+        filtered_spec!(pass::spec_dense, "pass-dense+filter"),
     ]
 }
 
@@ -73,7 +74,13 @@ fn mem_pool(spec: &EngineSpec) -> Arc<Pool> {
 
 #[test]
 fn specs_keep_the_inner_layout_and_name() {
-    let inner = [level::spec(), hmeh::spec(), pass::spec(), pass::spec_var()];
+    let inner = [
+        level::spec(),
+        hmeh::spec(),
+        pass::spec(),
+        pass::spec_var(),
+        pass::spec_dense(),
+    ];
     for (f, i) in specs().iter().zip(&inner) {
         assert_eq!(f.name, format!("{}+filter", i.name));
         assert_eq!(layout(f), layout(i), "{}: same pool format", f.name);
@@ -185,6 +192,11 @@ fn model_pass() {
 #[test]
 fn model_pass_var() {
     model_run(&specs()[3], 4, 30_000, 4000);
+}
+
+#[test]
+fn model_pass_dense() {
+    model_run(&specs()[4], 5, 30_000, 4000);
 }
 
 /// Inserts and removes, a clean close, and a reopen through the spec's
@@ -347,6 +359,15 @@ fn concurrent_level() {
 fn concurrent_pass() {
     for _ in 0..16 {
         concurrent_run(&specs()[2], 20_000);
+    }
+}
+
+/// The dense table's gets (which prefetch through the spiral mapping)
+/// racing its inserts, removes and expansions.
+#[test]
+fn concurrent_pass_dense() {
+    for _ in 0..8 {
+        concurrent_run(&specs()[4], 20_000);
     }
 }
 

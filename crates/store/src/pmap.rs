@@ -47,7 +47,7 @@
 //!   such keys are found without reading the log, and with [`VAL8`] a get
 //!   never touches the log at all. Keys of other lengths never match a
 //!   [`KEY8`] slot, and 8-byte keys match nothing else.
-//! - **Reading an inline value** ([`PointMap::get8`]): the bucket's four
+//! - **Reading an inline value** ([`PointMap::get8`]): the bucket's
 //!   hashes first, then the word of each slot whose hash is the key's
 //!   (nearly always one; the others' words are not loaded), then the
 //!   value, the word again and the hash again, all acquire; accepted when
@@ -60,11 +60,12 @@
 //!   341 instructions, harness included (callgrind), and gets of 2M keys
 //!   from 5.7 to 9.3 Mops/s on the AMD host: with fewer instructions per
 //!   get, the next get's miss enters the out-of-order window while this
-//!   one's is still pending.) The caller holds the log's epoch pin, so a `v_addr` is not
-//!   handed out twice while it reads (GC frees a file only after every pin
-//!   older than its unlinking is gone): equal words are one write. The value
-//!   read may be from an update newer than the first word, which is a
-//!   durable value of the same key, written concurrently with the get.
+//!   one's is still pending.) The caller holds the log's epoch pin, so a
+//!   `v_addr` is not handed out twice while it reads (GC frees a file only
+//!   after every pin older than its unlinking is gone): equal words are
+//!   one write. The value read may be from an update newer than the first
+//!   word, which is a durable value of the same key, written concurrently
+//!   with the get.
 
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -138,13 +138,7 @@ fn serve_cmd(args: &ServeArgs) -> Result<ExitCode, String> {
     let busy_poll = args.busy_poll_us.map(std::time::Duration::from_micros);
     // Checked before the store is opened (or made): a refused run leaves
     // the directory as it was.
-    if busy_poll.is_some_and(|d| d > server::MAX_BUSY_POLL) {
-        return Err(format!(
-            "--busy-poll-us {} is over the limit of {} (1 s)",
-            args.busy_poll_us.unwrap_or(0),
-            server::MAX_BUSY_POLL.as_micros()
-        ));
-    }
+    server::check_busy_poll(busy_poll).map_err(|e| format!("--busy-poll-us: {e}"))?;
     let opts = store::Options {
         durability: Durability::parse(&args.durability).map_err(|e| e.to_string())?,
         mode: Mode::parse(&args.mode).map_err(|e| e.to_string())?,
@@ -164,10 +158,8 @@ fn serve_cmd(args: &ServeArgs) -> Result<ExitCode, String> {
         busy_poll,
     };
     server::install_signal_handlers();
-    let srv = server::Server::start(st, cfg).map_err(|e| match e.kind() {
-        std::io::ErrorKind::InvalidInput => format!("cannot serve: {e}"),
-        _ => format!("cannot listen on {}: {e}", args.addr),
-    })?;
+    let srv = server::Server::start(st, cfg)
+        .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
     println!("pmhash serve: listening on {}", srv.addr());
     srv.wait()
         .map_err(|e| format!("clean shutdown failed: {e}"))?;

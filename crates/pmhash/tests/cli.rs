@@ -259,7 +259,7 @@ fn serve_refuses_an_overlong_busy_poll_before_making_anything() {
     ]);
     assert_ne!(code, 0, "{out}");
     assert!(
-        out.contains("--busy-poll-us 1000001 is over the limit"),
+        out.contains("--busy-poll-us: a busy poll of 1000001 µs is over the limit"),
         "{out}"
     );
     assert!(!store.exists(), "a refused serve made {}", store.display());

@@ -66,6 +66,20 @@ impl Default for Config {
 /// The longest [`Config::busy_poll`] accepted.
 pub const MAX_BUSY_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// `Err` with the reason if `busy_poll` is over [`MAX_BUSY_POLL`]
+/// ([`Server::start`] refuses such a config; a caller can ask first, before
+/// it makes anything).
+pub fn check_busy_poll(busy_poll: Option<std::time::Duration>) -> Result<(), String> {
+    match busy_poll {
+        Some(d) if d > MAX_BUSY_POLL => Err(format!(
+            "a busy poll of {} µs is over the limit of {} µs: a loop would spin between requests a client sees as idle",
+            d.as_micros(),
+            MAX_BUSY_POLL.as_micros()
+        )),
+        _ => Ok(()),
+    }
+}
+
 static SIGNALED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -110,12 +124,8 @@ pub struct Server {
 impl Server {
     /// Binds `cfg.addr` and starts serving `store`.
     pub fn start(store: Store, cfg: Config) -> std::io::Result<Server> {
-        if cfg.busy_poll.is_some_and(|d| d > MAX_BUSY_POLL) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("a busy poll of over {MAX_BUSY_POLL:?} would keep a loop spinning between requests a client sees as idle"),
-            ));
-        }
+        check_busy_poll(cfg.busy_poll)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listener = TcpListener::bind(&cfg.addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use pmem::Pool;
 
+pub mod bytes;
 pub mod crashtest;
 pub mod filter;
 pub mod filtered;

@@ -71,7 +71,11 @@ impl Engine for Pass {
     }
 
     fn get(&self, key: u64) -> Option<u64> {
-        self.with_key(key, |k| self.get_key(k))
+        if self.geo.bytes_keys {
+            self.with_key(key, |k| self.get_key(k))
+        } else {
+            self.get_word(key)
+        }
     }
 
     fn update(&self, key: u64, value: u64) -> Result<bool> {

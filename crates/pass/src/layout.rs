@@ -346,19 +346,7 @@ pub fn ofp(meta: u64, fps_hi: u64, j: usize) -> (bool, bool, u64, u8) {
 /// per byte (slots 0..14 only).
 #[inline]
 pub fn fp_matches(lo: u64, hi: u64, fp: u8) -> u64 {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let b = LO * fp as u64;
-    let zero = |x: u64| {
-        let y = x ^ b;
-        // Exact zero-byte test (no false positives across bytes).
-        !(((y & !HI).wrapping_add(!HI) | y) | !HI)
-    };
-    let pack = |z: u64| {
-        // One bit per byte: gather the high bits.
-        ((z >> 7) & LO).wrapping_mul(0x0102_0408_1020_4080) >> 56
-    };
-    (pack(zero(lo)) | pack(zero(hi)) << 8) & ALLOC_MASK
+    engine::bytes::eq_mask16(lo, hi, fp) as u64 & ALLOC_MASK
 }
 
 #[cfg(test)]

@@ -569,7 +569,7 @@ impl Pass {
 
     /// The physical segment of hash `h` in the window of snapshot `s`, or
     /// `None` when the snapshot is stale (a concurrent split moved on).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn phys_of(&self, h: u64, s: &Snap) -> Option<u64> {
         let l = self.logical_of_hash(h, s)?;
         let p = spiral::physical(l);
@@ -580,30 +580,32 @@ impl Pass {
     /// number ≡ its top 40 bits (mod 2^40) in the window `S(first) ..
     /// S(first) + 2^40` (the paper's `G = ⌈c − h⌉ + h`, in integers), and
     /// its cell's entry gives `max{L : S(L) ≤ P}`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn logical_of_hash(&self, h: u64, s: &Snap) -> Option<u64> {
         const FMASK: u64 = (1 << table::FINE) - 1;
         let x = h >> (64 - table::FINE);
         let pos = s.cf + (x.wrapping_sub(s.cf) & FMASK);
         let i = pos >> (table::FINE - s.k);
         let tb = s.tables[((pos >> table::FINE) % 3) as usize];
-        let off = tb + OCT_HEADER + 8 * (i & ((1 << s.k) - 1));
-        if tb == 0 || off + 8 > self.pool.size() {
+        if tb == 0 {
             return None;
         }
-        let e = self.pool.load_u64(off);
+        let off = tb + OCT_HEADER + 8 * (i & ((1 << s.k) - 1));
+        // A torn snapshot may name a freed block: still inside the pool,
+        // and the caller's version check rejects what it reads.
+        let e = self.pool.try_words(off, 1)?[0].load(Ordering::Acquire);
         Some(table::entry_logical(e, pos, s.k))
     }
 
     /// Offset of physical segment `p`, if its array exists.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn seg_off(&self, p: u64) -> Option<u64> {
         let (e, i) = dir_pos(p);
         let base = self.dir.get(e)?.load(Ordering::Acquire);
         (base != 0).then(|| base + i * self.geo.seg_bytes())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn locate(&self, h: u64, s: &Snap) -> Option<u64> {
         self.seg_off(self.phys_of(h, s)?)
     }

@@ -661,6 +661,22 @@ impl Pool {
         }
     }
 
+    /// [`words`](Self::words) for an offset that may be stale or torn (a
+    /// reader's unvalidated snapshot): `None` instead of a panic when the
+    /// range is outside the pool or misaligned.
+    #[inline]
+    pub fn try_words(&self, off: u64, n: usize) -> Option<&[AtomicU64]> {
+        let end = off.checked_add(n as u64 * 8)?;
+        if end > self.size() || !off.is_multiple_of(8) {
+            return None;
+        }
+        // SAFETY: `n` words in bounds and aligned (both checked above); the
+        // mapping lives as long as &self; atomics tolerate concurrent access.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.map.base().add(off as usize) as *const AtomicU64, n)
+        })
+    }
+
     /// Hints the CPU to load the cache line at `off` (no effect on contents,
     /// never faults). For hot paths that know their next misses early.
     #[inline]

@@ -4,7 +4,9 @@
 #
 #   scripts/scaling.sh [PMHASH] [OUTDIR]
 #
-# PMHASH defaults to target/release/pmhash, OUTDIR to docs/bench/scaling.
+# PMHASH defaults to target/release/pmhash, OUTDIR to docs/bench/scaling;
+# THREADS, KEYS and ENGINES (space-separated; "store" for the store) narrow
+# the run.
 # One JSON and one text table per engine, written as each finishes, so a
 # run cut short keeps what it measured. Pools go to /dev/shm when it has
 # 16 GiB free, else to the temporary directory.
@@ -40,7 +42,10 @@ run() {
     fi
 }
 
-for e in hmeh pass-dense rophi level pass dashmap hashbrown; do
-    run "$e" --engine "$e" --workload insert,get-pos,get-neg
+for e in ${ENGINES:-hmeh pass-dense rophi level pass dashmap hashbrown store}; do
+    if [ "$e" = store ]; then
+        run store --engine store --workload insert,get-pos
+    else
+        run "$e" --engine "$e" --workload insert,get-pos,get-neg
+    fi
 done
-run store --engine store --workload insert,get-pos

@@ -46,6 +46,6 @@ for e in ${ENGINES:-hmeh pass-dense rophi level pass dashmap hashbrown store}; d
     if [ "$e" = store ]; then
         run store --engine store --workload insert,get-pos
     else
-        run "$e" --engine "$e" --workload insert,get-pos,get-neg
+        run "${e//+/-with-}" --engine "$e" --workload insert,get-pos,get-neg
     fi
 done

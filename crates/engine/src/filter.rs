@@ -25,19 +25,29 @@
 //!   a key whose `insert` returned `Ok` (before the reader started) and
 //!   whose `remove` has not been called, even while writers move
 //!   fingerprints around with kick-outs.
-//! - [`CuckooFilter::insert`] and [`CuckooFilter::remove`] are serialised
-//!   by one internal writer lock (a spinlock: a writer holds it for one or
-//!   two cache misses, far less than a futex sleep and wake-up).
+//! - [`CuckooFilter::insert`] into a free lane takes no lock: a
+//!   compare-and-swap on one of the key's two buckets. Inserts that must
+//!   kick, and [`CuckooFilter::remove`], are serialised by one internal
+//!   writer lock (a spinlock: a writer holds it for one or two cache
+//!   misses, far less than a futex sleep and wake-up). A lock-free insert
+//!   only ever turns a free lane into a used one, so the one thing it can
+//!   do to a kick is take the free lane at the kick's end, before the
+//!   kick's first store; that store is a compare-and-swap from zero, it
+//!   fails, nothing has moved, and the kick searches again. (Until
+//!   2026-11-26 every insert took the writer lock: on 16 cores ROPHI's
+//!   inserts fell from 2.9 Mops/s at 1 thread to 1.3 at 16,
+//!   `docs/benchmarks.md`.)
 //! - [`CuckooFilter::try_insert_free`] takes no lock: it may run
 //!   concurrently with itself and with readers, not with `insert` or
 //!   `remove` (it is meant for bulk builds, see [`build`]).
 //!
-//! An insert whose two buckets are full searches a cuckoo path under the
-//! writer lock *without moving anything*: a breadth-first search from both
+//! An insert whose two buckets are full takes the writer lock and searches
+//! a cuckoo path *without moving anything*: a breadth-first search from both
 //! candidate buckets, at most [`MAX_PATH`] moves long, never visiting a
 //! bucket twice on one path, and exploring at most [`MAX_NODES`] buckets
 //! (Fan et al.'s MaxKicks of 500). If no path ends in a free lane the
-//! insert returns [`Full`] with nothing changed. Otherwise the moves run
+//! insert returns [`Full`] with nothing changed (or, below the growth
+//! load, keeps the key in the exact stash). Otherwise the moves run
 //! backward from the free end, each a single store that copies a
 //! fingerprint into the lane its successor has just been copied out of; the
 //! last store puts the new fingerprint into the lane the first moved
@@ -216,11 +226,15 @@ pub struct CuckooFilter {
     buckets: crate::hugemem::HugeWords,
     /// The bucket count (any, at least 2).
     nb: usize,
-    /// Occupied lanes.
-    len: AtomicU64,
+    /// Occupied lanes (sharded: lock-free inserts on many cores do not
+    /// contend on one line).
+    len: crate::sync::Counter,
+    /// The last exact [`needs_growth`](Self::needs_growth) answer
+    /// ([`should_grow`](Self::should_grow)).
+    grow: AtomicBool,
     /// The kick seqlock: odd while a kick moves fingerprints.
     moves: AtomicU64,
-    /// Serialises `insert` and `remove`.
+    /// Serialises kicks, stash changes and `remove`.
     writer: AtomicBool,
     /// Xored into keys before hashing.
     seed: u64,
@@ -282,7 +296,8 @@ impl CuckooFilter {
         CuckooFilter {
             buckets: crate::hugemem::HugeWords::zeroed(n),
             nb: n,
-            len: AtomicU64::new(0),
+            len: crate::sync::Counter::default(),
+            grow: AtomicBool::new(false),
             moves: AtomicU64::new(0),
             writer: AtomicBool::new(false),
             seed: FILTER_SEED,
@@ -459,33 +474,56 @@ impl CuckooFilter {
     pub fn insert(&self, key: u64) -> Result<(), Full> {
         let p = self.probe(key);
         let fp = fingerprint(p.hash);
-        let _w = self.lock();
         if self.put_free(p.i1, fp) || self.put_free(p.i2, fp) {
-            self.len.fetch_add(1, Ordering::Relaxed);
+            self.count_insert();
             return Ok(());
         }
-        match self.find_path(&p) {
-            Some(path) if self.kick(&path, fp) => {}
-            Some(_) => return Err(Full),
-            None => {
-                // No path. At a load the filter can take (under
-                // MAX_LOAD) this means the bucket pair is held by eight
-                // keys of this fingerprint: keep the key exactly. A filter
-                // over its load is full for real, and grows.
-                if self.needs_growth() {
-                    return Err(Full);
+        let _w = self.lock();
+        loop {
+            // A remove may have freed a lane of the pair since.
+            if self.put_free(p.i1, fp) || self.put_free(p.i2, fp) {
+                break;
+            }
+            match self.find_path(&p) {
+                Some(path) => {
+                    if self.kick(&path, fp) {
+                        break;
+                    }
+                    // A lock-free insert took the path's free lane first:
+                    // nothing moved; search again (free lanes only run out).
                 }
-                let used = self.stash_used.load(Ordering::Relaxed);
-                if used == u64::MAX {
-                    return Err(Full);
+                None => {
+                    // No path. At a load the filter can take (under
+                    // MAX_LOAD) this means the bucket pair is held by eight
+                    // keys of this fingerprint: keep the key exactly. A
+                    // filter over its load is full for real, and grows.
+                    if self.needs_growth() {
+                        return Err(Full);
+                    }
+                    let used = self.stash_used.load(Ordering::Relaxed);
+                    if used == u64::MAX {
+                        return Err(Full);
+                    }
+                    let i = (!used).trailing_zeros() as usize;
+                    self.stash[i].store(p.hash, Ordering::Relaxed);
+                    self.stash_used.store(used | 1 << i, Ordering::Release);
+                    break;
                 }
-                let i = (!used).trailing_zeros() as usize;
-                self.stash[i].store(p.hash, Ordering::Relaxed);
-                self.stash_used.store(used | 1 << i, Ordering::Release);
             }
         }
-        self.len.fetch_add(1, Ordering::Relaxed);
+        self.count_insert();
         Ok(())
+    }
+
+    /// Counts an insert; every 64th insert of this thread (every one while
+    /// the filter is small) refreshes [`should_grow`](Self::should_grow)
+    /// from the exact count. Summing the sharded count reads a line per
+    /// thread that ever wrote it: too much for every insert.
+    #[inline]
+    fn count_insert(&self) {
+        if self.len.bump().is_multiple_of(64) || self.nb < 1 << 12 {
+            self.needs_growth();
+        }
     }
 
     /// Breadth-first search for a bucket with a free lane, from both
@@ -557,9 +595,12 @@ impl CuckooFilter {
 
     /// Runs a path found by [`find_path`](Self::find_path) backward and
     /// puts `fp` into the root's lane. Under the writer lock, with no
-    /// `try_insert_free` running (the contract), every store succeeds; a
-    /// store that finds its lane changed stops the kick (`false`), which
-    /// leaves at worst a duplicate fingerprint, never a lost one.
+    /// `try_insert_free` running (the contract), only the first store can
+    /// fail: a lock-free insert may have taken the free lane, and then the
+    /// kick returns `false` with nothing moved. Every later store replaces
+    /// a used lane, which no lock-free insert touches. (Were one to fail,
+    /// the kick would stop and leave a duplicate fingerprint, never a lost
+    /// one.)
     fn kick(&self, path: &[(usize, usize)], fp: u64) -> bool {
         let Some(&(end, free)) = path.last() else {
             return false;
@@ -601,7 +642,7 @@ impl CuckooFilter {
             let i = u.trailing_zeros() as usize;
             if self.stash[i].load(Ordering::Relaxed) == p.hash {
                 self.stash_used.store(used & !(1 << i), Ordering::Release);
-                self.len.fetch_sub(1, Ordering::Relaxed);
+                self.len.add(-1);
                 return true;
             }
             u &= u - 1;
@@ -610,7 +651,7 @@ impl CuckooFilter {
             let w = self.buckets[i].load(Ordering::Relaxed);
             if let Some(l) = find_lane(w, fp) {
                 if self.set_lane(i, l, fp, 0) {
-                    self.len.fetch_sub(1, Ordering::Relaxed);
+                    self.len.add(-1);
                     return true;
                 }
             }
@@ -625,7 +666,7 @@ impl CuckooFilter {
     pub fn try_insert_free(&self, key: u64) -> bool {
         let placed = self.place_free(&self.probe(key));
         if placed {
-            self.len.fetch_add(1, Ordering::Relaxed);
+            self.len.add(1);
         }
         placed
     }
@@ -641,7 +682,7 @@ impl CuckooFilter {
 
     /// Fingerprints stored.
     pub fn len(&self) -> u64 {
-        self.len.load(Ordering::Relaxed)
+        self.len.get().max(0) as u64
     }
 
     pub fn is_empty(&self) -> bool {
@@ -662,9 +703,23 @@ impl CuckooFilter {
         self.len() as f64 / self.slots() as f64
     }
 
-    /// Whether the load is above [`MAX_LOAD`].
+    /// Whether the load is above [`MAX_LOAD`] (exact: sums the sharded
+    /// count). Also refreshes [`should_grow`](Self::should_grow).
     pub fn needs_growth(&self) -> bool {
-        self.len() as f64 > MAX_LOAD * self.slots() as f64
+        let over = self.len() as f64 > MAX_LOAD * self.slots() as f64;
+        if self.grow.load(Ordering::Relaxed) != over {
+            self.grow.store(over, Ordering::Relaxed);
+        }
+        over
+    }
+
+    /// [`needs_growth`](Self::needs_growth) as last computed: by an insert
+    /// (every 64th of each thread, every one while the filter has under
+    /// 4096 buckets) or by a call of `needs_growth`. One load, for the
+    /// insert path; it may lag the exact answer by 64 inserts per thread.
+    #[inline]
+    pub fn should_grow(&self) -> bool {
+        self.grow.load(Ordering::Relaxed)
     }
 
     /// Kicks so far: inserts that moved fingerprints to make room.
@@ -800,7 +855,7 @@ fn feed(f: &CuckooFilter, threads: usize, each: &Feed) -> (Vec<u64>, u64) {
             }
         });
         flush(&batch[..n], &mut left);
-        f.len.fetch_add(placed.get(), Ordering::Relaxed);
+        f.len.add(placed.get() as i64);
         (left, fed)
     };
     if threads == 1 {

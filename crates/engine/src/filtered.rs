@@ -230,7 +230,7 @@ impl Filtered {
         let (full, over) = {
             let f = self.filter.get();
             match f.insert(key) {
-                Ok(()) => (false, f.needs_growth()),
+                Ok(()) => (false, f.should_grow()),
                 Err(filter::Full) => (true, true),
             }
         };

@@ -267,7 +267,7 @@ impl Rophi {
             // The sum of the sharded count reads 64 lines: look at it every
             // 64th insert of a thread (and always while the table is small).
             let tick = self.len.bump();
-            let filter_full = f.needs_growth();
+            let filter_full = f.should_grow();
             drop(f);
             drop(gate);
             // Growth after the pair is durable is best effort: the insert

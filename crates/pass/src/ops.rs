@@ -273,14 +273,7 @@ impl Pass {
             r => r,
         };
         if res.is_none() && mt & overflow_bit(h) != 0 {
-            // The home has overflow records (a dense table sends one miss
-            // in six here). Its filter word covers every one of them, stash
-            // and chain: if it rejects the key, this is a miss, without the
-            // general path's search (`overflow_find`).
-            let fb = filter_bits(h);
-            if self.pool.load_u64(chain_filter(seg, bix)) & fb == fb {
-                return None;
-            }
+            return None;
         }
         // Validate as `read_find` does: both lock words free and unchanged,
         // and no split published since the snapshot.

@@ -223,10 +223,9 @@ impl Pass {
 
     /// The lookup of an inline 8-byte key: one straight pass over the home
     /// and probe buckets that answers a hit, and a miss whose home shows no
-    /// overflow or whose home's filter word rejects the key, without the
-    /// general loop. Anything else (a lock or a split in flight, the zero
-    /// hash, a home whose filter word admits the key) goes to
-    /// [`get_key`](Self::get_key).
+    /// overflow, without the general loop. Anything else (a lock or a split
+    /// in flight, the zero hash, a home whose overflow filter admits the
+    /// key) goes to [`get_key`](Self::get_key).
     ///
     /// Why a second path: a miss reads two bucket lines from memory, and
     /// the general path's ~340 instructions kept the next lookup's misses

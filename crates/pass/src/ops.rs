@@ -234,7 +234,7 @@ impl Pass {
     /// `read_find`.
     #[inline]
     pub(crate) fn get_word(&self, key: u64) -> Option<u64> {
-        let h = crate::fmix(key ^ self.seed);
+        let h = self.hash(Key::Word(key));
         match self.try_get_word(h) {
             Some(r) => r,
             None => self.get_key(Key::Word(key)),

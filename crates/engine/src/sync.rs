@@ -10,6 +10,10 @@
 //!   recovery pass has to reset locks (CRASH-PATTERNS.md #5).
 //! - [`Stripes`]: DRAM spinlocks by key hash, so that two writers of the
 //!   same key never interleave (duplicate-free inserts).
+//! - [`SpinMutex`]: a lock around a value whose release is one plain
+//!   store, never a locked instruction: code that has just flushed and
+//!   fenced can unlock without waiting for its write-backs (a locked
+//!   instruction waits for every earlier `clwb` to finish).
 //! - [`Counter`]: a sharded counter, cheap to bump from many threads.
 //! - [`prefetch`]: starts loading a value's cache line (a hint: safe).
 
@@ -149,6 +153,21 @@ impl Stripes {
         idx.into_iter().map(|i| self.lock_index(i)).collect()
     }
 
+    /// Holds every stripe, taken in order (so no deadlock with
+    /// [`lock_all`](Self::lock_all)): for a rare change that every holder
+    /// of a stripe must see either entirely before or entirely after.
+    pub fn lock_every(&self) -> Vec<StripeGuard<'_>> {
+        (0..self.locks.len()).map(|i| self.lock_index(i)).collect()
+    }
+
+    /// The stripe of `hash` if it is free now; `None` if another holds it.
+    pub fn try_lock(&self, hash: u64) -> Option<StripeGuard<'_>> {
+        let lock = &self.locks[self.index(hash)];
+        lock.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| StripeGuard { lock })
+    }
+
     pub fn bytes(&self) -> u64 {
         self.locks.len() as u64
     }
@@ -157,6 +176,116 @@ impl Stripes {
 impl Drop for StripeGuard<'_> {
     fn drop(&mut self) {
         self.lock.store(false, Ordering::Release);
+    }
+}
+
+/// A mutual-exclusion lock around a `T` whose unlock is a release store
+/// (`mov` on x86), not a locked read-modify-write: after a `clwb` and an
+/// `sfence`, the unlock retires at once, and the stores before it become
+/// visible only after the write-backs complete (the fence orders them),
+/// so the write-back latency overlaps the caller's next work instead of
+/// stalling the unlock.
+///
+/// Waiters spin (with `pause`) and yield to the scheduler after
+/// [`SPINS_BEFORE_YIELD`] tries, so a holder that was preempted or does
+/// slow work (opening a file) gets the CPU back. There is no queue and no
+/// parking: for short critical sections only. No poisoning: a panic while
+/// holding releases the lock (the guard's drop), and the value stays as
+/// the panic left it.
+pub struct SpinMutex<T> {
+    locked: AtomicBool,
+    value: std::cell::UnsafeCell<T>,
+}
+
+/// Spins before a waiter of [`SpinMutex`] starts yielding.
+pub const SPINS_BEFORE_YIELD: u32 = 64;
+
+// SAFETY: the lock hands out `&mut T` to one thread at a time (the CAS in
+// `lock`), so sharing the mutex is sharing a `T` by sending it.
+unsafe impl<T: Send> Sync for SpinMutex<T> {}
+
+/// Holds a [`SpinMutex`]; unlocks on drop.
+pub struct SpinGuard<'a, T> {
+    m: &'a SpinMutex<T>,
+}
+
+impl<T: Default> Default for SpinMutex<T> {
+    fn default() -> Self {
+        SpinMutex::new(T::default())
+    }
+}
+
+impl<T> SpinMutex<T> {
+    pub const fn new(value: T) -> SpinMutex<T> {
+        SpinMutex {
+            locked: AtomicBool::new(false),
+            value: std::cell::UnsafeCell::new(value),
+        }
+    }
+
+    #[inline]
+    pub fn lock(&self) -> SpinGuard<'_, T> {
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_slow();
+        }
+        SpinGuard { m: self }
+    }
+
+    #[cold]
+    fn lock_slow(&self) {
+        let mut spins = 0u32;
+        loop {
+            while self.locked.load(Ordering::Relaxed) {
+                spins += 1;
+                if spins > SPINS_BEFORE_YIELD {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// The value, through exclusive access to the mutex (no locking).
+    pub fn get_mut(&mut self) -> &mut T {
+        self.value.get_mut()
+    }
+}
+
+impl<T> std::ops::Deref for SpinGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists only while this thread holds the lock.
+        unsafe { &*self.m.value.get() }
+    }
+}
+
+impl<T> std::ops::DerefMut for SpinGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes the borrow unique.
+        unsafe { &mut *self.m.value.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: every write made under the lock is visible to the next
+        // holder, whose acquiring CAS reads this store.
+        self.m.locked.store(false, Ordering::Release);
     }
 }
 
@@ -298,6 +427,45 @@ mod tests {
         new.unlock(&word);
         assert!(new.is_free(word.load(Ordering::Relaxed)));
         assert_ne!(word.load(Ordering::Relaxed), seen, "the version moved");
+    }
+
+    #[test]
+    fn spin_mutex_excludes() {
+        // Each increment is a read and a separate write of a plain value:
+        // without exclusion, increments from other threads would be lost.
+        // A pair of values checked together also catches a holder seeing
+        // another holder's half-done change.
+        let m = SpinMutex::new((0u64, 0u64));
+        let threads = 4;
+        let per = 20_000u64;
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    for _ in 0..per {
+                        let mut g = m.lock();
+                        let (a, b) = *g;
+                        assert_eq!(a, b, "another holder's change half done");
+                        g.0 = a + 1;
+                        std::hint::black_box(&mut *g);
+                        g.1 = b + 1;
+                    }
+                });
+            }
+        });
+        assert_eq!(*m.lock(), (threads * per, threads * per));
+    }
+
+    #[test]
+    fn spin_mutex_released_by_a_panic() {
+        let m = SpinMutex::new(1u32);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut g = m.lock();
+            *g = 2;
+            panic!("while holding");
+        }));
+        assert!(r.is_err());
+        // Not poisoned, and not left locked: this would spin forever.
+        assert_eq!(*m.lock(), 2);
     }
 
     #[test]

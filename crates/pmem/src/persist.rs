@@ -288,6 +288,43 @@ pub unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
     }
 }
 
+/// Zeroes `[dst, dst+len)` with non-temporal stores: the zeros go to
+/// memory without passing through the cache (no write-back to wait for,
+/// nothing evicted), so zeroing a large range costs no flush per line and
+/// leaves the cache to the data around it. `dst` and `len` must be
+/// multiples of 64. Needs a [`fence`] afterwards, like a flush.
+///
+/// # Safety
+/// `dst..dst+len` must be valid for writes.
+pub unsafe fn nt_zero(dst: *mut u8, len: usize) {
+    assert!(
+        (dst as usize).is_multiple_of(64) && len.is_multiple_of(64),
+        "nt_zero needs whole lines"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_setzero_si128, _mm_stream_si128};
+        let z = _mm_setzero_si128();
+        let mut i = 0usize;
+        while i < len {
+            let p = dst.add(i) as *mut std::arch::x86_64::__m128i;
+            _mm_stream_si128(p, z);
+            _mm_stream_si128(p.add(1), z);
+            _mm_stream_si128(p.add(2), z);
+            _mm_stream_si128(p.add(3), z);
+            i += 64;
+        }
+        let lines = (len / 64) as u64;
+        count_flush(lines);
+        emulate_latency(lines);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        std::ptr::write_bytes(dst, 0, len);
+        flush_range(dst, len);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -882,6 +882,30 @@ impl Pool {
         }
     }
 
+    /// Zeroes `[off, off+len)` (whole lines) with non-temporal stores: no
+    /// flush needed, durable after the next fence, and the cache is left
+    /// alone. For large ranges (a new log file).
+    pub fn zero_nt(&self, off: u64, len: usize) {
+        self.bounds(off, len);
+        if !off.is_multiple_of(64) || !len.is_multiple_of(64) {
+            self.zero(off, len);
+            self.flush(off, len);
+            return;
+        }
+        match self.mode {
+            // SAFETY: destination in bounds (checked) and whole lines (the
+            // mapping's base is page-aligned, `off` and `len` line multiples).
+            Mode::Dax | Mode::Mapped => unsafe {
+                persist::nt_zero(self.map.base().add(off as usize), len)
+            },
+            Mode::Volatile => self.zero(off, len),
+            Mode::Simulated => {
+                self.zero(off, len);
+                self.flush(off, len);
+            }
+        }
+    }
+
     // ----- growth ---------------------------------------------------------------
 
     /// Grows the pool to at least `min_size` bytes (doubling, up to

@@ -119,7 +119,7 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
             continue;
         }
         let hash = key_hash(&kbuf);
-        let _k = s.stripes.lock(hash);
+        let _k = s.index.stripes.lock(hash);
         let here_va = vaddr(f.node, e.off);
         // With a persistent point index, recovery never reads op bits, so
         // marks would only cost fences: stale entries die with their file.
@@ -196,7 +196,7 @@ fn reclaim_ovf(
     touched: &mut Vec<Arc<Extent>>,
 ) -> Result<()> {
     let h = e.h_addr;
-    let _k = s.stripes.lock(h);
+    let _k = s.index.stripes.lock(h);
     let here_va = vaddr(f.node, e.off);
     let live = match s.index.point() {
         crate::index::Point::Engine(p) if p.names_ovf(h, here_va) => Some(p),

@@ -21,18 +21,21 @@
 
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_skiplist::SkipSet;
+use engine::sync::Stripes;
 use pmem::Pool;
 
 use crate::epoch::{Epochs, Pin};
 use crate::layout::{key_hash, vaddr_off};
-use crate::pmap::{Got, PointMap, Who};
+use crate::pmap::{Got, PointMap, Reserved, Who};
 
 const INLINE: usize = 23;
 const QUEUES: usize = 64;
+/// Key stripes (see [`Index::stripes`]).
+const STRIPES: usize = 4096;
 /// A queue this long asks the background thread to apply it.
 const NUDGE: usize = 1 << 12;
 
@@ -200,11 +203,37 @@ pub enum Point {
     Engine(crate::pindex::PIndex),
 }
 
+/// A write's hold on its key in the point index, from before its log
+/// entry is durable until the index names it: see [`Index::reserve`].
+pub enum Held<'a> {
+    /// The DRAM point map's slot, its shard locked.
+    Dram(Reserved<'a>),
+    /// The persistent index: the key's `v_addr` as read (the caller's
+    /// stripe keeps it current).
+    Engine(Option<u64>),
+}
+
+impl Held<'_> {
+    /// The key's `v_addr` now (`None`: absent).
+    pub fn current(&self) -> Option<u64> {
+        match self {
+            Held::Dram(r) => r.current(),
+            Held::Engine(v) => *v,
+        }
+    }
+}
+
 /// Appends an OVF entry for a hash slot (see `pindex`).
 pub type OvfFn<'a> = &'a mut dyn FnMut(u64, &[u8]) -> engine::Result<u64>;
 
 pub struct Index {
     point: Point,
+    /// Key locks by hash: writers of one key are serialised by its stripe,
+    /// held from before the key's lookup until its index change (and its
+    /// queueing, and its cache update) is done. The tree build takes them
+    /// all once (see [`build_tree`](Self::build_tree)), and a cache fill
+    /// holds one (see `Raf::writes_may_skip`).
+    pub stripes: Stripes,
     /// `None`: no ordered index (option (b)); scans are refused.
     tree: Option<SkipSet<IKey>>,
     queues: Box<[Queue]>,
@@ -245,6 +274,7 @@ impl Index {
                 }
                 Some(p) => Point::Engine(p),
             },
+            stripes: Stripes::new(STRIPES),
             tree: ordered.then(SkipSet::new),
             queues: (0..QUEUES).map(|_| Queue::default()).collect(),
             built: AtomicBool::new(false),
@@ -343,15 +373,15 @@ impl Index {
         &self.queues[(hash >> 40) as usize % QUEUES]
     }
 
+    /// Queues a change of the key set for the tree. The caller holds the
+    /// key's stripe: before a build starts nothing is queued (the build
+    /// reads the point index), and the build flips `building` while it
+    /// holds every stripe, so a writer either sees `building` or finished
+    /// its index change before the build read the point index. (This took
+    /// a `SeqCst` fence per insert before 2026-11-26; a fence right after
+    /// the entry's flush waited for the write-back.)
     fn push(&self, hash: u64, key: &[u8], insert: bool) {
-        if self.tree.is_none() {
-            return;
-        }
-        // Before a build starts nothing is queued: the build reads the
-        // point index. The fence pairs with the builder's: either this
-        // writer sees `building`, or the build sees its change.
-        fence(Ordering::SeqCst);
-        if !self.building.load(Ordering::SeqCst) {
+        if self.tree.is_none() || !self.building.load(Ordering::Acquire) {
             return;
         }
         let q = self.queue(hash);
@@ -361,6 +391,68 @@ impl Index {
         if p.len() >= NUDGE {
             self.nudge.store(true, Ordering::Release);
         }
+    }
+
+    /// The first half of a write of `key` (the caller holds its stripe):
+    /// its `v_addr` now, and a hold on its slot that
+    /// [`commit`](Self::commit) completes. With the DRAM point index the
+    /// slot's shard stays locked until then, and what `commit` does is
+    /// plain stores: a writer reserves before its entry's fence and
+    /// commits after it, with no locked instruction after the fence to
+    /// wait for the flush.
+    pub fn reserve(&self, key: &[u8], hash: u64) -> Held<'_> {
+        match &self.point {
+            Point::Dram(m, keys) => Held::Dram(m.reserve(hash, who(keys, key))),
+            Point::Engine(p) => Held::Engine(p.get(key, hash)),
+        }
+    }
+
+    /// Queues the insertion of `key`, absent per `held`, for the tree now,
+    /// before its entry is durable: a scan reads each key's `v_addr` from
+    /// the point index, so it skips the key until the commit. Only for the
+    /// DRAM point index, whose commit cannot fail. Returns whether it
+    /// queued (then `commit` does not queue again).
+    pub fn queue_insert_early(&self, held: &Held<'_>, key: &[u8], hash: u64) -> bool {
+        if matches!(held, Held::Dram(_)) && held.current().is_none() {
+            self.push(hash, key, true);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Completes a write begun with [`reserve`](Self::reserve): sets the
+    /// key to `v` (`value` Some) or removes it, and queues the change of
+    /// the key set for the tree unless `queued`. Returns whether the key
+    /// set changed (an insert of an absent key, a delete of a present
+    /// one).
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit(
+        &self,
+        held: Held<'_>,
+        key: &[u8],
+        hash: u64,
+        v: u64,
+        value: Option<&[u8]>,
+        queued: bool,
+        ovf: OvfFn<'_>,
+    ) -> engine::Result<bool> {
+        let changed = match (held, value) {
+            (Held::Dram(r), Some(val)) => r.commit(v, self.inline_of(key, Some(val))),
+            (Held::Dram(r), None) => r.remove(),
+            (Held::Engine(_), Some(_)) => match &self.point {
+                Point::Engine(p) => p.set(key, hash, v, ovf)?,
+                Point::Dram(..) => unreachable!("held by the index's own kind"),
+            },
+            (Held::Engine(_), None) => match &self.point {
+                Point::Engine(p) => p.remove(key, hash, ovf)?,
+                Point::Dram(..) => unreachable!("held by the index's own kind"),
+            },
+        };
+        if changed && !queued {
+            self.push(hash, key, value.is_some());
+        }
+        Ok(changed)
     }
 
     /// Sets `key` (hash `hash`) to `v`; the caller holds the key's stripe.
@@ -373,32 +465,17 @@ impl Index {
         value: &[u8],
         ovf: OvfFn<'_>,
     ) -> engine::Result<bool> {
-        let new = match &self.point {
-            Point::Dram(m, keys) => {
-                let _p = keys.pin();
-                m.set(hash, v, self.inline_of(key, Some(value)), who(keys, key))
-            }
-            Point::Engine(p) => p.set(key, hash, v, ovf)?,
-        };
-        if new {
-            self.push(hash, key, true);
-        }
-        Ok(new)
+        let held = self.reserve(key, hash);
+        self.commit(held, key, hash, v, Some(value), false, ovf)
     }
 
     /// Removes `key`; the caller holds the key's stripe.
     pub fn remove(&self, key: &[u8], hash: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
-        let r = match &self.point {
-            Point::Dram(m, keys) => {
-                let _p = keys.pin();
-                m.remove(hash, who(keys, key))
-            }
-            Point::Engine(p) => p.remove(key, hash, ovf)?,
-        };
-        if r {
-            self.push(hash, key, false);
+        let held = self.reserve(key, hash);
+        if held.current().is_none() {
+            return Ok(false);
         }
-        Ok(r)
+        self.commit(held, key, hash, 0, None, false, ovf)
     }
 
     /// Fills the DRAM point index at open (no queueing: the tree is built
@@ -434,8 +511,13 @@ impl Index {
         if self.built.load(Ordering::Acquire) {
             return;
         }
-        self.building.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        {
+            // Under every stripe: a writer that holds one now finishes its
+            // index change before the walk below, and one that takes one
+            // later sees `building` and queues (see `push`).
+            let _all = self.stripes.lock_every();
+            self.building.store(true, Ordering::Release);
+        }
         if let Some(t) = &self.tree {
             self.for_each(|k, _| {
                 t.insert(IKey::new(k));

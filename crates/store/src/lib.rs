@@ -17,6 +17,7 @@
 //! `docs/store.md` has the formats, persist orders, the spec's eleven gaps
 //! (F1–F11) and how each is closed, and the tuning knobs.
 
+pub mod crc;
 pub mod engine_impl;
 pub mod epoch;
 pub mod gc;

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use engine::sync::{SpinGuard, SpinMutex};
 use engine::{Durability, Error, Result};
 use pmem::{Link, Pool};
 
@@ -81,6 +82,37 @@ struct Appended {
     len: u64,
 }
 
+/// An entry written and flushed by [`Nlog::append_flushed`], its file
+/// still locked.
+pub struct Staged<'a> {
+    log: &'a Nlog,
+    g: SpinGuard<'a, Option<Arc<Extent>>>,
+    /// The entry's `v_addr`.
+    pub va: u64,
+}
+
+impl Staged<'_> {
+    /// The entry's file (the active one: a full file was replaced before
+    /// the entry was written). An `Arc` clone is a locked instruction: take
+    /// it before [`commit`](Self::commit), where it does not wait for the
+    /// flush.
+    pub fn file(&self) -> Arc<Extent> {
+        self.g.clone().expect("active file after an append")
+    }
+
+    /// Fences the entry and unlocks its file; returns its `v_addr`.
+    pub fn commit(self) -> u64 {
+        // persist: the entry, crc included, before the index names it (I1),
+        // with the file lock held through the fence, so only the newest
+        // entry of a file can be torn (F1, F10). The unlock after it is a
+        // plain store: it does not wait for the flush, and the fence keeps
+        // it (and every store after it) from being seen before the flush
+        // completes.
+        self.log.fence();
+        self.va
+    }
+}
+
 pub struct Nlog {
     pub pool: Arc<Pool>,
     pub root: u64,
@@ -91,8 +123,10 @@ pub struct Nlog {
     pub durability: Durability,
     /// All live files by offset.
     pub files: RwLock<BTreeMap<u64, Arc<Extent>>>,
-    /// Active file per (node, cluster); the lock is the append lock.
-    pub active: Box<[Mutex<Option<Arc<Extent>>>]>,
+    /// Active file per (node, cluster); the lock is the append lock. Its
+    /// unlock is a plain store, so a writer unlocks right after its
+    /// entry's fence without waiting for the flush (see [`Staged`]).
+    pub active: Box<[SpinMutex<Option<Arc<Extent>>>]>,
     /// Per (node, cluster): the pool offset where its next entry goes, as
     /// of the last append (0: none yet). A hint read without the lock, for
     /// [`prefetch_tail`](Self::prefetch_tail).
@@ -128,7 +162,7 @@ impl Nlog {
             durability,
             files: RwLock::new(BTreeMap::new()),
             active: (0..nodes as usize * clusters as usize)
-                .map(|_| Mutex::new(None))
+                .map(|_| SpinMutex::new(None))
                 .collect(),
             next_at: (0..nodes as usize * clusters as usize)
                 .map(|_| AtomicU64::new(0))
@@ -171,7 +205,7 @@ impl Nlog {
     /// Makes `f` the active file of its pair (at open).
     pub fn set_active(&self, f: Arc<Extent>) {
         let i = self.pair(f.node, f.cluster);
-        *self.active[i].lock().expect("active lock") = Some(f);
+        *self.active[i].lock() = Some(f);
     }
 
     /// The live file holding pool offset `off`.
@@ -227,15 +261,19 @@ impl Nlog {
             self.extent_size as usize,
             node,
         );
-        pool.zero(off, self.extent_size as usize);
+        // Non-temporal: 8 MB of zeros through the cache would evict a
+        // quarter of a 32 MiB L3 (the index's lines among them) and need a
+        // flush per line.
+        pool.zero_nt(off, self.extent_size as usize);
         let head = [EXT_MAGIC, node as u64 | ((cluster as u64) << 32), seq, slot];
         for (i, w) in head.iter().enumerate() {
             pool.store_u64(off + 8 * i as u64, *w);
         }
         pool.store_u64(off + X_CHECK, words_crc(&head) as u64);
-        // persist: the zeroed file and its header before the table links
-        // it (F11): a linked file never holds garbage where entries go.
-        pool.persist(off, self.extent_size as usize);
+        // persist: the zeroed file (non-temporal stores, ordered by this
+        // fence) and its header before the table links it (F11): a linked
+        // file never holds garbage where entries go.
+        pool.persist(off, X_DATA as usize);
         pool.store_u64(owner, off);
         // persist: the link before commit (allocator protocol).
         pool.persist(owner, 8);
@@ -295,20 +333,24 @@ impl Nlog {
         e: &NewEntry<'_>,
         numa: &Numa,
     ) -> Result<(u64, Arc<Extent>)> {
-        let mut g = self.active[self.pair(node, e.cluster)]
-            .lock()
-            .expect("active lock");
-        let r = self.append_locked(&mut g, node, e, numa, &mut Vec::new());
-        if let Ok(a) = &r {
-            self.pool.flush(a.off, a.len as usize);
-        }
-        // persist: the entry, crc included, before the index names it (I1),
-        // with the file lock held through the fence, so only the newest
-        // entry of a file can be torn (F1, F10).
-        self.fence();
-        // The entry is in the file the guard holds now (a full file was
-        // replaced before the entry was written).
-        r.map(|a| (a.va, g.clone().expect("active file after an append")))
+        let staged = self.append_flushed(node, e, numa)?;
+        let file = staged.file();
+        Ok((staged.commit(), file))
+    }
+
+    /// Writes one entry into the active file of (node, cluster) and
+    /// flushes it, keeping the file locked: [`Staged::commit`] fences it
+    /// and unlocks. Between the two the caller can do work that must
+    /// precede the fence or that would otherwise wait for the flush.
+    pub fn append_flushed(&self, node: u32, e: &NewEntry<'_>, numa: &Numa) -> Result<Staged<'_>> {
+        let mut g = self.active[self.pair(node, e.cluster)].lock();
+        let a = self.append_locked(&mut g, node, e, numa, &mut Vec::new())?;
+        self.pool.flush(a.off, a.len as usize);
+        Ok(Staged {
+            log: self,
+            g,
+            va: a.va,
+        })
     }
 
     /// Appends entries of one node (several clusters) with one fence for
@@ -328,10 +370,7 @@ impl Nlog {
         // no other writer can append (and acknowledge) an entry behind an
         // entry of ours that a crash could still tear. Locks are taken in
         // pair order, so two batches cannot deadlock.
-        let mut guards: Vec<_> = pairs
-            .iter()
-            .map(|&p| self.active[p].lock().expect("active lock"))
-            .collect();
+        let mut guards: Vec<_> = pairs.iter().map(|&p| self.active[p].lock()).collect();
         let mut r = Ok(());
         // What each entry's append returned, and the files it replaced.
         let mut done: Vec<(usize, Appended)> = Vec::with_capacity(entries.len());
@@ -390,7 +429,7 @@ impl Nlog {
     /// entry before it unlocks the file.
     fn append_locked(
         &self,
-        g: &mut std::sync::MutexGuard<'_, Option<Arc<Extent>>>,
+        g: &mut SpinGuard<'_, Option<Arc<Extent>>>,
         node: u32,
         e: &NewEntry<'_>,
         numa: &Numa,

@@ -71,6 +71,7 @@ use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use engine::hugemem::HugeWords;
+use engine::sync::{SpinGuard, SpinMutex};
 
 use crate::epoch::{Epochs, Pin};
 
@@ -118,6 +119,9 @@ const VAL: usize = 2 * SLOTS;
 /// miss), and a rebuilt table has to itself.
 struct Table {
     mask: usize,
+    /// Used slots (live and tombstones) past which an insert rebuilds:
+    /// [`MAX_USED`] of the slots, computed once.
+    max_used: usize,
     words: Arc<HugeWords>,
     base: usize,
     /// Unit tests do not free a collected table: they mark it here, and a
@@ -171,6 +175,11 @@ fn arena(buckets: usize) -> (HugeWords, usize) {
     (words, base)
 }
 
+/// [`Table::max_used`] of a table of `buckets` buckets.
+fn max_used(buckets: usize) -> usize {
+    (MAX_USED * (buckets * SLOTS) as f64) as usize
+}
+
 impl Table {
     /// A table of `buckets` (rounded up to a power of two) buckets.
     fn new(buckets: usize) -> Table {
@@ -178,6 +187,7 @@ impl Table {
         let (words, base) = arena(n);
         Table {
             mask: n - 1,
+            max_used: max_used(n),
             words: Arc::new(words),
             base,
             #[cfg(test)]
@@ -196,8 +206,12 @@ impl Table {
         self.mask + 1
     }
 
-    fn slots(&self) -> usize {
-        self.len() * SLOTS
+    /// Bucket 0's address (64-byte aligned) with log2 of the bucket count
+    /// in its low six bits: where [`PointMap::prefetch`] finds a bucket.
+    fn hint(&self) -> usize {
+        let base = self.bucket(0).as_ptr() as usize;
+        debug_assert_eq!(base % 64, 0, "buckets are line-aligned");
+        base | self.len().trailing_zeros() as usize
     }
 
     /// The `v_addr` of the key (`h`, `who`).
@@ -345,9 +359,87 @@ struct Counts {
 #[repr(align(64))]
 #[derive(Default)]
 struct Writer {
-    counts: Mutex<Counts>,
+    counts: SpinMutex<Counts>,
     /// `Counts::live`, readable without the mutex.
     live: AtomicUsize,
+}
+
+/// A key's slot in the point map, with its shard locked: see
+/// [`PointMap::reserve`].
+pub struct Reserved<'m> {
+    map: &'m PointMap,
+    shard: usize,
+    counts: SpinGuard<'m, Counts>,
+    pin: Pin<'m>,
+    at: Probe,
+    h: u64,
+    key8: bool,
+}
+
+impl Reserved<'_> {
+    /// The key's `v_addr` now (`None`: absent). It cannot change while
+    /// this is held.
+    pub fn current(&self) -> Option<u64> {
+        match self.at {
+            Probe::Found { word, .. } => Some(word & !TAG_BITS),
+            Probe::Absent(_) => None,
+        }
+    }
+
+    /// Sets the key to `va`, with `inline` as its value word (8-byte keys
+    /// only), and unlocks the shard. True if it was absent. Plain stores
+    /// and a plain unlock, unless the table has to grow.
+    pub fn commit(mut self, va: u64, inline: Option<u64>) -> bool {
+        assert!(
+            va != EMPTY && va & TAG_BITS == 0,
+            "v_addr {va:#x} is reserved or too large"
+        );
+        assert!(
+            inline.is_none() || self.key8,
+            "inline values need 8-byte keys"
+        );
+        let word = va | if self.key8 { KEY8 } else { 0 } | if inline.is_some() { VAL8 } else { 0 };
+        let val = inline.unwrap_or(0);
+        let map = self.map;
+        let (_, tab) = map.table(self.shard, &self.pin);
+        let (b, s, empty) = match self.at {
+            Probe::Found { bucket, slot, .. } => {
+                tab.store(bucket, slot, word, val);
+                return false;
+            }
+            Probe::Absent(Some(free)) => free,
+            Probe::Absent(None) => unreachable!("tables never fill up"),
+        };
+        let c = &mut *self.counts;
+        if !empty || c.used < tab.max_used {
+            tab.fill(b, s, self.h, word, val);
+        } else {
+            let bigger = map.rebuild(self.shard, c, &self.pin, c.live + 1);
+            bigger.place(self.h, word, val);
+            c.used = c.live;
+        }
+        c.used += empty as usize;
+        c.live += 1;
+        map.writers[self.shard]
+            .live
+            .store(c.live, Ordering::Relaxed);
+        true
+    }
+
+    /// Removes the key and unlocks the shard. True if it was present.
+    pub fn remove(mut self) -> bool {
+        let Probe::Found { bucket, slot, .. } = self.at else {
+            return false;
+        };
+        let (_, tab) = self.map.table(self.shard, &self.pin);
+        tab.bucket(bucket)[2 * slot + 1].store(TOMB, Ordering::Release);
+        let c = &mut *self.counts;
+        c.live -= 1;
+        self.map.writers[self.shard]
+            .live
+            .store(c.live, Ordering::Relaxed);
+        true
+    }
 }
 
 /// A concurrent map from 64-bit hashes to `v_addr`s; see the module doc.
@@ -355,6 +447,11 @@ pub struct PointMap {
     /// Each shard's table: read by every lookup, written only when a table
     /// is replaced, so eight shards share a line. Never null.
     tables: Box<[AtomicPtr<Table>; SHARDS]>,
+    /// Each shard's table as [`Table::hint`] (bucket 0's address and the
+    /// table's log2 size in one word), for [`prefetch`](Self::prefetch),
+    /// which takes no pin: a hint read during a resize may name a freed
+    /// table, and prefetching a freed address is harmless.
+    hints: Box<[AtomicUsize]>,
     writers: Box<[Writer]>,
     /// Every access to a table holds a pin of these (the store's log
     /// epochs: a store operation's own pin covers the map's, which then
@@ -382,11 +479,12 @@ impl PointMap {
         // One array for every shard's first table.
         let (words, base) = arena(SHARDS * n);
         let words = Arc::new(words);
-        PointMap {
+        let mut m = PointMap {
             tables: (0..SHARDS)
                 .map(|i| {
                     AtomicPtr::new(Box::into_raw(Box::new(Table {
                         mask: n - 1,
+                        max_used: max_used(n),
                         words: words.clone(),
                         base: base + i * n * BUCKET_WORDS,
                         #[cfg(test)]
@@ -396,10 +494,20 @@ impl PointMap {
                 .collect::<Box<[_]>>()
                 .try_into()
                 .expect("one table per shard"),
+            hints: Box::default(),
             writers: (0..SHARDS).map(|_| Writer::default()).collect(),
             epochs,
             retired: Mutex::new(Vec::new()),
-        }
+        };
+        m.hints = m
+            .tables
+            .iter()
+            .map(|t| {
+                // SAFETY: just made, never null, not shared yet.
+                AtomicUsize::new(unsafe { &*t.load(Ordering::Relaxed) }.hint())
+            })
+            .collect();
+        m
     }
 
     /// The shard of hash `h`.
@@ -498,12 +606,24 @@ impl PointMap {
     }
 
     /// Starts loading the bucket where a lookup of `h` begins, so that a
-    /// lookup after other work finds it in cache.
+    /// lookup after other work finds it in cache. Takes no pin (a pin is a
+    /// full fence): a writer calls it before anything else, so the miss is
+    /// in flight while the fence waits for the previous write's flush.
     #[inline]
     pub fn prefetch(&self, h: u64) {
-        let p = self.epochs.pin();
-        let (_, tab) = self.table(Self::shard(h), &p);
-        engine::sync::prefetch(&tab.bucket(h as usize & tab.mask)[0]);
+        let hint = self.hints[Self::shard(h)].load(Ordering::Relaxed);
+        let (base, bits) = (hint & !63, hint & 63);
+        let mask = (1usize << bits) - 1;
+        let at = base.wrapping_add((h as usize & mask) * 64);
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unused_unsafe)]
+        // SAFETY: a prefetch never faults and changes no memory, whatever
+        // the address (the table may have been freed since the hint).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
     }
 
     /// Sets the key (`h`, `who`) to `va`, with `inline` as its value word
@@ -513,44 +633,39 @@ impl PointMap {
         h: u64,
         va: u64,
         inline: Option<u64>,
-        mut who: Who<impl FnMut(u64) -> bool>,
+        who: Who<impl FnMut(u64) -> bool>,
     ) -> bool {
-        assert!(
-            va != EMPTY && va & TAG_BITS == 0,
-            "v_addr {va:#x} is reserved or too large"
-        );
+        self.reserve(h, who).commit(va, inline)
+    }
+
+    /// Locks the shard of the key (`h`, `who`) and finds its slot, or the
+    /// slot it would take: the first half of a write, which a caller can
+    /// do before its log entry is durable, so that what remains after the
+    /// entry's fence ([`Reserved::commit`], [`Reserved::remove`]) is plain
+    /// stores and no locked instruction. The shard's writers wait until
+    /// the [`Reserved`] is committed or dropped; its table cannot be
+    /// replaced meanwhile (a rebuild needs the shard's lock).
+    pub fn reserve(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> Reserved<'_> {
+        let i = Self::shard(h);
+        let counts = self.writers[i].counts.lock();
+        let pin = self.epochs.pin();
+        let (_, tab) = self.table(i, &pin);
+        let at = tab.probe(h, &mut who);
         let key8 = matches!(who, Who::Key8);
-        assert!(inline.is_none() || key8, "inline values need 8-byte keys");
-        let word = va | if key8 { KEY8 } else { 0 } | if inline.is_some() { VAL8 } else { 0 };
-        let val = inline.unwrap_or(0);
-        let (i, w) = (Self::shard(h), &self.writers[Self::shard(h)]);
-        let mut c = w.counts.lock().expect("point map shard");
-        let p = self.epochs.pin();
-        let (_, tab) = self.table(i, &p);
-        let (b, s, empty) = match tab.probe(h, &mut who) {
-            Probe::Found { bucket, slot, .. } => {
-                tab.store(bucket, slot, word, val);
-                return false;
-            }
-            Probe::Absent(Some(free)) => free,
-            Probe::Absent(None) => unreachable!("tables never fill up"),
-        };
-        if !empty || (c.used + 1) as f64 <= MAX_USED * tab.slots() as f64 {
-            tab.fill(b, s, h, word, val);
-        } else {
-            let bigger = self.rebuild(i, &c, &p, c.live + 1);
-            bigger.place(h, word, val);
-            c.used = c.live;
+        Reserved {
+            map: self,
+            shard: i,
+            counts,
+            pin,
+            at,
+            h,
+            key8,
         }
-        c.used += empty as usize;
-        c.live += 1;
-        w.live.store(c.live, Ordering::Relaxed);
-        true
     }
 
     /// Copies the live slots of `sh` into a new table sized for `want`
     /// live slots and publishes it; returns the new table. The shard's
-    /// mutex is held (`_c`).
+    /// lock is held (`_c`).
     fn rebuild<'p>(&self, i: usize, _c: &Counts, p: &'p Pin<'_>, want: usize) -> &'p Table {
         let (old, tab) = self.table(i, p);
         let buckets = ((want as f64 / REBUILT_LOAD) as usize).div_ceil(SLOTS);
@@ -558,7 +673,10 @@ impl PointMap {
         tab.for_each(&mut |h, word, val| new.place(h, word, val));
         let new = Box::into_raw(Box::new(new));
         self.tables[i].store(new, Ordering::Release);
-        // `old` is unlinked (the mutex keeps every other writer out): only
+        // SAFETY: `new` was just made from a live table; its words stay
+        // allocated while the table is (it owns an `Arc` of them).
+        self.hints[i].store(unsafe { &*new }.hint(), Ordering::Relaxed);
+        // `old` is unlinked (the lock keeps every other writer out): only
         // pins taken before can reach it, and `collect` waits for them.
         self.retired
             .lock()
@@ -570,18 +688,8 @@ impl PointMap {
     }
 
     /// Removes the key (`h`, `who`). True if it was present.
-    pub fn remove(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> bool {
-        let (i, w) = (Self::shard(h), &self.writers[Self::shard(h)]);
-        let mut c = w.counts.lock().expect("point map shard");
-        let p = self.epochs.pin();
-        let (_, tab) = self.table(i, &p);
-        let Probe::Found { bucket, slot, .. } = tab.probe(h, &mut who) else {
-            return false;
-        };
-        tab.bucket(bucket)[2 * slot + 1].store(TOMB, Ordering::Release);
-        c.live -= 1;
-        w.live.store(c.live, Ordering::Relaxed);
-        true
+    pub fn remove(&self, h: u64, who: Who<impl FnMut(u64) -> bool>) -> bool {
+        self.reserve(h, who).remove()
     }
 
     /// Number of shards (for [`for_shard`](Self::for_shard)).

@@ -35,7 +35,7 @@
 //! - Only items whose key and value total at most [`MAX_ITEM`] bytes are
 //!   cached; larger values are read from the log every time.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use engine::sync::Counter;
@@ -189,30 +189,30 @@ impl Raf {
         self.n > 0
     }
 
-    /// True when a write (called after its index change, under its key's
-    /// stripe) has no served item to keep current: nothing was ever
-    /// filled, or the cache is off.
+    /// True when a write has no served item to keep current: nothing was
+    /// ever filled, or the cache is off. The caller holds the key's stripe,
+    /// and may ask before or after its index change.
     ///
-    /// Why skipping while off never lets a stale item be served: a writer
-    /// W stores the index, fences, then reads `enabled` here. A fill F,
-    /// under the bucket lock, fences, reads `enabled` and `gen`, and only
-    /// then checks that the index still names what it read; it stamps the
-    /// item with `gen` only if it saw `enabled` (else 0, never served). A
-    /// re-enable bumps `gen` before it stores `enabled = true`. If W read
-    /// `false`, the re-enable's store comes after W's read, so any F that
-    /// read `true` did so after W's index store and refuses the old value;
-    /// every item stamped before the bump is of an older generation. A
-    /// probe serves an item only if, under the bucket lock, `enabled`
-    /// holds and the item's generation is the current one. (Writes of one
-    /// key are serialised by the stripe, so an update stamps the current
-    /// generation on a value nothing newer has replaced.)
+    /// Why skipping while off never lets a stale item be served: every
+    /// fill holds the key's stripe ([`fill`](Self::fill)'s caller
+    /// try-locks it), so a fill of the key runs wholly before or wholly
+    /// after the write W. A fill before W that stamped its item read
+    /// `enabled` and `gen` then; if W reads `false` (or no `filled`), the
+    /// cache was switched off (or never filled) after that fill, and a
+    /// re-enable bumps `gen` before it stores `enabled = true`, so the
+    /// item is of an older generation and never served. A fill after W
+    /// finds W's index change and refuses the old value. A probe serves an
+    /// item only if, under the bucket lock, `enabled` holds and the item's
+    /// generation is the current one. (Writes of one key are serialised by
+    /// the stripe, so an update stamps the current generation on a value
+    /// nothing newer has replaced.) Until 2026-11-26 the exclusion was a
+    /// `SeqCst` fence on both sides, which in a write came right after the
+    /// entry's flush and waited for its write-back.
     #[inline]
-    fn writes_may_skip(&self) -> bool {
-        if !self.exists() {
-            return true;
-        }
-        fence(Ordering::SeqCst);
-        !self.filled.load(Ordering::Relaxed) || !self.enabled.load(Ordering::Relaxed)
+    pub fn writes_may_skip(&self) -> bool {
+        !self.exists()
+            || !self.filled.load(Ordering::Acquire)
+            || !self.enabled.load(Ordering::Acquire)
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -291,7 +291,8 @@ impl Raf {
 
     /// Admits an item read from the log at `vaddr` (after a sampled miss)
     /// if `still_current()` — the index still names `vaddr` — holds under
-    /// the bucket lock.
+    /// the bucket lock. The caller holds the key's stripe (see
+    /// [`writes_may_skip`](Self::writes_may_skip)).
     #[allow(clippy::too_many_arguments)]
     pub fn fill(
         &self,
@@ -307,12 +308,9 @@ impl Raf {
             return;
         }
         let mut b = self.bucket(hash).lock().expect("raf bucket");
-        // Announce the item before checking the index; a writer changes the
-        // index before it looks at `filled` (see `writes_may_skip`). With a
-        // fence on both sides, either the writer sees `filled`, or this
-        // fill sees the writer's index change and refuses.
-        self.filled.store(true, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        // The caller holds the key's stripe: a writer of the key that
+        // takes it later sees `filled` (see `writes_may_skip`).
+        self.filled.store(true, Ordering::Release);
         // `enabled`, then `gen`, then the index (see `writes_may_skip`).
         let on = self.enabled.load(Ordering::Acquire);
         let gen = if on {

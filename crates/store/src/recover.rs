@@ -64,7 +64,12 @@ fn read_root(pool: &Pool, root: u64) -> Result<RootInfo> {
         return Err(corrupt("root block is not a store root (bad magic)".into()));
     }
     if w[1] != FORMAT {
-        return Err(corrupt(format!("store format {} is not supported", w[1])));
+        return Err(corrupt(format!(
+            "store format {} is not supported: this version reads format {FORMAT} only \
+             (format 1, from before 2026-11-26, laid entries out differently; \
+             dump it with the version that wrote it)",
+            w[1]
+        )));
     }
     if pool.load_u64(root + R_CHECK) != words_crc(&w) as u64 {
         return Err(corrupt("store root checksum mismatch".into()));

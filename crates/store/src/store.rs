@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use engine::sync::Stripes;
 use engine::{Durability, EngineSpec, Error, Result};
 use pmem::{Link, Mode, Pool, PoolOptions};
 
@@ -196,7 +195,6 @@ pub(crate) struct Inner {
     pub(crate) log: Nlog,
     pub(crate) index: Index,
     pub(crate) versions: Box<[AtomicU64]>,
-    pub(crate) stripes: Stripes,
     pub(crate) raf: Raf,
     pub(crate) numa: Numa,
     pub(crate) epochs: Arc<Epochs>,
@@ -446,6 +444,18 @@ impl Store {
         self.write(key, None, Want::Present)
     }
 
+    /// One write. Its order is built so that nothing after the entry's
+    /// fence is a locked instruction or a fence: such an instruction waits
+    /// for the entry's write-back to finish, while plain stores after an
+    /// `sfence` retire at once (the fence only keeps them from being seen
+    /// before the write-back). The write-back then overlaps the rest of
+    /// this write and the start of the next one, whose index miss is
+    /// issued before its first fence (the pin). What needs a locked
+    /// instruction — the stripe, the point map's shard (reserved), the
+    /// version, the active file's lock, the tree's queue, the old entry's
+    /// accounting — comes before the fence; after it come the index
+    /// commit (plain stores), the unlocks (plain stores), and the cache
+    /// update only when the cache is on.
     fn write(&self, key: &[u8], value: Option<&[u8]>, want: Want) -> Result<bool> {
         check_key(key)?;
         if let Some(v) = value {
@@ -455,26 +465,66 @@ impl Store {
         let s = &*self.inner;
         let hash = key_hash(key);
         let here = s.numa.current();
+        // The index bucket's miss and the log tail's start before the pin,
+        // whose fence waits for the previous write's flush: they overlap
+        // that wait, each other, and the stripe lock.
+        s.index.prefetch(hash);
+        s.log.prefetch_tail(here, cluster_of(hash, s.log.clusters));
         // One pin for the whole write: the point map's and the log's own
         // pins nest in it and cost no fence each.
         let _p = s.epochs.pin();
-        // The index bucket's miss and the log tail's overlap each other
-        // and the stripe lock.
-        s.index.prefetch(hash);
-        s.log.prefetch_tail(here, cluster_of(hash, s.log.clusters));
         s.raf.note_op();
-        let _k = s.stripes.lock(hash);
-        let old = s.index.get_hashed(key, hash);
+        let _k = s.index.stripes.lock(hash);
+        let held = s.index.reserve(key, hash);
+        let old = held.current();
         match (want, old) {
             (Want::Absent, Some(_)) | (Want::Present, None) => return Ok(false),
             _ => {}
         }
         let (e, old_file) = s.stage(key, hash, value, old)?;
-        // persist: the entry (durable inside append) before the index and
-        // the cache name it, so a reader never returns a value a crash
-        // could take back (I1, CRASH-PATTERNS #6).
-        let (va, file) = s.log.append_entry(here, &e, &s.numa)?;
-        s.publish(key, hash, value, old, old_file.as_deref(), va, &file, here)?;
+        let staged = s.log.append_flushed(here, &e, &s.numa)?;
+        // Before the fence (see above): the accounting of the old entry
+        // and of a del entry (never live data), the tree's queue, and
+        // whether the cache needs this write.
+        if let (Some(f), Some(o)) = (&old_file, old) {
+            if let Some(oe) = s.log.header(vaddr_off(o)) {
+                f.dead.fetch_add(oe.len, Ordering::Relaxed);
+            }
+        }
+        drop(old_file);
+        if value.is_none() {
+            staged
+                .file()
+                .dead
+                .fetch_add(entry_len(key.len(), 0), Ordering::Relaxed);
+        }
+        let queued = value.is_some() && s.index.queue_insert_early(&held, key, hash);
+        let cache = !s.raf.writes_may_skip();
+        // persist: the entry (flushed in append_flushed) before the index
+        // and the cache name it, so a reader never returns a value a crash
+        // could take back (I1, CRASH-PATTERNS #6); the commit fences it.
+        let va = staged.commit();
+        let changed = s
+            .index
+            .commit(held, key, hash, va, value, queued, &mut |h, p| {
+                s.append_ovf(h, p)
+            })?;
+        match value {
+            Some(val) => {
+                if cache {
+                    s.raf.update(key, hash, val, va, here);
+                }
+                if changed {
+                    s.keys.add(1);
+                }
+            }
+            None => {
+                if cache {
+                    s.raf.remove(key, hash);
+                }
+                s.keys.add(-1);
+            }
+        }
         Ok(true)
     }
 
@@ -502,7 +552,7 @@ impl Store {
         // Every key's stripe is held until the index names its new entry,
         // as a single write holds its key's (taken sorted: no deadlock with
         // another batch; GC holds one stripe at a time).
-        let _k = s.stripes.lock_all(hashes.iter().copied());
+        let _k = s.index.stripes.lock_all(hashes.iter().copied());
         let _p = s.epochs.pin();
         let mut done: Vec<Appended> = Vec::with_capacity(pairs.len());
         // Where pair i's key appeared before in the batch, if it did.
@@ -737,9 +787,7 @@ impl Store {
         let s = &*self.inner;
         if s.opts.durability == Durability::Relaxed && !s.pool.is_read_only() {
             for f in s.log.snapshot() {
-                let _g = s.log.active[s.log.pair(f.node, f.cluster)]
-                    .lock()
-                    .expect("active lock");
+                let _g = s.log.active[s.log.pair(f.node, f.cluster)].lock();
                 s.log.sync_file(&f);
             }
         }
@@ -976,7 +1024,6 @@ pub(crate) fn new_inner(
         pool,
         index,
         versions: (0..clusters).map(|_| AtomicU64::new(1)).collect(),
-        stripes: Stripes::new(4096),
         raf: Raf::new(opts.raf_bytes, opts.remote_ratio, opts.raf_window),
         numa,
         epochs,
@@ -1014,10 +1061,14 @@ impl Inner {
             return false;
         };
         self.log.read_value(&e, out);
+        // A fill holds the key's stripe (see `Raf::writes_may_skip`); while
+        // a write of the key holds it, this get offers nothing.
         if sampled {
-            self.raf.fill(key, hash, out, va, node, here, || {
-                self.index.get_hashed(key, hash) == Some(va)
-            });
+            if let Some(_k) = self.index.stripes.try_lock(hash) {
+                self.raf.fill(key, hash, out, va, node, here, || {
+                    self.index.get_hashed(key, hash) == Some(va)
+                });
+            }
         }
         true
     }

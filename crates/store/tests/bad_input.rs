@@ -200,7 +200,10 @@ fn word(b: &[u8], off: u64) -> u64 {
 fn shape(b: &[u8]) -> (u64, Vec<(u64, u64)>, u64) {
     let roots: Vec<u64> = (pmem::header::HEADER_LEN as u64..b.len() as u64 - 16)
         .step_by(64)
-        .filter(|&o| word(b, o) == u64::from_le_bytes(*b"PMHSTOR1") && word(b, o + 8) == 1)
+        .filter(|&o| {
+            word(b, o) == u64::from_le_bytes(*b"PMHSTOR1")
+                && word(b, o + 8) == store::layout::FORMAT
+        })
         .collect();
     assert_eq!(roots.len(), 1, "store root blocks found at {roots:#x?}");
     let root = roots[0];
@@ -552,6 +555,22 @@ fn flipped_bytes_in_root_table_and_file_headers_are_refused() {
         }
         accepted(&dir, &good, &m, &tag("intact file"));
     }
+}
+
+/// A store of format 1 (entries 8-aligned, CRC-32; written before
+/// 2026-11-26) is refused by name, not misread as format 2.
+#[test]
+fn an_older_format_is_refused_by_name() {
+    let dir = temp_dir("format-1");
+    let (good, _) = built(&dir, 50, true);
+    let (root, _, _) = shape(&good);
+    let mut old = good.clone();
+    old[root as usize + 8..root as usize + 16].copy_from_slice(&1u64.to_le_bytes());
+    let msg = refused(&dir, &old, "format 1");
+    assert!(
+        msg.contains("format 1") && msg.contains("format 2"),
+        "{msg}"
+    );
 }
 
 /// The brief's stricter promise: a refused *writable* `Store::open` leaves

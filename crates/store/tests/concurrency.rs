@@ -303,7 +303,7 @@ fn mixed_run(seed: u64, min_ops: u64) {
 /// PM bytes of the entries holding `m` (40-byte header, key, value, padded to 8).
 fn true_live(m: &BTreeMap<Vec<u8>, Vec<u8>>) -> u64 {
     m.iter()
-        .map(|(k, v)| (40 + k.len() as u64 + v.len() as u64).next_multiple_of(8))
+        .map(|(k, v)| (40 + k.len() as u64 + v.len() as u64).next_multiple_of(64))
         .sum()
 }
 

@@ -84,7 +84,7 @@ pub fn verify(s: &Store, m: &Model, ctx: &str) {
     );
     let live: u64 = m
         .iter()
-        .map(|(k, v)| (40 + k.len() as u64 + v.len() as u64).next_multiple_of(8))
+        .map(|(k, v)| (40 + k.len() as u64 + v.len() as u64).next_multiple_of(64))
         .sum();
     let st = s.stats();
     assert_eq!(

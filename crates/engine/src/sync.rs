@@ -179,6 +179,21 @@ impl Drop for StripeGuard<'_> {
     }
 }
 
+/// A `T` alone in its cache line (64-byte aligned and sized), so that
+/// writes to neighbours in an array never invalidate the line another
+/// thread is using (false sharing).
+#[repr(align(64))]
+#[derive(Default, Debug)]
+pub struct CachePadded<T>(pub T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// A mutual-exclusion lock around a `T` whose unlock is a release store
 /// (`mov` on x86), not a locked read-modify-write: after a `clwb` and an
 /// `sfence`, the unlock retires at once, and the stores before it become

@@ -7,9 +7,8 @@
 //! x86-64 without SSE4.2, a table-driven loop computes the same value, so
 //! a log written on one machine verifies on any other.
 //!
-//! [`Crc32c`] is the running state: `new`, any number of `word` and
-//! `bytes` calls, then `finish`. A word is fed as its 8 little-endian
-//! bytes.
+//! [`crc32c_of`] takes words (each as its 8 little-endian bytes) and
+//! byte strings, in that order, in one call.
 
 /// The reflected Castagnoli polynomial.
 const POLY: u32 = 0x82f6_3b78;
@@ -31,72 +30,35 @@ const TABLE: [u32; 256] = {
     t
 };
 
-/// A CRC-32C in progress.
-#[derive(Clone, Copy)]
-pub struct Crc32c {
-    state: u32,
-    hw: bool,
+/// CRC-32C of `words` (each as its 8 little-endian bytes), then each of
+/// `parts`, in one call: on the hardware path one function with no
+/// per-piece dispatch (a log entry's checksum is six words, a key and a
+/// value).
+#[inline]
+pub fn crc32c_of(words: &[u64], parts: &[&[u8]]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if hw() {
+        // SAFETY: SSE4.2 was detected.
+        return !unsafe { hw_all(!0, words, parts) };
+    }
+    portable(words, parts)
 }
 
-impl Default for Crc32c {
-    fn default() -> Self {
-        Crc32c::new()
+/// [`crc32c_of`] by table, on any machine.
+fn portable(words: &[u64], parts: &[&[u8]]) -> u32 {
+    let mut c = !0;
+    for w in words {
+        c = sw_bytes(c, &w.to_le_bytes());
     }
-}
-
-impl Crc32c {
-    #[inline]
-    pub fn new() -> Crc32c {
-        Crc32c {
-            state: !0,
-            hw: hw(),
-        }
+    for p in parts {
+        c = sw_bytes(c, p);
     }
-
-    /// The portable path only (tests compare the two).
-    #[cfg(test)]
-    fn portable() -> Crc32c {
-        Crc32c {
-            state: !0,
-            hw: false,
-        }
-    }
-
-    /// Feeds the 8 little-endian bytes of `w`.
-    #[inline]
-    pub fn word(&mut self, w: u64) {
-        #[cfg(target_arch = "x86_64")]
-        if self.hw {
-            // SAFETY: `hw` is true only where SSE4.2 was detected.
-            self.state = unsafe { hw_word(self.state, w) };
-            return;
-        }
-        self.state = sw_bytes(self.state, &w.to_le_bytes());
-    }
-
-    /// Feeds `b`.
-    #[inline]
-    pub fn bytes(&mut self, b: &[u8]) {
-        #[cfg(target_arch = "x86_64")]
-        if self.hw {
-            // SAFETY: as in `word`.
-            self.state = unsafe { hw_bytes(self.state, b) };
-            return;
-        }
-        self.state = sw_bytes(self.state, b);
-    }
-
-    #[inline]
-    pub fn finish(self) -> u32 {
-        !self.state
-    }
+    !c
 }
 
 /// CRC-32C of `b` in one call.
 pub fn crc32c(b: &[u8]) -> u32 {
-    let mut c = Crc32c::new();
-    c.bytes(b);
-    c.finish()
+    crc32c_of(&[], &[b])
 }
 
 #[inline]
@@ -121,13 +83,6 @@ fn sw_bytes(mut c: u32, b: &[u8]) -> u32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]
 #[inline]
-unsafe fn hw_word(c: u32, w: u64) -> u32 {
-    std::arch::x86_64::_mm_crc32_u64(c as u64, w) as u32
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2")]
-#[inline]
 unsafe fn hw_bytes(mut c: u32, b: &[u8]) -> u32 {
     use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
     let mut words = b.chunks_exact(8);
@@ -137,6 +92,23 @@ unsafe fn hw_bytes(mut c: u32, b: &[u8]) -> u32 {
     }
     for &x in words.remainder() {
         c = _mm_crc32_u8(c, x);
+    }
+    c
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn hw_all(mut c: u32, words: &[u64], parts: &[&[u8]]) -> u32 {
+    use std::arch::x86_64::_mm_crc32_u64;
+    for &w in words {
+        c = _mm_crc32_u64(c as u64, w) as u32;
+    }
+    for p in parts {
+        // An 8-byte part (the fast path's key and value): one instruction.
+        c = match <[u8; 8]>::try_from(*p) {
+            Ok(w) => _mm_crc32_u64(c as u64, u64::from_le_bytes(w)) as u32,
+            Err(_) => hw_bytes(c, p),
+        };
     }
     c
 }
@@ -151,9 +123,7 @@ mod tests {
         assert_eq!(crc32c(b"123456789"), 0xe306_9283);
         assert_eq!(crc32c(b""), 0);
         assert_eq!(crc32c(&[0u8; 32]), 0x8a91_36aa);
-        let mut c = Crc32c::portable();
-        c.bytes(b"123456789");
-        assert_eq!(c.finish(), 0xe306_9283);
+        assert_eq!(portable(&[], &[b"123456789"]), 0xe306_9283);
     }
 
     #[test]
@@ -168,17 +138,15 @@ mod tests {
                     x as u8
                 })
                 .collect();
-            let (mut a, mut b) = (Crc32c::new(), Crc32c::portable());
-            a.word(x);
-            b.word(x);
-            a.bytes(&data);
-            b.bytes(&data);
-            assert_eq!(a.finish(), b.finish(), "length {len}");
-            // Feeding a word is feeding its little-endian bytes.
-            let (mut w, mut by) = (Crc32c::new(), Crc32c::new());
-            w.word(x);
-            by.bytes(&x.to_le_bytes());
-            assert_eq!(w.finish(), by.finish());
+            let words = [x, x ^ 1];
+            let parts: [&[u8]; 3] = [&data, &data[..len / 2], b"12345678"];
+            assert_eq!(
+                crc32c_of(&words, &parts),
+                portable(&words, &parts),
+                "length {len}"
+            );
+            // A word is its little-endian bytes.
+            assert_eq!(crc32c_of(&[x], &[]), crc32c(&x.to_le_bytes()));
         }
     }
 }

@@ -141,6 +141,7 @@ pub fn parse_lens(w: u64) -> Option<(usize, usize)> {
 }
 
 /// The entry checksum (see the module doc for what it covers).
+#[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn entry_crc(
     seq: u64,
@@ -152,13 +153,7 @@ pub fn entry_crc(
     key: &[u8],
     value: &[u8],
 ) -> u32 {
-    let mut c = crate::crc::Crc32c::new();
-    for w in [seq, off, version, lens, h_addr, h_seq] {
-        c.word(w);
-    }
-    c.bytes(key);
-    c.bytes(value);
-    c.finish()
+    crate::crc::crc32c_of(&[seq, off, version, lens, h_addr, h_seq], &[key, value])
 }
 
 /// The root's checked words: bytes 0..56 and the engine name.

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+use engine::sync::CachePadded;
 use engine::{Durability, EngineSpec, Error, Result};
 use pmem::{Link, Mode, Pool, PoolOptions};
 
@@ -194,7 +195,9 @@ pub(crate) struct Inner {
     pub(crate) pool: Arc<Pool>,
     pub(crate) log: Nlog,
     pub(crate) index: Index,
-    pub(crate) versions: Box<[AtomicU64]>,
+    /// Next version per cluster, each in its own line: every write bumps
+    /// one, and neighbours in a shared line would bounce between writers.
+    pub(crate) versions: Box<[CachePadded<AtomicU64>]>,
     pub(crate) raf: Raf,
     pub(crate) numa: Numa,
     pub(crate) epochs: Arc<Epochs>,
@@ -681,6 +684,9 @@ impl Store {
         }
         let s = &*self.inner;
         let hash = key_hash(key);
+        // The bucket's miss starts before the pin, whose fence would hold
+        // it back until the fence completes.
+        s.index.prefetch(hash);
         let _p = s.epochs.pin();
         let mut known = None;
         if key.len() == 8 && s.index.inlines() {
@@ -696,11 +702,6 @@ impl Store {
                 }
                 Got::Addr(va) => known = Some(va),
             }
-        } else {
-            // The cache's bucket and the index's are independent misses:
-            // the index's starts now, while the cache probe waits for its
-            // own (a prefetch is not held back by the bucket lock).
-            s.index.prefetch(hash);
         }
         let here = s.numa.current();
         let sampled = match s.raf.probe(key, hash, here) {
@@ -1041,7 +1042,9 @@ pub(crate) fn new_inner(
         ),
         pool,
         index,
-        versions: (0..clusters).map(|_| AtomicU64::new(1)).collect(),
+        versions: (0..clusters)
+            .map(|_| CachePadded(AtomicU64::new(1)))
+            .collect(),
         raf: Raf::new(opts.raf_bytes, opts.remote_ratio, opts.raf_window),
         numa,
         epochs,

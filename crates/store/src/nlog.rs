@@ -113,6 +113,9 @@ impl Staged<'_> {
     }
 }
 
+/// The active file of a (node, cluster) pair, under its append lock.
+pub type ActiveFile = SpinMutex<Option<Arc<Extent>>>;
+
 pub struct Nlog {
     pub pool: Arc<Pool>,
     pub root: u64,
@@ -126,7 +129,7 @@ pub struct Nlog {
     /// Active file per (node, cluster); the lock is the append lock. Its
     /// unlock is a plain store, so a writer unlocks right after its
     /// entry's fence without waiting for the flush (see [`Staged`]).
-    pub active: Box<[CachePadded<SpinMutex<Option<Arc<Extent>>>>]>,
+    pub active: Box<[CachePadded<ActiveFile>]>,
     /// Per (node, cluster): the pool offset where its next entry goes, as
     /// of the last append (0: none yet). A hint read without the lock, for
     /// [`prefetch_tail`](Self::prefetch_tail).

@@ -345,6 +345,9 @@ impl Nlog {
     /// flushes it, keeping the file locked: [`Staged::commit`] fences it
     /// and unlocks. Between the two the caller can do work that must
     /// precede the fence or that would otherwise wait for the flush.
+    /// Inline: its result, returned through memory, was read back with a
+    /// load wider than the stores that wrote it (5% of a put's samples).
+    #[inline]
     pub fn append_flushed(&self, node: u32, e: &NewEntry<'_>, numa: &Numa) -> Result<Staged<'_>> {
         let mut g = self.active[self.pair(node, e.cluster)].lock();
         let a = self.append_locked(&mut g, node, e, numa, &mut Vec::new())?;

@@ -17,7 +17,9 @@
 //!
 //! Changes of one key are queued in one queue (picked by the key's hash),
 //! under the key's stripe lock, so they are applied in the order they
-//! happened. Writers of one key are serialised by the store's stripes.
+//! happened. Writers of one key are serialised by the stripes
+//! ([`Index::stripes`]); the tree build takes them all once to start
+//! queueing (see `push`).
 
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;

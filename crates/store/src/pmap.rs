@@ -9,8 +9,8 @@
 //!   keys with one hash are two slots, each confirmed by its own entry, so
 //!   every key works; they only cost the second a longer probe.
 //! - **Shards.** The top [`SHARD_BITS`] bits of the hash pick a shard: its
-//!   own table, a writer mutex and its counts. A table grows (or is
-//!   rebuilt without its tombstones) under its shard's mutex, so a resize
+//!   own table, a writer lock and its counts. A table grows (or is
+//!   rebuilt without its tombstones) under its shard's lock, so a resize
 //!   pauses one shard's writers for a small table's copy, never the map.
 //! - **Tables.** Open addressing over 64-byte buckets of [`SLOTS`] slots,
 //!   one cache line each (hashes and `v_addr` words, then inline values),
@@ -26,7 +26,7 @@
 //!   that sees a live `v_addr` sees the hash written with it; a hash from a
 //!   later reuse of the slot can pair with an older `v_addr`, and the
 //!   caller's key check rejects that pair. A reader then checks that its
-//!   shard still has the same table: a resize copies under the mutex and
+//!   shard still has the same table: a resize copies under the lock and
 //!   publishes the new table before any write reaches it, so a read that
 //!   saw the old table throughout returned what was current before the
 //!   swap. Every access holds a pin of the store's log epochs (`epoch.rs`;
@@ -36,8 +36,16 @@
 //!   `Epochs::synchronize` has waited out every pin that could hold it.
 //! - **Updates** of a present key store the new `v_addr` in place (one
 //!   atomic store: a reader sees the old or the new entry); deletes store
-//!   [`TOMB`]. Both hold the shard mutex, so that a resize never copies a
+//!   [`TOMB`]. Both hold the shard lock, so that a resize never copies a
 //!   slot while it changes.
+//! - **Reserve, then commit.** A write can split itself:
+//!   [`PointMap::reserve`] takes the shard's lock and probes (the key's
+//!   current `v_addr`, or the free slot it would take), and
+//!   [`Reserved::commit`] fills the slot with plain stores and unlocks with
+//!   a plain store (`engine::sync::SpinMutex`). The store reserves before
+//!   its log entry's fence and commits after it, so nothing after the
+//!   fence waits for the entry's write-back (a locked instruction would).
+//!   The table cannot be replaced in between: a rebuild needs the lock.
 //! - **The 8-byte fast path.** A slot's `v_addr` word carries two tags in
 //!   bits 48..50, which a `v_addr` never uses (offsets stay below 2^48):
 //!   [`KEY8`], the key is 8 bytes long, and [`VAL8`], its value is 8 bytes
@@ -224,7 +232,7 @@ impl Table {
     }
 
     /// The slot of the key (`h`, `who`), or the first free slot of its
-    /// probe (what a writer, holding the shard mutex, fills). Readers use
+    /// probe (what a writer, holding the shard lock, fills). Readers use
     /// it too: each `v_addr` word is loaded (acquire) before its hash.
     #[inline]
     fn probe(&self, h: u64, who: &mut Who<impl FnMut(u64) -> bool>) -> Probe {
@@ -360,7 +368,7 @@ struct Counts {
 #[derive(Default)]
 struct Writer {
     counts: SpinMutex<Counts>,
-    /// `Counts::live`, readable without the mutex.
+    /// `Counts::live`, readable without the lock.
     live: AtomicUsize,
 }
 

@@ -80,7 +80,14 @@ struct Appended {
     file: u64,
     off: u64,
     len: u64,
+    /// Written with non-temporal stores: durable at the next fence, no
+    /// flush needed.
+    nt: bool,
 }
+
+/// A cache line: an entry of exactly this length is written
+/// non-temporally.
+const LINE: u64 = 64;
 
 /// An entry written and flushed by [`Nlog::append_flushed`], its file
 /// still locked.
@@ -351,7 +358,9 @@ impl Nlog {
     pub fn append_flushed(&self, node: u32, e: &NewEntry<'_>, numa: &Numa) -> Result<Staged<'_>> {
         let mut g = self.active[self.pair(node, e.cluster)].lock();
         let a = self.append_locked(&mut g, node, e, numa, &mut Vec::new())?;
-        self.pool.flush(a.off, a.len as usize);
+        if !a.nt {
+            self.pool.flush(a.off, a.len as usize);
+        }
         Ok(Staged {
             log: self,
             g,
@@ -400,7 +409,7 @@ impl Nlog {
         // flush or a clone per entry made each entry wait for the one
         // before it (16% of pipelined SETs' time).
         let mut span: Option<(u64, u64)> = None;
-        for (_, a) in &done {
+        for (_, a) in done.iter().filter(|(_, a)| !a.nt) {
             span = match span {
                 Some((off, len)) if off + len == a.off => Some((off, len + a.len)),
                 Some((off, len)) => {
@@ -466,22 +475,33 @@ impl Nlog {
         let off = f.off + tail;
         let lens = lens_word(key.len(), value.len());
         let crc = entry_crc(f.seq, off, e.version, lens, e.h_addr, e.h_seq, key, value);
-        pool.store_u64(off + 8, lens);
-        pool.store_u64(off + 16, e.h_addr);
-        pool.store_u64(off + 24, e.h_seq);
-        pool.store_u64(off + 32, crc as u64);
-        if let (Ok(k), Ok(v)) = (<[u8; 8]>::try_from(key), <[u8; 8]>::try_from(value)) {
-            // The 8-byte fast path: two word stores, no copy calls.
-            pool.store_u64(off + ENTRY_HEADER, u64::from_le_bytes(k));
-            pool.store_u64(off + ENTRY_HEADER + 8, u64::from_le_bytes(v));
+        let w0 = (e.op << OP_SHIFT) | e.version;
+        let nt = len == LINE;
+        if nt {
+            // One line: assembled here and written with non-temporal
+            // stores, so the line is never read for ownership (it is not
+            // in the cache: the file was zeroed non-temporally) and needs
+            // no flush; the caller's fence orders it like a flushed line.
+            let mut line = [0u8; LINE as usize];
+            for (i, w) in [w0, lens, e.h_addr, e.h_seq, crc as u64].iter().enumerate() {
+                line[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            let k = ENTRY_HEADER as usize;
+            line[k..k + key.len()].copy_from_slice(key);
+            line[k + key.len()..k + key.len() + value.len()].copy_from_slice(value);
+            pool.write_nt(off, &line);
         } else {
+            pool.store_u64(off + 8, lens);
+            pool.store_u64(off + 16, e.h_addr);
+            pool.store_u64(off + 24, e.h_seq);
+            pool.store_u64(off + 32, crc as u64);
             pool.write(off + ENTRY_HEADER, key);
             pool.write(off + ENTRY_HEADER + key.len() as u64, value);
+            pool.store_u64(off, w0);
         }
-        pool.store_u64(off, (e.op << OP_SHIFT) | e.version);
-        // persist: the whole entry with one flush, by the caller, which
-        // fences while it still holds the file (`append_entry`,
-        // `append_batch`).
+        // persist: the whole entry with one flush (none for a line written
+        // non-temporally), by the caller, which fences while it still
+        // holds the file (`append_entry`, `append_batch`).
         numa.count_write(node, numa.current());
         f.tail.store(tail + len, Ordering::Release);
         self.next_at[self.pair(node, e.cluster)].store(off + len, Ordering::Relaxed);
@@ -490,6 +510,7 @@ impl Nlog {
             file: f.off,
             off,
             len,
+            nt,
         })
     }
 

@@ -216,6 +216,16 @@ pub enum Held<'a> {
 }
 
 impl Held<'_> {
+    /// The length of the key's current entry when the index knows it
+    /// without reading the entry: an 8-byte key whose 8-byte value the
+    /// DRAM point index holds inline.
+    pub fn current_len(&self) -> Option<u64> {
+        match self {
+            Held::Dram(r) if r.current_is_val8() => Some(crate::layout::entry_len(8, 8)),
+            _ => None,
+        }
+    }
+
     /// The key's `v_addr` now (`None`: absent).
     pub fn current(&self) -> Option<u64> {
         match self {

@@ -394,6 +394,12 @@ impl Reserved<'_> {
         }
     }
 
+    /// Whether the key's current value is 8 bytes, held inline (then its
+    /// entry is an 8-byte key's with an 8-byte value).
+    pub fn current_is_val8(&self) -> bool {
+        matches!(self.at, Probe::Found { word, .. } if word & VAL8 != 0)
+    }
+
     /// Sets the key to `va`, with `inline` as its value word (8-byte keys
     /// only), and unlocks the shard. True if it was absent. Plain stores
     /// and a plain unlock, unless the table has to grow.

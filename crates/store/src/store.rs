@@ -508,8 +508,13 @@ impl Store {
         // and of a del entry (never live data), the tree's queue, and
         // whether the cache needs this write.
         if let (Some(f), Some(o)) = (&old_file, old) {
-            if let Some(oe) = s.log.header(vaddr_off(o)) {
-                f.dead.fetch_add(oe.len, Ordering::Relaxed);
+            // The old entry's length without reading it when the index
+            // knows it (an inline 8-byte value): a miss saved per update.
+            let len = held
+                .current_len()
+                .or_else(|| s.log.header(vaddr_off(o)).map(|oe| oe.len));
+            if let Some(len) = len {
+                f.dead.fetch_add(len, Ordering::Relaxed);
             }
         }
         drop(old_file);

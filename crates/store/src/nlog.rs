@@ -191,15 +191,21 @@ impl Nlog {
     }
 
     /// Starts loading, owned, the lines where the next entry of (node,
-    /// cluster) will most likely go, so that an append about to take the
-    /// lock does not wait for them there. A hint: the lines may have moved
-    /// on, or the file may be gone (a prefetch never faults).
+    /// cluster), `len` bytes long, will most likely go, so that an append
+    /// about to take the lock does not wait for them there (up to two
+    /// lines). Nothing for a one-line entry: it is written non-temporally,
+    /// and a cached copy would only have to be evicted first. A hint: the
+    /// lines may have moved on, or the file may be gone (a prefetch never
+    /// faults).
     #[inline]
-    pub fn prefetch_tail(&self, node: u32, cluster: u32) {
+    pub fn prefetch_tail(&self, node: u32, cluster: u32, len: u64) {
+        if len == LINE {
+            return;
+        }
         let at = self.next_at[self.pair(node, cluster)].load(Ordering::Relaxed);
-        if at != 0 && at + 64 < self.pool.size() {
+        if at != 0 && at + 2 * LINE <= self.pool.size() {
             self.pool.prefetch_write(at);
-            self.pool.prefetch_write(at + 63);
+            self.pool.prefetch_write(at + LINE);
         }
     }
 

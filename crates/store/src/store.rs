@@ -490,7 +490,11 @@ impl Store {
         // whose fence waits for the previous write's flush: they overlap
         // that wait, each other, and the stripe lock.
         s.index.prefetch(hash);
-        s.log.prefetch_tail(here, cluster_of(hash, s.log.clusters));
+        s.log.prefetch_tail(
+            here,
+            cluster_of(hash, s.log.clusters),
+            entry_len(key.len(), value.map_or(0, <[u8]>::len)),
+        );
         // One pin for the whole write: the point map's and the log's own
         // pins nest in it and cost no fence each.
         let _p = s.epochs.pin();
@@ -611,8 +615,11 @@ impl Store {
             // (read again when the old entry is accounted dead).
             for i in (start..end).filter(|&i| earlier[i].is_none()) {
                 s.index.prefetch(hashes[i]);
-                s.log
-                    .prefetch_tail(here, cluster_of(hashes[i], s.log.clusters));
+                s.log.prefetch_tail(
+                    here,
+                    cluster_of(hashes[i], s.log.clusters),
+                    entry_len(pairs[i].0.len(), pairs[i].1.len()),
+                );
                 s.raf.prefetch(hashes[i]);
             }
             for i in (start..end).filter(|&i| earlier[i].is_none()) {

@@ -512,14 +512,7 @@ impl Store {
         // and of a del entry (never live data), the tree's queue, and
         // whether the cache needs this write.
         if let (Some(f), Some(o)) = (&old_file, old) {
-            // The old entry's length without reading it when the index
-            // knows it (an inline 8-byte value): a miss saved per update.
-            let len = held
-                .current_len()
-                .or_else(|| s.log.header(vaddr_off(o)).map(|oe| oe.len));
-            if let Some(len) = len {
-                f.dead.fetch_add(len, Ordering::Relaxed);
-            }
+            s.account_replaced(f, o, held.current_len());
         }
         drop(old_file);
         if value.is_none() {
@@ -539,22 +532,7 @@ impl Store {
             .commit(held, key, hash, va, value, queued, &mut |h, p| {
                 s.append_ovf(h, p)
             })?;
-        match value {
-            Some(val) => {
-                if cache {
-                    s.raf.update(key, hash, val, va, here);
-                }
-                if changed {
-                    s.keys.add(1);
-                }
-            }
-            None => {
-                if cache {
-                    s.raf.remove(key, hash);
-                }
-                s.keys.add(-1);
-            }
-        }
+        s.after_index(key, hash, value, va, here, changed, cache);
         Ok(true)
     }
 
@@ -1167,32 +1145,68 @@ impl Inner {
         file: &Extent,
         here: u32,
     ) -> Result<()> {
-        // The old entry no longer holds the key's newest value.
         if let (Some(f), Some(o)) = (old_file, old) {
-            if let Some(e) = self.log.header(vaddr_off(o)) {
-                f.dead.fetch_add(e.len, Ordering::Relaxed);
-            }
+            self.account_replaced(f, o, None);
         }
+        let changed = match value {
+            Some(val) => self
+                .index
+                .set(key, hash, va, val, &mut |h, p| self.append_ovf(h, p))?,
+            None => {
+                // A del entry is never live data.
+                file.dead
+                    .fetch_add(entry_len(key.len(), 0), Ordering::Relaxed);
+                self.index
+                    .remove(key, hash, &mut |h, p| self.append_ovf(h, p))?
+            }
+        };
+        self.after_index(key, hash, value, va, here, changed, true);
+        Ok(())
+    }
+
+    /// The entry at `old`, in `f`, no longer holds its key's newest value:
+    /// its bytes count as dead. `known`: its length when the caller knows
+    /// it without reading the entry (an inline 8-byte value: a miss saved
+    /// per update).
+    fn account_replaced(&self, f: &Extent, old: u64, known: Option<u64>) {
+        let len = known.or_else(|| self.log.header(vaddr_off(old)).map(|e| e.len));
+        if let Some(len) = len {
+            f.dead.fetch_add(len, Ordering::Relaxed);
+        }
+    }
+
+    /// What follows a write's index change (`changed`: the key set
+    /// changed): the RAF cache, when `cache` says it may need the write,
+    /// and the key count.
+    #[allow(clippy::too_many_arguments)]
+    fn after_index(
+        &self,
+        key: &[u8],
+        hash: u64,
+        value: Option<&[u8]>,
+        va: u64,
+        here: u32,
+        changed: bool,
+        cache: bool,
+    ) {
         match value {
             Some(val) => {
-                self.index
-                    .set(key, hash, va, val, &mut |h, p| self.append_ovf(h, p))?;
-                self.raf.update(key, hash, val, va, here);
-                if old.is_none() {
+                if cache {
+                    self.raf.update(key, hash, val, va, here);
+                }
+                if changed {
                     self.keys.add(1);
                 }
             }
             None => {
-                self.index
-                    .remove(key, hash, &mut |h, p| self.append_ovf(h, p))?;
-                self.raf.remove(key, hash);
-                // A del entry is never live data.
-                file.dead
-                    .fetch_add(entry_len(key.len(), 0), Ordering::Relaxed);
-                self.keys.add(-1);
+                if cache {
+                    self.raf.remove(key, hash);
+                }
+                if changed {
+                    self.keys.add(-1);
+                }
             }
         }
-        Ok(())
     }
 
     /// Appends an overflow entry for hash slot `h` (see `pindex`) on this

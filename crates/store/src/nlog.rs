@@ -86,7 +86,7 @@ struct Appended {
 }
 
 /// A cache line: an entry of exactly this length is written
-/// non-temporally.
+/// non-temporally (under `Strict`).
 const LINE: u64 = 64;
 
 /// An entry written and flushed by [`Nlog::append_flushed`], its file
@@ -193,13 +193,14 @@ impl Nlog {
     /// Starts loading, owned, the lines where the next entry of (node,
     /// cluster), `len` bytes long, will most likely go, so that an append
     /// about to take the lock does not wait for them there (up to two
-    /// lines). Nothing for a one-line entry: it is written non-temporally,
-    /// and a cached copy would only have to be evicted first. A hint: the
+    /// lines). Nothing for a one-line entry under `Strict`: it is written
+    /// non-temporally, and a cached copy would only have to be evicted
+    /// first. A hint: the
     /// lines may have moved on, or the file may be gone (a prefetch never
     /// faults).
     #[inline]
     pub fn prefetch_tail(&self, node: u32, cluster: u32, len: u64) {
-        if len == LINE {
+        if len == LINE && self.durability == Durability::Strict {
             return;
         }
         let at = self.next_at[self.pair(node, cluster)].load(Ordering::Relaxed);
@@ -482,7 +483,12 @@ impl Nlog {
         let lens = lens_word(key.len(), value.len());
         let crc = entry_crc(f.seq, off, e.version, lens, e.h_addr, e.h_seq, key, value);
         let w0 = (e.op << OP_SHIFT) | e.version;
-        let nt = len == LINE;
+        // Only under `Strict`: non-temporal stores are weakly ordered, and
+        // it is the entry's fence that keeps the index (and the unlock)
+        // from being seen before them. `Relaxed` has no fence per write,
+        // so there a reader on another core could find the entry through
+        // the index before its bytes arrive.
+        let nt = len == LINE && self.durability == Durability::Strict;
         if nt {
             // One line: assembled here and written with non-temporal
             // stores, so the line is never read for ownership (it is not

@@ -67,7 +67,7 @@ fn read_root(pool: &Pool, root: u64) -> Result<RootInfo> {
         return Err(corrupt(format!(
             "store format {} is not supported: this version reads format {FORMAT} only \
              (format 1, from before 2026-11-26, laid entries out differently; \
-             dump it with the version that wrote it)",
+             open it with a pmhash from before then)",
             w[1]
         )));
     }

@@ -15,7 +15,8 @@
 //!   fenced can unlock without waiting for its write-backs (a locked
 //!   instruction waits for every earlier `clwb` to finish).
 //! - [`Counter`]: a sharded counter, cheap to bump from many threads.
-//! - [`prefetch`]: starts loading a value's cache line (a hint: safe).
+//! - [`prefetch`], [`prefetch_addr`]: start loading a cache line (a hint:
+//!   safe, whatever the address).
 
 use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
 
@@ -574,15 +575,21 @@ mod thread_index_tests {
 /// overlaps other work instead of stalling the load that needs it.
 #[inline]
 pub fn prefetch<T>(x: &T) {
+    prefetch_addr(std::ptr::from_ref(x) as usize);
+}
+
+/// [`prefetch`] of any address, valid or not: a prefetch is a hint that
+/// never faults and changes no memory, so a stale address (a table freed
+/// since it was read) costs nothing but the hint.
+#[inline]
+pub fn prefetch_addr(addr: usize) {
     #[cfg(target_arch = "x86_64")]
     #[allow(unused_unsafe)]
     // SAFETY: a prefetch is a hint: it never faults and changes no memory,
-    // and the address comes from a live reference anyway.
+    // whatever the address.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            std::ptr::from_ref(x).cast::<i8>(),
-        )
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
+    let _ = addr;
 }

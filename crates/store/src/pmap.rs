@@ -493,35 +493,30 @@ impl PointMap {
         // One array for every shard's first table.
         let (words, base) = arena(SHARDS * n);
         let words = Arc::new(words);
-        let mut m = PointMap {
-            tables: (0..SHARDS)
-                .map(|i| {
-                    AtomicPtr::new(Box::into_raw(Box::new(Table {
-                        mask: n - 1,
-                        max_used: max_used(n),
-                        words: words.clone(),
-                        base: base + i * n * BUCKET_WORDS,
-                        #[cfg(test)]
-                        collected: Default::default(),
-                    })))
-                })
+        let first: Vec<Table> = (0..SHARDS)
+            .map(|i| Table {
+                mask: n - 1,
+                max_used: max_used(n),
+                words: words.clone(),
+                base: base + i * n * BUCKET_WORDS,
+                #[cfg(test)]
+                collected: Default::default(),
+            })
+            .collect();
+        PointMap {
+            // A table's hint names its words, which do not move when the
+            // table is boxed.
+            hints: first.iter().map(|t| AtomicUsize::new(t.hint())).collect(),
+            tables: first
+                .into_iter()
+                .map(|t| AtomicPtr::new(Box::into_raw(Box::new(t))))
                 .collect::<Box<[_]>>()
                 .try_into()
                 .expect("one table per shard"),
-            hints: Box::default(),
             writers: (0..SHARDS).map(|_| Writer::default()).collect(),
             epochs,
             retired: Mutex::new(Vec::new()),
-        };
-        m.hints = m
-            .tables
-            .iter()
-            .map(|t| {
-                // SAFETY: just made, never null, not shared yet.
-                AtomicUsize::new(unsafe { &*t.load(Ordering::Relaxed) }.hint())
-            })
-            .collect();
-        m
+        }
     }
 
     /// The shard of hash `h`.
@@ -628,16 +623,9 @@ impl PointMap {
         let hint = self.hints[Self::shard(h)].load(Ordering::Relaxed);
         let (base, bits) = (hint & !63, hint & 63);
         let mask = (1usize << bits) - 1;
-        let at = base.wrapping_add((h as usize & mask) * 64);
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unused_unsafe)]
-        // SAFETY: a prefetch never faults and changes no memory, whatever
-        // the address (the table may have been freed since the hint).
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = at;
+        // The table may have been freed since the hint: a prefetch of a
+        // freed address is harmless.
+        engine::sync::prefetch_addr(base.wrapping_add((h as usize & mask) * 64));
     }
 
     /// Sets the key (`h`, `who`) to `va`, with `inline` as its value word
@@ -685,11 +673,10 @@ impl PointMap {
         let buckets = ((want as f64 / REBUILT_LOAD) as usize).div_ceil(SLOTS);
         let new = Table::new(buckets.max(tab.len() / 2));
         tab.for_each(&mut |h, word, val| new.place(h, word, val));
+        let hint = new.hint();
         let new = Box::into_raw(Box::new(new));
         self.tables[i].store(new, Ordering::Release);
-        // SAFETY: `new` was just made from a live table; its words stay
-        // allocated while the table is (it owns an `Arc` of them).
-        self.hints[i].store(unsafe { &*new }.hint(), Ordering::Relaxed);
+        self.hints[i].store(hint, Ordering::Relaxed);
         // `old` is unlinked (the lock keeps every other writer out): only
         // pins taken before can reach it, and `collect` waits for them.
         self.retired

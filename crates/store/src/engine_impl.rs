@@ -177,13 +177,11 @@ impl Engine for StoreEngine {
     }
 
     fn get(&self, key: u64) -> Option<u64> {
-        thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
-        BUF.with(|b| {
-            let mut out = b.borrow_mut();
-            self.store
-                .get_into(&key.to_be_bytes(), &mut out)
-                .then(|| val(&out))
-        })
+        // The value's first 8 bytes, zero-filled past a shorter one (as
+        // `val`), with nothing allocated.
+        let mut out = [0u8; 8];
+        self.store.get_in(&key.to_be_bytes(), &mut out)?;
+        Some(u64::from_le_bytes(out))
     }
 
     fn update(&self, key: u64, value: u64) -> Result<bool> {

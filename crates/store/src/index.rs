@@ -511,7 +511,17 @@ impl Index {
 
     /// Whether 8-byte values of 8-byte keys are kept inline.
     pub fn inlines(&self) -> bool {
-        self.inline && matches!(self.point, Point::Dram(..))
+        self.inline_map().is_some()
+    }
+
+    /// The DRAM point map, when it keeps 8-byte values of 8-byte keys
+    /// inline (the 8-byte fast path of a get).
+    #[inline]
+    pub fn inline_map(&self) -> Option<&PointMap> {
+        match &self.point {
+            Point::Dram(m, _) if self.inline => Some(m),
+            _ => None,
+        }
     }
 
     /// Builds the tree from the point index (once, after open).

@@ -183,6 +183,116 @@ fn arena(buckets: usize) -> (HugeWords, usize) {
     (words, base)
 }
 
+/// A table as its readers see it: bucket 0's address (64-byte aligned)
+/// with log2 of the bucket count in the low six bits ([`Table::hint`]).
+/// A shard publishes its table's hint next to the table ([`PointMap`]'s
+/// `hints`), so an 8-byte get reaches its bucket with one load instead of
+/// four dependent ones (the table pointer, the table, its words, their
+/// base) and no bounds checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Hint(usize);
+
+impl Hint {
+    #[inline]
+    fn mask(self) -> usize {
+        (1usize << (self.0 & 63)) - 1
+    }
+
+    /// The address of the bucket where a probe of `h` starts.
+    #[inline]
+    fn first(self, h: u64) -> usize {
+        (self.0 & !63) + (h as usize & self.mask()) * 64
+    }
+
+    /// The bucket after the one at `addr` (wrapping at the table's end).
+    #[inline]
+    fn next(self, addr: usize) -> usize {
+        let base = self.0 & !63;
+        base + ((addr - base + 64) & (self.mask() * 64 + 63))
+    }
+
+    /// The words of the bucket at `addr`, one of this table's.
+    #[inline]
+    fn bucket<'p>(self, addr: usize, _p: &'p Pin<'_>) -> &'p [AtomicU64; BUCKET_WORDS] {
+        debug_assert_eq!(addr % 64, 0);
+        // SAFETY: `self` was loaded from a shard's `hints` under the pin
+        // `_p`, so it names a table that is not freed while `_p` is held:
+        // a table is retired after its hint is replaced, and freed only
+        // after `Epochs::synchronize` waited out every pin from before
+        // that (see `PointMap::table`). `addr` is one of its buckets
+        // (`first` and `next` stay inside `mask + 1` buckets from the
+        // base), 64-byte aligned words that the table's `HugeWords` owns.
+        unsafe { &*(addr as *const [AtomicU64; BUCKET_WORDS]) }
+    }
+
+    /// The 8-byte key of hash `h`, with its inline value when it has one;
+    /// `None`: a writer changed the slot while it was read (look again).
+    /// The read protocol is in the module doc. The first bucket is looked
+    /// at here, inlined into the caller; the rest of a longer probe out of
+    /// line: a get's instructions between its miss and the next get's
+    /// decide how many misses overlap (see `get8_pinned`).
+    #[inline(always)]
+    fn get8(self, h: u64, p: &Pin<'_>) -> Option<Got> {
+        let at = self.first(h);
+        match Self::in_bucket8(self.bucket(at, p), h) {
+            Some(r) => r,
+            None => self.get8_from(self.next(at), h, p),
+        }
+    }
+
+    /// [`get8`](Self::get8) from the probe's second bucket on.
+    #[cold]
+    #[inline(never)]
+    fn get8_from(self, mut at: usize, h: u64, p: &Pin<'_>) -> Option<Got> {
+        for _ in 0..self.mask() {
+            if let Some(r) = Self::in_bucket8(self.bucket(at, p), h) {
+                return r;
+            }
+            at = self.next(at);
+        }
+        Some(Got::Absent)
+    }
+
+    /// One bucket of a [`get8`](Self::get8) probe: `Some` with the answer
+    /// (`Some(None)`: look again), `None`: the probe goes on to the next
+    /// bucket.
+    #[inline(always)]
+    fn in_bucket8(w: &[AtomicU64; BUCKET_WORDS], h: u64) -> Option<Option<Got>> {
+        // Hashes first (acquire): a slot whose hash is `h` was filled
+        // (hash, then word) for this key, so its word, loaded after, is
+        // this key's or a later one (a delete's TOMB, a reuse's). Only the
+        // candidates' words are loaded: one slot, nearly always. The value
+        // is in the same line.
+        let mut cand = 0u32;
+        for s in 0..SLOTS {
+            cand |= ((w[2 * s].load(Ordering::Acquire) == h) as u32) << s;
+        }
+        while cand != 0 {
+            let s = cand.trailing_zeros() as usize;
+            cand &= cand - 1;
+            let word = w[2 * s + 1].load(Ordering::Acquire);
+            if word & KEY8 == 0 || word == TOMB {
+                continue;
+            }
+            if word & VAL8 == 0 {
+                return Some(Some(Got::Addr(word & !TAG_BITS)));
+            }
+            let v = w[VAL + s].load(Ordering::Acquire);
+            fence(Ordering::Acquire);
+            let again = w[2 * s + 1].load(Ordering::Acquire);
+            if again != word || w[2 * s].load(Ordering::Acquire) != h {
+                return Some(None);
+            }
+            return Some(Some(Got::Value(word & !TAG_BITS, v)));
+        }
+        // The key lives before the first bucket with an empty slot.
+        if (0..SLOTS).any(|s| w[2 * s + 1].load(Ordering::Acquire) == EMPTY) {
+            return Some(Some(Got::Absent));
+        }
+        None
+    }
+}
+
 /// [`Table::max_used`] of a table of `buckets` buckets.
 fn max_used(buckets: usize) -> usize {
     (MAX_USED * (buckets * SLOTS) as f64) as usize
@@ -216,10 +326,10 @@ impl Table {
 
     /// Bucket 0's address (64-byte aligned) with log2 of the bucket count
     /// in its low six bits: where [`PointMap::prefetch`] finds a bucket.
-    fn hint(&self) -> usize {
+    fn hint(&self) -> Hint {
         let base = self.bucket(0).as_ptr() as usize;
         debug_assert_eq!(base % 64, 0, "buckets are line-aligned");
-        base | self.len().trailing_zeros() as usize
+        Hint(base | self.len().trailing_zeros() as usize)
     }
 
     /// The `v_addr` of the key (`h`, `who`).
@@ -267,51 +377,6 @@ impl Table {
             b = (b + 1) & self.mask;
         }
         Probe::Absent(free)
-    }
-
-    /// [`get`](Self::get) of an 8-byte key, with its inline value when it
-    /// has one; `None`: a writer changed the slot while it was read (look
-    /// again). The read protocol is in the module doc.
-    #[inline]
-    fn get8(&self, h: u64) -> Option<Got> {
-        let mut b = h as usize & self.mask;
-        for _ in 0..self.len() {
-            let w: &[AtomicU64; BUCKET_WORDS] =
-                self.bucket(b).try_into().expect("a bucket's words");
-            // Hashes first (acquire): a slot whose hash is `h` was filled
-            // (hash, then word) for this key, so its word, loaded after,
-            // is this key's or a later one (a delete's TOMB, a reuse's).
-            // Only the candidates' words are loaded: one slot, nearly
-            // always. The value is in the same line.
-            let mut cand = 0u32;
-            for s in 0..SLOTS {
-                cand |= ((w[2 * s].load(Ordering::Acquire) == h) as u32) << s;
-            }
-            while cand != 0 {
-                let s = cand.trailing_zeros() as usize;
-                cand &= cand - 1;
-                let word = w[2 * s + 1].load(Ordering::Acquire);
-                if word & KEY8 == 0 || word == TOMB {
-                    continue;
-                }
-                if word & VAL8 == 0 {
-                    return Some(Got::Addr(word & !TAG_BITS));
-                }
-                let v = w[VAL + s].load(Ordering::Acquire);
-                fence(Ordering::Acquire);
-                let again = w[2 * s + 1].load(Ordering::Acquire);
-                if again != word || w[2 * s].load(Ordering::Acquire) != h {
-                    return None;
-                }
-                return Some(Got::Value(word & !TAG_BITS, v));
-            }
-            // The key lives before the first bucket with an empty slot.
-            if (0..SLOTS).any(|s| w[2 * s + 1].load(Ordering::Acquire) == EMPTY) {
-                break;
-            }
-            b = (b + 1) & self.mask;
-        }
-        Some(Got::Absent)
     }
 
     /// Stores the value word, then the `v_addr` word of a live slot (the
@@ -461,11 +526,12 @@ pub struct PointMap {
     /// Each shard's table: read by every lookup, written only when a table
     /// is replaced, so eight shards share a line. Never null.
     tables: Box<[AtomicPtr<Table>; SHARDS]>,
-    /// Each shard's table as [`Table::hint`] (bucket 0's address and the
-    /// table's log2 size in one word), for [`prefetch`](Self::prefetch),
-    /// which takes no pin: a hint read during a resize may name a freed
-    /// table, and prefetching a freed address is harmless.
-    hints: Box<[AtomicUsize]>,
+    /// Each shard's table as a [`Hint`] (bucket 0's address and the
+    /// table's log2 size in one word), replaced right after `tables`: what
+    /// `get8` reads under a pin, and [`prefetch`](Self::prefetch) without
+    /// one (a hint read during a resize may name a freed table, and
+    /// prefetching a freed address is harmless).
+    hints: Box<[AtomicUsize; SHARDS]>,
     writers: Box<[Writer]>,
     /// Every access to a table holds a pin of these (the store's log
     /// epochs: a store operation's own pin covers the map's, which then
@@ -506,7 +572,12 @@ impl PointMap {
         PointMap {
             // A table's hint names its words, which do not move when the
             // table is boxed.
-            hints: first.iter().map(|t| AtomicUsize::new(t.hint())).collect(),
+            hints: first
+                .iter()
+                .map(|t| AtomicUsize::new(t.hint().0))
+                .collect::<Box<[_]>>()
+                .try_into()
+                .expect("one hint per shard"),
             tables: first
                 .into_iter()
                 .map(|t| AtomicPtr::new(Box::into_raw(Box::new(t))))
@@ -592,22 +663,32 @@ impl PointMap {
     }
 
     /// [`get8`](Self::get8) under the caller's pin of the store's epochs
-    /// (`p` proves it is held), for a path that pins once.
-    #[inline]
+    /// (`p` proves it is held), for a path that pins once. Inlined whole
+    /// into the caller, with the first bucket's probe: gets of 2M keys
+    /// overlap their misses only while one get, from its miss to the next
+    /// get's, fits the CPU's out-of-order window (see docs/benchmarks.md,
+    /// 2026-11-26 afternoon).
+    #[inline(always)]
     pub(crate) fn get8_pinned(&self, h: u64, p: &Pin<'_>) -> Got {
         // Crate-private: its callers pass the store's own pin.
         debug_assert!(p.belongs_to(&self.epochs), "a pin of other epochs");
         let i = Self::shard(h);
+        let hint = &self.hints[i];
         loop {
-            let (t, tab) = self.table(i, p);
-            let r = tab.get8(h);
+            let t = Hint(hint.load(Ordering::Acquire));
+            #[cfg(test)]
+            let tab = self.table(i, p).1;
+            let r = t.get8(h, p);
             #[cfg(test)]
             assert!(
-                !tab.collected.load(Ordering::SeqCst),
+                tab.hint() != t || !tab.collected.load(Ordering::SeqCst),
                 "read a collected table"
             );
+            // A resize meanwhile: the answer may predate a write to the new
+            // table, so look again there. (While the pin is held, the old
+            // table is not freed, so no new table has its address.)
             if let Some(r) = r {
-                if self.tables[i].load(Ordering::Acquire) == t {
+                if hint.load(Ordering::Acquire) == t.0 {
                     return r;
                 }
             }
@@ -620,12 +701,10 @@ impl PointMap {
     /// in flight while the fence waits for the previous write's flush.
     #[inline]
     pub fn prefetch(&self, h: u64) {
-        let hint = self.hints[Self::shard(h)].load(Ordering::Relaxed);
-        let (base, bits) = (hint & !63, hint & 63);
-        let mask = (1usize << bits) - 1;
+        let hint = Hint(self.hints[Self::shard(h)].load(Ordering::Relaxed));
         // The table may have been freed since the hint: a prefetch of a
         // freed address is harmless.
-        engine::sync::prefetch_addr(base.wrapping_add((h as usize & mask) * 64));
+        engine::sync::prefetch_addr(hint.first(h));
     }
 
     /// Sets the key (`h`, `who`) to `va`, with `inline` as its value word
@@ -675,8 +754,10 @@ impl PointMap {
         tab.for_each(&mut |h, word, val| new.place(h, word, val));
         let hint = new.hint();
         let new = Box::into_raw(Box::new(new));
+        // The hint is a table pointer too (`get8` reads through it): its
+        // release publishes the filled table.
         self.tables[i].store(new, Ordering::Release);
-        self.hints[i].store(hint, Ordering::Relaxed);
+        self.hints[i].store(hint.0, Ordering::Release);
         // `old` is unlinked (the lock keeps every other writer out): only
         // pins taken before can reach it, and `collect` waits for them.
         self.retired
@@ -751,20 +832,25 @@ mod tests {
         va >> 8
     }
 
-    /// Sets every key of `stable` (hash `h`) to `v_addr` `k << 8 | 1`.
-    fn load_stable(m: &PointMap, h: fn(u64) -> u64, stable: &[u64]) {
+    /// Sets every key of `stable` (hash `h`) to `v_addr` `k << 8 | 1`,
+    /// and 8-byte key `k` (hash `h8`, one per key) to `v_addr` `k << 8 |
+    /// 4` with the inline value `!k` (what `get8` reads).
+    fn load_stable(m: &PointMap, h: fn(u64) -> u64, h8: fn(u64) -> u64, stable: &[u64]) {
         for &k in stable {
             assert!(m.set(h(k), k << 8 | 1, None, Who::Other(|va| key_of(va) == k)));
+            assert!(m.set(h8(k), k << 8 | 4, Some(!k), Who::<fn(u64) -> bool>::Key8));
         }
     }
 
     /// Two readers that look up the `stable` keys (reader `r` from index
-    /// `r`, every `step`-th) until `done`, each expecting the `v_addr`
-    /// `load_stable` gave it; `reads` counts the lookups.
+    /// `r`, every `step`-th) until `done`, each expecting what
+    /// `load_stable` set (both kinds of key); `reads` counts the lookups.
+    #[allow(clippy::too_many_arguments)]
     fn spawn_stable_readers<'scope>(
         sc: &'scope std::thread::Scope<'scope, '_>,
         m: &'scope PointMap,
         h: fn(u64) -> u64,
+        h8: fn(u64) -> u64,
         stable: &'scope [u64],
         step: usize,
         done: &'scope AtomicBool,
@@ -779,6 +865,11 @@ mod tests {
                         m.get(h(k), Who::Other(|va| key_of(va) == k)),
                         Some(k << 8 | 1),
                         "a stable key was lost"
+                    );
+                    assert_eq!(
+                        m.get8(h8(k)),
+                        Got::Value(k << 8 | 4, !k),
+                        "a stable 8-byte key was lost"
                     );
                     i += step;
                     reads.fetch_add(1, Ordering::Relaxed);
@@ -848,11 +939,20 @@ mod tests {
     fn readers_never_lose_a_stable_key_while_writers_resize() {
         let m = PointMap::with_capacity(0, Arc::default());
         let stable: Vec<u64> = (0..2_000u64).map(|i| i * 4).collect();
-        load_stable(&m, hash, &stable);
+        load_stable(&m, hash, engine::hash::fmix64, &stable);
         let done = AtomicBool::new(false);
         let reads = AtomicU64::new(0);
         std::thread::scope(|sc| {
-            spawn_stable_readers(sc, &m, hash, &stable, 7, &done, &reads);
+            spawn_stable_readers(
+                sc,
+                &m,
+                hash,
+                engine::hash::fmix64,
+                &stable,
+                7,
+                &done,
+                &reads,
+            );
             let writers: Vec<_> = (0..2u64)
                 .map(|w| {
                     let m = &m;
@@ -909,7 +1009,7 @@ mod tests {
             assert!(collector.join().unwrap() > 0, "no table was replaced");
         });
         assert!(reads.load(Ordering::Relaxed) > 0);
-        assert_eq!(m.len(), stable.len());
+        assert_eq!(m.len(), 2 * stable.len());
     }
 
     /// 8-byte keys (found by hash alone, values inline or not) and other
@@ -1048,14 +1148,18 @@ mod tests {
         fn h(k: u64) -> u64 {
             engine::hash::fmix64(k) >> SHARD_BITS
         }
+        // The 8-byte keys': shard 0 too, and none shared by two keys here.
+        fn h8(k: u64) -> u64 {
+            engine::hash::fmix64(k ^ 0x5555) >> SHARD_BITS
+        }
         let m = PointMap::with_capacity(0, Arc::default());
         let stable: Vec<u64> = (0..64u64).map(|i| i * 2).collect();
-        load_stable(&m, h, &stable);
+        load_stable(&m, h, h8, &stable);
         let done = AtomicBool::new(false);
         let freed = AtomicU64::new(0);
         let reads = AtomicU64::new(0);
         std::thread::scope(|sc| {
-            spawn_stable_readers(sc, &m, h, &stable, 1, &done, &reads);
+            spawn_stable_readers(sc, &m, h, h8, &stable, 1, &done, &reads);
             {
                 let (m, done, freed) = (&m, &done, &freed);
                 sc.spawn(move || {

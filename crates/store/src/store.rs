@@ -11,7 +11,7 @@ use engine::sync::CachePadded;
 use engine::{Durability, EngineSpec, Error, Result};
 use pmem::{Link, Mode, Pool, PoolOptions};
 
-use crate::epoch::Epochs;
+use crate::epoch::{Epochs, Pin};
 use crate::index::Index;
 use crate::layout::*;
 use crate::nlog::{Extent, NewEntry, Nlog};
@@ -677,13 +677,13 @@ impl Store {
         // The bucket's miss starts before the pin, whose fence would hold
         // it back until the fence completes.
         s.index.prefetch(hash);
-        let _p = s.epochs.pin();
+        let p = s.epochs.pin();
         let mut known = None;
-        if key.len() == 8 && s.index.inlines() {
+        if let (8, Some(m)) = (key.len(), s.index.inline_map()) {
             // The 8-byte fast path: one probe of the point index, which
             // holds an 8-byte value inline; the cache and the log only for
             // a longer value.
-            match s.index.get8(key, hash, &_p) {
+            match m.get8_pinned(hash, &p) {
                 Got::Absent => return false,
                 Got::Value(_, v) => {
                     out.clear();
@@ -693,6 +693,71 @@ impl Store {
                 Got::Addr(va) => known = Some(va),
             }
         }
+        self.get_slow(key, hash, known, out, &p)
+    }
+
+    /// Copies the value of `key` into the front of `out` and returns the
+    /// value's length; `None` if absent. A value longer than `out` fills
+    /// it and is cut there (the length returned is still the whole
+    /// value's). Allocates nothing: an 8-byte key whose 8-byte value the
+    /// point index holds inline is one probe and one copy, and any other
+    /// value goes through a buffer the thread keeps.
+    ///
+    /// The fast path is [`get_into`](Self::get_into)'s with nothing
+    /// around it: with 2M keys a get waits for one cache miss, and gets
+    /// overlap their misses only while the instructions between two of
+    /// them fit the CPU's out-of-order window (docs/benchmarks.md,
+    /// 2026-11-26 afternoon).
+    #[inline]
+    pub fn get_in(&self, key: &[u8], out: &mut [u8]) -> Option<usize> {
+        let s = &*self.inner;
+        if let (Ok(k), Some(m)) = (<&[u8; 8]>::try_from(key), s.index.inline_map()) {
+            let hash = key_hash(k);
+            m.prefetch(hash);
+            let p = s.epochs.pin();
+            match m.get8_pinned(hash, &p) {
+                Got::Absent => return None,
+                Got::Value(_, v) => {
+                    let n = out.len().min(8);
+                    out[..n].copy_from_slice(&v.to_le_bytes()[..n]);
+                    return Some(8);
+                }
+                // A longer value, in the log: the general path below.
+                Got::Addr(_) => {}
+            }
+        }
+        self.get_in_slow(key, out)
+    }
+
+    /// [`get_in`](Self::get_in) of a value not inline, through the
+    /// thread's buffer.
+    #[cold]
+    #[inline(never)]
+    fn get_in_slow(&self, key: &[u8], out: &mut [u8]) -> Option<usize> {
+        thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+        BUF.with(|b| {
+            let mut v = b.borrow_mut();
+            if !self.get_into(key, &mut v) {
+                return None;
+            }
+            let n = out.len().min(v.len());
+            out[..n].copy_from_slice(&v[..n]);
+            Some(v.len())
+        })
+    }
+
+    /// A get past the point index's inline values: the RAF cache, then the
+    /// log entry (at `known` when the point index gave it). `_p` pins the
+    /// log while the entry is read.
+    fn get_slow(
+        &self,
+        key: &[u8],
+        hash: u64,
+        known: Option<u64>,
+        out: &mut Vec<u8>,
+        _p: &Pin<'_>,
+    ) -> bool {
+        let s = &*self.inner;
         let here = s.numa.current();
         let sampled = match s.raf.probe(key, hash, here) {
             Probe::Hit(v) => {

@@ -563,6 +563,93 @@ fn largest_keys_and_values() {
     verify(&s, &m, "large, reopen after drop");
 }
 
+/// `get_in` copies what fits and reports the whole length: 8-byte keys
+/// with inline 8-byte values (the fast path), with longer and shorter
+/// values (the log), other keys, deletes and overwrites that change a
+/// value's length both ways, with inline values on and off, before and
+/// after a reopen.
+#[test]
+fn get_in_copies_what_fits_and_reports_the_length() {
+    for inline in [true, false] {
+        let opts = Options {
+            inline_values: inline,
+            ..small_opts()
+        };
+        let (pool, s) = mem_store(&opts, 41);
+        let k8 = 0x0102_0304_0506_0708u64.to_be_bytes();
+        let long = value(5, 100);
+        let cases: [(&[u8], &[u8]); 5] = [
+            (&k8, b"eightval"),
+            (b"\x00\x00\x00\x00\x00\x00\x00\x09", &long),
+            (b"\x00\x00\x00\x00\x00\x00\x00\x0a", b"abc"),
+            (b"a longer key of 24 bytes", b"12345678"),
+            (b"\x00\x00\x00\x00\x00\x00\x00\x0b", b""),
+        ];
+        for (k, v) in cases {
+            s.put(k, v).unwrap();
+        }
+        let check = |s: &Store, ctx: &str| {
+            for (k, v) in cases {
+                for cap in [0usize, 3, 8, 200] {
+                    let mut buf = vec![0xeeu8; cap];
+                    assert_eq!(
+                        s.get_in(k, &mut buf),
+                        Some(v.len()),
+                        "{ctx}: length, cap {cap}"
+                    );
+                    let n = cap.min(v.len());
+                    assert_eq!(&buf[..n], &v[..n], "{ctx}: bytes, cap {cap}");
+                    assert!(
+                        buf[n..].iter().all(|&b| b == 0xee),
+                        "{ctx}: wrote past the value"
+                    );
+                }
+            }
+            assert_eq!(
+                s.get_in(&[0xff; 8], &mut [0u8; 8]),
+                None,
+                "{ctx}: absent 8-byte key"
+            );
+            assert_eq!(
+                s.get_in(b"absent", &mut [0u8; 8]),
+                None,
+                "{ctx}: absent key"
+            );
+            let too_long = vec![1u8; store::MAX_KEY + 1];
+            assert_eq!(
+                s.get_in(&too_long, &mut [0u8; 8]),
+                None,
+                "{ctx}: oversized key"
+            );
+        };
+        let ctx = format!("inline {inline}");
+        check(&s, &ctx);
+        // An inline value becomes a long one and back; a delete.
+        s.put(&k8, &long).unwrap();
+        assert_eq!(
+            s.get_in(&k8, &mut [0u8; 8]),
+            Some(100),
+            "{ctx}: 8 -> 100 bytes"
+        );
+        s.put(&k8, b"eightval").unwrap();
+        let mut b = [0u8; 8];
+        assert_eq!(s.get_in(&k8, &mut b), Some(8), "{ctx}: 100 -> 8 bytes");
+        assert_eq!(&b, b"eightval");
+        assert!(s.delete(b"\x00\x00\x00\x00\x00\x00\x00\x0b").unwrap());
+        assert_eq!(
+            s.get_in(b"\x00\x00\x00\x00\x00\x00\x00\x0b", &mut b),
+            None,
+            "{ctx}: deleted"
+        );
+        s.put(b"\x00\x00\x00\x00\x00\x00\x00\x0b", b"").unwrap();
+        s.close().unwrap();
+        drop(s);
+        let s = Store::open_pool(pool, opts).unwrap();
+        assert_ne!(s.stats().opened_from, "created");
+        check(&s, &format!("{ctx}, reopened"));
+    }
+}
+
 /// A crash at every fence of a GC reclaim that relocates a live entry,
 /// followed (after recovery) by a delete of that key and enough GC to
 /// reclaim the relocated copy: a second crash must not bring the deleted

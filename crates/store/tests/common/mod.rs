@@ -76,6 +76,32 @@ pub fn verify(s: &Store, m: &Model, ctx: &str) {
         );
         assert!(s.get_into(k, &mut buf), "{ctx}: get_into of a present key");
         assert_eq!(&buf, v, "{ctx}: get_into value");
+        // get_in: the whole value into a buffer of its size, a prefix
+        // into a shorter one, and the whole length either way.
+        let mut whole = vec![0u8; v.len()];
+        assert_eq!(
+            s.get_in(k, &mut whole),
+            Some(v.len()),
+            "{ctx}: get_in length"
+        );
+        assert_eq!(&whole, v, "{ctx}: get_in value");
+        let mut three = [0u8; 3];
+        let n = v.len().min(3);
+        assert_eq!(
+            s.get_in(k, &mut three),
+            Some(v.len()),
+            "{ctx}: get_in of a prefix"
+        );
+        assert_eq!(&three[..n], &v[..n], "{ctx}: get_in prefix");
+    }
+    for absent in [&b"\xffabsent!"[..], b"\xff-absent-key-\xff"] {
+        if !m.contains_key(absent) {
+            assert_eq!(
+                s.get_in(absent, &mut [0u8; 8]),
+                None,
+                "{ctx}: get_in of an absent key"
+            );
+        }
     }
     assert_eq!(
         s.scan(b"", None, usize::MAX).unwrap(),

@@ -34,6 +34,12 @@
 //!   fence). A replaced table is freed by [`PointMap::collect`] (the
 //!   maintenance thread, every few milliseconds) after
 //!   `Epochs::synchronize` has waited out every pin that could hold it.
+//!   An 8-byte get reaches its table through the shard's `Hint` instead
+//!   (bucket 0's address and the table's size in one word, published
+//!   with the table and replaced before the old one is retired), and
+//!   checks after its probe that the hint is unchanged: while the pin is
+//!   held the old table is not freed, so no new table can have its
+//!   address.
 //! - **Updates** of a present key store the new `v_addr` in place (one
 //!   atomic store: a reader sees the old or the new entry); deletes store
 //!   [`TOMB`]. Both hold the shard lock, so that a resize never copies a
@@ -667,7 +673,7 @@ impl PointMap {
     /// into the caller, with the first bucket's probe: gets of 2M keys
     /// overlap their misses only while one get, from its miss to the next
     /// get's, fits the CPU's out-of-order window (see docs/benchmarks.md,
-    /// 2026-11-26 afternoon).
+    /// 2026-11-26, 13:10 UTC).
     #[inline(always)]
     pub(crate) fn get8_pinned(&self, h: u64, p: &Pin<'_>) -> Got {
         // Crate-private: its callers pass the store's own pin.

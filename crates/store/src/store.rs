@@ -707,7 +707,7 @@ impl Store {
     /// around it: with 2M keys a get waits for one cache miss, and gets
     /// overlap their misses only while the instructions between two of
     /// them fit the CPU's out-of-order window (docs/benchmarks.md,
-    /// 2026-11-26 afternoon).
+    /// 2026-11-26, 13:10 UTC).
     #[inline]
     pub fn get_in(&self, key: &[u8], out: &mut [u8]) -> Option<usize> {
         let s = &*self.inner;

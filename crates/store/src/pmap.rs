@@ -884,6 +884,36 @@ mod tests {
         }
     }
 
+    /// A hint's probe starts at `hash & mask` and visits every bucket of
+    /// its table once, wrapping at the end, and never leaves the table.
+    #[test]
+    fn a_hint_probe_visits_each_bucket_once_and_wraps() {
+        let base = 0x7f00_0000_1000usize;
+        for bits in [0usize, 1, 3, 10] {
+            let n = 1usize << bits;
+            let hint = Hint(base | bits);
+            assert_eq!(hint.mask(), n - 1);
+            for h in [0u64, 5, u64::MAX, 0x1234_5678_9abc_def0] {
+                let first = hint.first(h);
+                assert_eq!(first, base + (h as usize & (n - 1)) * 64);
+                let mut seen = std::collections::HashSet::new();
+                let mut at = first;
+                for _ in 0..n {
+                    assert!(at >= base && at < base + n * 64, "left the table");
+                    assert_eq!(at % 64, 0);
+                    assert!(seen.insert(at), "bucket visited twice");
+                    at = hint.next(at);
+                }
+                assert_eq!(at, first, "the probe wraps to where it began");
+            }
+        }
+        // A table's own hint names its buckets.
+        let t = Table::new(8);
+        let hint = t.hint();
+        assert_eq!(hint.mask(), t.mask);
+        assert_eq!(hint.first(3), t.bucket(3).as_ptr() as usize);
+    }
+
     #[test]
     fn agrees_with_a_model_through_growth_deletes_and_tombstone_rebuilds() {
         let m = PointMap::with_capacity(0, Arc::default());

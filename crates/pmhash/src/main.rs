@@ -79,6 +79,15 @@ struct ServeArgs {
     /// else 0.
     #[arg(long)]
     busy_poll_us: Option<u64>,
+    /// Bytes all clients together may hold beyond 256 KiB each (input,
+    /// unsent replies, queued transactions), as Redis's maxmemory-clients:
+    /// a number with an optional k/kb/m/mb/g/gb.
+    #[arg(long, default_value = "1gb")]
+    maxmemory_clients: String,
+    /// Most unsent reply bytes one client may have: a reply that would
+    /// pass it is answered with an error instead.
+    #[arg(long, default_value = "64mb")]
+    client_output_limit: String,
 }
 
 #[derive(clap::Args, Debug)]
@@ -135,10 +144,20 @@ fn main() -> ExitCode {
 }
 
 fn serve_cmd(args: &ServeArgs) -> Result<ExitCode, String> {
-    let busy_poll = args.busy_poll_us.map(std::time::Duration::from_micros);
-    // Checked before the store is opened (or made): a refused run leaves
-    // the directory as it was.
-    server::check_busy_poll(busy_poll).map_err(|e| format!("--busy-poll-us: {e}"))?;
+    // Every argument is checked, and the address bound, before the store
+    // is opened (or made): a refused run leaves the directory as it was.
+    let cfg = server::Config {
+        addr: args.addr.clone(),
+        requirepass: args.requirepass.clone(),
+        threads: args.threads,
+        max_clients: args.maxclients,
+        busy_poll: args.busy_poll_us.map(std::time::Duration::from_micros),
+        max_client_memory: server::parse_bytes(&args.maxmemory_clients)
+            .map_err(|e| format!("--maxmemory-clients: {e}"))?,
+        client_output_limit: server::parse_bytes(&args.client_output_limit)
+            .map_err(|e| format!("--client-output-limit: {e}"))?,
+    };
+    cfg.validate()?;
     let opts = store::Options {
         durability: Durability::parse(&args.durability).map_err(|e| e.to_string())?,
         mode: Mode::parse(&args.mode).map_err(|e| e.to_string())?,
@@ -148,18 +167,13 @@ fn serve_cmd(args: &ServeArgs) -> Result<ExitCode, String> {
         clusters: 16,
         ..store::Options::default()
     };
+    let listener = std::net::TcpListener::bind(&args.addr)
+        .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
     let st = store::Store::open(&args.dir, opts)
         .map_err(|e| format!("cannot open the store in {}: {e}", args.dir.display()))?;
-    let cfg = server::Config {
-        addr: args.addr.clone(),
-        requirepass: args.requirepass.clone(),
-        threads: args.threads,
-        max_clients: args.maxclients,
-        busy_poll,
-    };
     server::install_signal_handlers();
-    let srv = server::Server::start(st, cfg)
-        .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+    let srv = server::Server::start_on(st, cfg, listener)
+        .map_err(|e| format!("cannot serve on {}: {e}", args.addr))?;
     println!("pmhash serve: listening on {}", srv.addr());
     srv.wait()
         .map_err(|e| format!("clean shutdown failed: {e}"))?;

@@ -1007,11 +1007,11 @@ fn protocol_errors_close_only_that_connection() {
     let cases: &[(&[u8], &str)] = &[
         (
             b"*1\r\n$99999999999\r\n",
-            "-ERR Protocol error: invalid bulk length\r\n",
+            "-ERR Protocol error: invalid bulk length 99999999999 (the limit is 1052672 bytes)\r\n",
         ),
         (
             b"*99999999999\r\n",
-            "-ERR Protocol error: invalid multibulk length\r\n",
+            "-ERR Protocol error: invalid multibulk length 99999999999 (the limit is 1048576 arguments)\r\n",
         ),
         (
             b"*1\r\n+x\r\n",

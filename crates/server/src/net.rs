@@ -8,22 +8,34 @@
 //!   the socket would block, executes every whole request, and writes the
 //!   replies. A pipeline of N requests that arrives together costs one read
 //!   and one write.
-//! - **Memory is bounded per connection.** The input buffer holds at most
-//!   one unfinished line or bulk string (the parser consumes whole
-//!   arguments), and a connection whose unsent replies pass `OUT_HIGH`
-//!   stops being served until the peer reads them.
+//! - **Memory is bounded** per connection and across connections
+//!   ([`crate::limits`]): a connection's footprint (buffers, the unfinished
+//!   request, queued batch and transaction, unsent replies) beyond its
+//!   allowance is charged to the shared budget. Input that cannot be
+//!   charged closes the connection with an error; a connection whose unsent
+//!   replies pass [`OUT_SOFT`] or cannot be charged is not served until its
+//!   peer reads, and its loop goes on serving the others.
+//! - **Descriptors.** Past `max_clients` a new connection gets an error and
+//!   is closed; if descriptors run out anyway, a spare one kept for the
+//!   purpose lets the acceptor take the connection, answer it and close it,
+//!   so none is left hanging in the backlog.
 
 use std::io::{self, Read, Write};
 use std::net::TcpListener as StdListener;
-use std::sync::atomic::Ordering;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::resp::{put_bulk, Parser, Reply, Request};
-use crate::{dispatch, set_batch, stopping, After, Client, Shared};
+use crate::clients::ClientInfo;
+use crate::cmd::{dispatch, Client};
+use crate::limits::{Out, Room, ALLOWANCE, OUT_SOFT};
+use crate::resp::{Parser, Reply, Request};
+use crate::txn::request_bytes;
+use crate::{set_batch, stopping, After, Shared};
 
 /// How often a loop wakes to look at the stop flag when nothing happens
 /// (signals only set a flag).
@@ -33,9 +45,6 @@ const LISTENER: Token = Token(usize::MAX - 1);
 /// Initial size of a connection's input buffer, and the size it shrinks
 /// back to after a large request.
 const IN_CHUNK: usize = 16 << 10;
-/// Unsent reply bytes above which a connection is not served until its
-/// peer reads.
-const OUT_HIGH: usize = 4 << 20;
 /// The default of [`Config::max_clients`](crate::Config::max_clients),
 /// Redis's `maxclients` default.
 pub const MAX_CLIENTS: u64 = 10_000;
@@ -47,11 +56,39 @@ const MAX_BATCH: usize = 32;
 /// its spinning.
 pub const BUSY_POLL: Duration = Duration::from_micros(50);
 
-/// A worker as seen from the acceptor: where to leave new connections and
-/// how to wake it.
+/// A counter one loop writes and any thread reads: a plain load and store,
+/// no locked instruction on the request path.
+#[derive(Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    fn add(&self, n: u64) {
+        self.0
+            .store(self.0.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One loop's figures for `INFO`.
+#[derive(Default)]
+pub(crate) struct WorkerStats {
+    pub(crate) net_in: Counter,
+    pub(crate) net_out: Counter,
+    /// Connections closed because their input could not be charged.
+    pub(crate) closed_for_input: Counter,
+}
+
+/// A worker as seen from the other threads: where to leave new
+/// connections, how to wake it, and its figures.
 pub(crate) struct Mailbox {
     inbox: Mutex<Vec<TcpStream>>,
     waker: Waker,
+    /// Some of this loop's connections were marked by `CLIENT KILL`.
+    pub(crate) kill_pending: AtomicBool,
+    pub(crate) stats: WorkerStats,
 }
 
 impl Mailbox {
@@ -68,14 +105,23 @@ pub(crate) fn new_worker() -> io::Result<(Arc<Mailbox>, Poll)> {
         Arc::new(Mailbox {
             inbox: Mutex::new(Vec::new()),
             waker,
+            kill_pending: AtomicBool::new(false),
+            stats: WorkerStats::default(),
         }),
         poll,
     ))
 }
 
+/// A descriptor held in reserve: closed to make room for one more accept
+/// when the process is out of descriptors, then taken again.
+fn spare_fd() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
 /// Accepts connections and deals them round-robin to the workers, until
 /// the server stops.
-pub(crate) fn accept_loop(sh: &Shared, listener: StdListener, workers: &[Arc<Mailbox>]) {
+pub(crate) fn accept_loop(sh: &Shared, listener: StdListener) {
+    let workers = &sh.workers;
     let run = || -> io::Result<()> {
         let mut poll = Poll::new()?;
         let mut listener = TcpListener::from_std(listener);
@@ -83,6 +129,7 @@ pub(crate) fn accept_loop(sh: &Shared, listener: StdListener, workers: &[Arc<Mai
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let mut events = Events::with_capacity(16);
         let mut next = 0usize;
+        let mut spare = spare_fd();
         while !stopping(sh) {
             if let Err(e) = poll.poll(&mut events, Some(TICK)) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -90,16 +137,36 @@ pub(crate) fn accept_loop(sh: &Shared, listener: StdListener, workers: &[Arc<Mai
                 }
                 return Err(e);
             }
+            // Accepts until the backlog is empty, also after a timeout:
+            // the listener is edge-triggered, and a connection left behind
+            // by an error must not wait for another one to arrive.
             loop {
                 let (mut sock, _) = match listener.accept() {
                     Ok(s) => s,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    // The peer gave up before we accepted, or descriptors
-                    // ran out for a moment: keep serving.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                        // Out of descriptors: use the spare to take the
+                        // connection off the backlog, refuse it, and close
+                        // it, rather than leave it hanging.
+                        drop(spare.take());
+                        if let Ok((mut s, _)) = listener.accept() {
+                            let _ = s.write(b"-ERR max number of clients reached (out of file descriptors)\r\n");
+                            sh.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                        }
+                        spare = spare_fd();
+                        if spare.is_none() {
+                            // Not even the spare came back: wait a tick.
+                            break;
+                        }
+                        continue;
+                    }
+                    // The peer gave up before we accepted: keep serving.
                     Err(_) => break,
                 };
-                if sh.clients.load(Ordering::Relaxed) >= sh.cfg.max_clients {
+                sh.connections_received.fetch_add(1, Ordering::Relaxed);
+                if sh.clients.load(Ordering::Relaxed) >= sh.max_clients {
                     let _ = sock.write(b"-ERR max number of clients reached\r\n");
+                    sh.rejected_connections.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 let _ = sock.set_nodelay(true);
@@ -121,9 +188,10 @@ pub(crate) fn accept_loop(sh: &Shared, listener: StdListener, workers: &[Arc<Mai
     }
 }
 
-/// Serves the connections the acceptor leaves in `mailbox` until the
-/// server stops; then closes them.
-pub(crate) fn worker_loop(sh: &Shared, mailbox: &Mailbox, mut poll: Poll) {
+/// Serves the connections the acceptor leaves in worker `me`'s mailbox
+/// until the server stops; then closes them.
+pub(crate) fn worker_loop(sh: &Shared, me: usize, mut poll: Poll) {
+    let mailbox = &*sh.workers[me];
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut events = Events::with_capacity(256);
@@ -149,20 +217,20 @@ pub(crate) fn worker_loop(sh: &Shared, mailbox: &Mailbox, mut poll: Poll) {
                         conns.push(None);
                         conns.len() - 1
                     });
-                    let mut c = Conn::new(sock, sh);
+                    let mut c = Conn::new(sock, sh, me);
                     let registered = poll.registry().register(
                         &mut c.sock,
                         Token(slot),
                         Interest::READABLE | Interest::WRITABLE,
                     );
                     if registered.is_err() {
-                        sh.clients.fetch_sub(1, Ordering::SeqCst);
+                        close(sh, &poll, c);
                         free.push(slot);
                         continue;
                     }
                     // Edge-triggered: bytes that came before the
                     // registration are read now.
-                    if c.drive(sh) {
+                    if c.drive(sh, mailbox) {
                         conns[slot] = Some(c);
                     } else {
                         close(sh, &poll, c);
@@ -180,16 +248,29 @@ pub(crate) fn worker_loop(sh: &Shared, mailbox: &Mailbox, mut poll: Poll) {
                 c.drained = false;
                 c.peer_closing |= ev.is_read_closed();
             }
-            if !c.drive(sh) {
+            if !c.drive(sh, mailbox) {
                 let c = conns[slot].take().expect("live connection");
                 close(sh, &poll, c);
                 free.push(slot);
             }
         }
+        if mailbox.kill_pending.load(Ordering::Relaxed) {
+            mailbox.kill_pending.store(false, Ordering::SeqCst);
+            for (slot, entry) in conns.iter_mut().enumerate() {
+                if entry
+                    .as_ref()
+                    .is_some_and(|c| c.client.info.kill.load(Ordering::SeqCst))
+                {
+                    let c = entry.take().expect("live connection");
+                    close(sh, &poll, c);
+                    free.push(slot);
+                }
+            }
+        }
     }
     // Stopping: send what is already answered, then close.
     for mut c in conns.into_iter().flatten() {
-        let _ = c.flush();
+        let _ = c.flush(mailbox);
         close(sh, &poll, c);
     }
     for sock in std::mem::take(&mut *mailbox.inbox.lock().expect("inbox")) {
@@ -225,7 +306,18 @@ fn wait(poll: &mut Poll, events: &mut Events, spin: Duration) -> io::Result<()> 
 
 fn close(sh: &Shared, poll: &Poll, mut c: Conn) {
     let _ = poll.registry().deregister(&mut c.sock);
+    c.client.reset(sh);
+    sh.registry.remove(c.client.id);
+    sh.budget.give(c.charged);
     sh.clients.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// What the connection does next, before reading anything new.
+enum Deferred {
+    /// A request read while a batch waited for the peer to read.
+    Request(Request),
+    /// A framing error, answered once the batch before it is.
+    Error(String),
 }
 
 /// One client connection: its socket, buffers and protocol state.
@@ -247,8 +339,16 @@ struct Conn {
     /// misses overlap.
     batch: Vec<Request>,
     batch_kind: Kind,
+    /// Bytes the batch holds.
+    batch_bytes: usize,
+    /// A batch of GETs stopped at the output limit; the rest runs once
+    /// the peer reads.
+    stalled: bool,
+    deferred: Option<Deferred>,
     /// A value read for a lone GET, kept for the next one.
     value: Vec<u8>,
+    /// Bytes charged to the shared budget.
+    charged: usize,
     /// The last read was short: the socket had nothing more then, and new
     /// bytes raise a new readable edge, so the next read waits for that
     /// event. Saves a read that would only say "would block": with few
@@ -286,7 +386,16 @@ enum Flushed {
 }
 
 impl Conn {
-    fn new(sock: TcpStream, sh: &Shared) -> Conn {
+    fn new(sock: TcpStream, sh: &Shared, worker: usize) -> Conn {
+        let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+        let info = Arc::new(ClientInfo::new(
+            id,
+            sock.peer_addr().ok(),
+            sock.local_addr().ok(),
+            i64::from(sock.as_raw_fd()),
+            worker,
+        ));
+        sh.registry.add(info.clone());
         Conn {
             sock,
             buf: vec![0; IN_CHUNK],
@@ -295,85 +404,216 @@ impl Conn {
             parser: Parser::default(),
             out: Vec::with_capacity(IN_CHUNK),
             sent: 0,
-            client: Client::new(sh),
+            client: Client::new(sh, info),
             batch: Vec::new(),
             batch_kind: Kind::Set,
+            batch_bytes: 0,
+            stalled: false,
+            deferred: None,
             value: Vec::new(),
+            charged: 0,
             drained: false,
             peer_closing: false,
             closing: false,
         }
     }
 
+    /// Bytes the connection holds now.
+    fn footprint(&self) -> usize {
+        self.buf.capacity()
+            + self.out.capacity()
+            + self.parser.held()
+            + self.batch_bytes
+            + self.client.txn.held()
+            + self.value.capacity()
+            + match &self.deferred {
+                Some(Deferred::Request(r)) => request_bytes(r),
+                _ => 0,
+            }
+    }
+
+    /// Charges the shared budget for what the connection holds beyond its
+    /// allowance (or gives back what it no longer holds). False if the
+    /// budget cannot take it: the connection stays charged as it was.
+    fn settle(&mut self, sh: &Shared) -> bool {
+        let want = self.footprint().saturating_sub(ALLOWANCE);
+        if want == self.charged {
+            return true;
+        }
+        if want > self.charged {
+            if !sh.budget.try_take(want - self.charged) {
+                return false;
+            }
+        } else {
+            sh.budget.give(self.charged - want);
+        }
+        self.charged = want;
+        true
+    }
+
+    /// Charges the input just read or parsed; if it cannot be, answers
+    /// with the reason and marks the connection to close.
+    fn settle_input(&mut self, sh: &Shared, mailbox: &Mailbox) -> bool {
+        if self.settle(sh) {
+            return true;
+        }
+        mailbox.stats.closed_for_input.add(1);
+        // What the peer sent so far is dropped, then the error goes out.
+        self.parser = Parser::default();
+        self.start = self.end;
+        let _ = Reply::err(format!(
+            "client memory limit reached: all clients together may hold {} bytes beyond {} each (maxmemory-clients); closing this connection",
+            sh.budget.limit, ALLOWANCE
+        ))
+        .write(&mut self.out, self.client.resp3);
+        self.closing = true;
+        false
+    }
+
+    fn unsent(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// The writer a command's reply goes to.
+    fn out<'a>(
+        out: &'a mut Vec<u8>,
+        sent: usize,
+        resp3: bool,
+        sh: &'a Shared,
+        free_left: usize,
+    ) -> Out<'a> {
+        let unsent = out.len() - sent;
+        Out {
+            buf: out,
+            resp3,
+            room: Room::new(&sh.budget, sh.cfg.client_output_limit, unsent, free_left),
+        }
+    }
+
+    /// What the connection may still hold without charging the budget.
+    fn free_left(&self) -> usize {
+        (ALLOWANCE + self.charged).saturating_sub(self.footprint())
+    }
+
     /// Serves the connection as far as it can without blocking. Returns
     /// false when it should be closed.
-    fn drive(&mut self, sh: &Shared) -> bool {
+    fn drive(&mut self, sh: &Shared, mailbox: &Mailbox) -> bool {
+        let alive = self.serve(sh, mailbox);
+        let info = &self.client.info;
+        info.qbuf
+            .store(self.end - self.start + self.parser.held(), Ordering::Relaxed);
+        info.omem.store(self.unsent(), Ordering::Relaxed);
+        info.tot_mem.store(self.footprint(), Ordering::Relaxed);
+        alive
+    }
+
+    fn serve(&mut self, sh: &Shared, mailbox: &Mailbox) -> bool {
         loop {
-            if self.out.len() - self.sent >= OUT_HIGH {
-                match self.flush() {
+            // Unsent replies past the soft limit, or more than the budget
+            // can hold: not served until the peer reads.
+            if self.unsent() >= OUT_SOFT || (self.unsent() > 0 && !self.settle(sh)) {
+                match self.flush(mailbox) {
                     Err(_) => return false,
                     Ok(Flushed::Partly) => {
-                        // A writable event resumes us; nothing waits
-                        // unexecuted meanwhile.
-                        self.run_batch(sh);
+                        // A writable event resumes us. SETs waiting in a
+                        // batch are committed now (their replies are small);
+                        // GETs wait.
+                        if self.batch_kind == Kind::Set {
+                            self.run_batch(sh);
+                        }
                         return true;
                     }
                     Ok(Flushed::All) => {}
                 }
             }
-            if self.closing {
-                break;
+            if self.stalled {
+                self.run_batch(sh);
+                continue;
             }
-            match self.parser.next(&self.buf[self.start..self.end]) {
-                Err(e) => {
-                    self.run_batch(sh);
-                    let _ = Reply::err(format!("Protocol error: {}", e.0))
+            let next = match self.deferred.take() {
+                Some(d) => Some(d),
+                None if self.closing => None,
+                None => match self.parser.next(&self.buf[self.start..self.end]) {
+                    Err(e) => Some(Deferred::Error(e.0)),
+                    Ok((n, Some(args))) => {
+                        self.start += n;
+                        Some(Deferred::Request(args))
+                    }
+                    Ok((n, None)) => {
+                        self.start += n;
+                        // Nothing more is whole: commit what is waiting
+                        // before the read (which may find nothing) and the
+                        // replies.
+                        if !self.run_batch(sh) {
+                            continue;
+                        }
+                        if !self.settle_input(sh, mailbox) {
+                            continue;
+                        }
+                        match self.fill(mailbox) {
+                            Ok(true) => {
+                                if !self.settle_input(sh, mailbox) {
+                                    continue;
+                                }
+                                continue;
+                            }
+                            Ok(false) => break, // would block
+                            Err(_) => return false,
+                        }
+                    }
+                },
+            };
+            let Some(next) = next else { break };
+            let args = match next {
+                Deferred::Error(e) => {
+                    if !self.run_batch(sh) {
+                        self.deferred = Some(Deferred::Error(e));
+                        continue;
+                    }
+                    let _ = Reply::err(format!("Protocol error: {e}"))
                         .write(&mut self.out, self.client.resp3);
                     self.closing = true;
+                    continue;
                 }
-                Ok((n, Some(args))) => {
-                    self.start += n;
-                    if args.is_empty() {
-                        continue;
-                    }
-                    if let Some(kind) = batchable(&args).filter(|_| self.client.authed) {
-                        if kind != self.batch_kind {
-                            self.run_batch(sh);
-                            self.batch_kind = kind;
-                        }
-                        self.batch.push(args);
-                        if self.batch.len() >= MAX_BATCH {
-                            self.run_batch(sh);
-                        }
-                        continue;
-                    }
-                    // Replies go out in request order: the batch first.
-                    self.run_batch(sh);
-                    sh.commands.fetch_add(1, Ordering::Relaxed);
-                    let (reply, after) = dispatch(sh, &mut self.client, &args);
-                    if let Some(r) = reply {
-                        // Writing to a Vec cannot fail.
-                        let _ = r.write(&mut self.out, self.client.resp3);
-                    }
-                    if matches!(after, After::Close) {
-                        self.closing = true;
-                    }
-                    self.parser.recycle(args);
-                }
-                Ok((n, None)) => {
-                    self.start += n;
-                    // Nothing more is whole: commit what is waiting before
-                    // the read (which may find nothing) and the replies.
-                    self.run_batch(sh);
-                    match self.fill() {
-                        Ok(true) => {}
-                        Ok(false) => break, // would block
-                        Err(_) => return false,
-                    }
-                }
+                Deferred::Request(args) => args,
+            };
+            if args.is_empty() {
+                continue;
             }
+            let kind = batchable(&args)
+                .filter(|_| self.client.authed && self.client.txn.queued.is_none());
+            if let Some(kind) = kind {
+                if kind != self.batch_kind && !self.batch.is_empty() {
+                    if !self.run_batch(sh) {
+                        self.deferred = Some(Deferred::Request(args));
+                        continue;
+                    }
+                }
+                self.batch_kind = kind;
+                self.batch_bytes += request_bytes(&args);
+                self.batch.push(args);
+                if self.batch.len() >= MAX_BATCH {
+                    self.run_batch(sh);
+                }
+                continue;
+            }
+            // Replies go out in request order: the batch first.
+            if !self.run_batch(sh) {
+                self.deferred = Some(Deferred::Request(args));
+                continue;
+            }
+            sh.commands.fetch_add(1, Ordering::Relaxed);
+            let free = self.free_left();
+            let mut out = Self::out(&mut self.out, self.sent, self.client.resp3, sh, free);
+            let after = dispatch(sh, &mut self.client, &args, &mut out);
+            let taken = out.room.taken;
+            self.charged += taken;
+            if matches!(after, After::Close) {
+                self.closing = true;
+            }
+            self.parser.recycle(args);
         }
-        match self.flush() {
+        match self.flush(mailbox) {
             Err(_) => false,
             Ok(Flushed::All) => !self.closing,
             Ok(Flushed::Partly) => true,
@@ -382,20 +622,23 @@ impl Conn {
 
     /// Executes the waiting batch and writes its replies in order. SETs:
     /// `+OK` for each one set, the error for each one the batch stopped
-    /// before. GETs: each value or nil.
-    fn run_batch(&mut self, sh: &Shared) {
+    /// before. GETs: each value or nil, stopping once the unsent replies
+    /// pass [`OUT_SOFT`] (the rest stay queued: `stalled`). Returns
+    /// whether the batch is done.
+    fn run_batch(&mut self, sh: &Shared) -> bool {
         if self.batch.is_empty() {
-            return;
+            self.stalled = false;
+            return true;
         }
-        // Counted per batch, not per command: a locked add waits for the
-        // store buffer to drain, as a fence does.
-        sh.commands
-            .fetch_add(self.batch.len() as u64, Ordering::Relaxed);
         match self.batch_kind {
             Kind::Set => {
+                // Counted per batch, not per command: a locked add waits
+                // for the store buffer to drain, as a fence does.
+                sh.commands
+                    .fetch_add(self.batch.len() as u64, Ordering::Relaxed);
                 let pairs: Vec<(&[u8], &[u8])> =
                     self.batch.iter().map(|a| (&a[1][..], &a[2][..])).collect();
-                let (done, err) = set_batch(sh, &pairs);
+                let (done, err) = set_batch(sh, &pairs, false);
                 for i in 0..pairs.len() {
                     match &err {
                         Some(e) if i >= done => {
@@ -404,38 +647,97 @@ impl Conn {
                         _ => self.out.extend_from_slice(b"+OK\r\n"),
                     }
                 }
-            }
-            // A lone GET (no pipeline) takes the single-key path: nothing
-            // to overlap, and no vectors to allocate.
-            Kind::Get if self.batch.len() == 1 => {
-                if sh.store.get_into(&self.batch[0][1], &mut self.value) {
-                    put_bulk(&mut self.out, &self.value);
-                } else {
-                    let _ = Reply::Nil.write(&mut self.out, self.client.resp3);
-                }
+                self.finish_batch(self.batch.len());
+                true
             }
             Kind::Get => {
-                let keys: Vec<&[u8]> = self.batch.iter().map(|a| &a[1][..]).collect();
-                let mut vals = Vec::with_capacity(keys.len());
-                sh.store.get_many(&keys, &mut vals);
-                for v in vals {
-                    match v {
-                        Some(v) => put_bulk(&mut self.out, &v),
-                        None => {
-                            let _ = Reply::Nil.write(&mut self.out, self.client.resp3);
-                        }
-                    }
-                }
+                let done = self.run_gets(sh);
+                sh.commands.fetch_add(done as u64, Ordering::Relaxed);
+                self.finish_batch(done);
+                self.stalled = !self.batch.is_empty();
+                !self.stalled
             }
         }
-        for r in self.batch.drain(..) {
+    }
+
+    /// Answers the batch's GETs from the front while the unsent replies
+    /// stay under [`OUT_SOFT`] (at least one). Returns how many.
+    fn run_gets(&mut self, sh: &Shared) -> usize {
+        // A lone GET (no pipeline) takes the single-key path: nothing
+        // to overlap, and no vectors to allocate.
+        if self.batch.len() == 1 {
+            let key = &self.batch[0][1];
+            let found = if sh.iso.running() {
+                let _l = crate::lock_stripes(sh, std::iter::once(&key[..]));
+                sh.store.get_into(key, &mut self.value)
+            } else {
+                sh.store.get_into(key, &mut self.value)
+            };
+            let free = self.free_left();
+            let mut out = Self::out(&mut self.out, self.sent, self.client.resp3, sh, free);
+            if found {
+                let mark = out.mark();
+                if let Err(over) = out.bulk(&self.value) {
+                    out.overflow(mark, over);
+                }
+            } else {
+                out.nil();
+            }
+            self.charged += out.room.taken;
+            if self.value.capacity() > IN_CHUNK {
+                self.value = Vec::new();
+            }
+            return 1;
+        }
+        let keys: Vec<&[u8]> = self.batch.iter().map(|a| &a[1][..]).collect();
+        let mut vals = Vec::with_capacity(keys.len());
+        // Isolated from transactions: read again under the stripes if one
+        // ran meanwhile.
+        let fresh = match sh.iso.snapshot() {
+            Some(token) => {
+                sh.store.get_many(&keys, &mut vals);
+                sh.iso.unchanged(token)
+            }
+            None => false,
+        };
+        if !fresh {
+            let _held = crate::lock_stripes(sh, keys.iter().copied());
+            vals.clear();
+            sh.store.get_many(&keys, &mut vals);
+        }
+        let free = self.free_left();
+        let mut out = Self::out(&mut self.out, self.sent, self.client.resp3, sh, free);
+        let mut done = 0;
+        for v in vals {
+            if done > 0 && out.buf.len() - self.sent >= OUT_SOFT {
+                break;
+            }
+            match v {
+                Some(v) => {
+                    let mark = out.mark();
+                    if let Err(over) = out.bulk(&v) {
+                        out.overflow(mark, over);
+                    }
+                }
+                None => out.nil(),
+            }
+            done += 1;
+        }
+        self.charged += out.room.taken;
+        done
+    }
+
+    /// Drops the first `n` requests of the batch (answered).
+    fn finish_batch(&mut self, n: usize) {
+        for r in self.batch.drain(..n) {
+            self.batch_bytes -= request_bytes(&r);
             self.parser.recycle(r);
         }
     }
 
     /// Reads more bytes. Ok(false): nothing to read now. The peer's close
     /// marks the connection closing (replies already made still go out).
-    fn fill(&mut self) -> io::Result<bool> {
+    fn fill(&mut self, mailbox: &Mailbox) -> io::Result<bool> {
         if self.drained {
             return Ok(false);
         }
@@ -465,6 +767,7 @@ impl Conn {
                     return Ok(false);
                 }
                 Ok(n) => {
+                    mailbox.stats.net_in.add(n as u64);
                     self.drained = !self.peer_closing && self.end + n < self.buf.len();
                     self.end += n;
                     return Ok(true);
@@ -477,11 +780,14 @@ impl Conn {
     }
 
     /// Writes pending replies until done or the socket would block.
-    fn flush(&mut self) -> io::Result<Flushed> {
+    fn flush(&mut self, mailbox: &Mailbox) -> io::Result<Flushed> {
         while self.sent < self.out.len() {
             match self.sock.write(&self.out[self.sent..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.sent += n,
+                Ok(n) => {
+                    mailbox.stats.net_out.add(n as u64);
+                    self.sent += n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flushed::Partly),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -489,7 +795,7 @@ impl Conn {
         }
         self.out.clear();
         self.sent = 0;
-        if self.out.capacity() > OUT_HIGH {
+        if self.out.capacity() > OUT_SOFT {
             self.out = Vec::with_capacity(IN_CHUNK);
         }
         Ok(Flushed::All)

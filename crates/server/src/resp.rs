@@ -41,34 +41,48 @@ pub struct Parser {
     /// four allocations and four frees.
     free_reqs: Vec<Request>,
     free_bufs: Vec<Vec<u8>>,
+    /// Capacity of `free_bufs`, summed.
+    free_bytes: usize,
 }
 
 /// Most requests and argument buffers a parser keeps for reuse, and the
 /// largest buffer it keeps: enough for a pipeline, bounded per connection.
-const KEEP_REQS: usize = 256;
-const KEEP_BUFS: usize = 1024;
+const KEEP_REQS: usize = 64;
+const KEEP_BUFS: usize = 128;
 const KEEP_BUF_BYTES: usize = 4096;
+const KEEP_REQ_ARGS: usize = 64;
 
 /// One line (without its `\r\n` or `\n`) and the bytes it took, or `None`
 /// when its end has not arrived yet.
 fn line(buf: &[u8]) -> Result<Option<(&[u8], usize)>, ProtocolError> {
-    match buf.iter().position(|&b| b == b'\n') {
-        Some(i) => {
+    // Only the first MAX_LINE + 2 bytes can hold the end of a line that
+    // is allowed: a long bulk string behind it is not searched.
+    let window = &buf[..buf.len().min(MAX_LINE + 2)];
+    match window.iter().position(|&b| b == b'\n') {
+        Some(i) if i <= MAX_LINE + 1 => {
             let l = &buf[..i];
             Ok(Some((l.strip_suffix(b"\r").unwrap_or(l), i + 1)))
         }
-        None if buf.len() > MAX_LINE => Err(ProtocolError("line too long".into())),
-        None => Ok(None),
+        None if buf.len() <= MAX_LINE + 1 => Ok(None),
+        _ => Err(ProtocolError(format!(
+            "too big inline request or header line (the limit is {MAX_LINE} bytes)"
+        ))),
     }
 }
 
 fn parse_len(line: &[u8], what: &str, max: usize) -> Result<Option<usize>, ProtocolError> {
     // The common case, plain digits, without the UTF-8 check and the
     // generic integer parser (a pipelined SET parses four lengths).
+    let over = |n: u64| {
+        ProtocolError(format!(
+            "invalid {what} length {n} (the limit is {max} {})",
+            if what == "bulk" { "bytes" } else { "arguments" }
+        ))
+    };
     if (1..=18).contains(&line.len()) && line.iter().all(u8::is_ascii_digit) {
         let n = line.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
         if n > max as u64 {
-            return Err(ProtocolError(format!("invalid {what} length")));
+            return Err(over(n));
         }
         return Ok(Some(n as usize));
     }
@@ -81,7 +95,7 @@ fn parse_len(line: &[u8], what: &str, max: usize) -> Result<Option<usize>, Proto
         return Ok(None);
     }
     if n as u64 > max as u64 {
-        return Err(bad());
+        return Err(over(n as u64));
     }
     Ok(Some(n as usize))
 }
@@ -112,7 +126,7 @@ impl Parser {
                 Some(n) => {
                     self.want = n;
                     self.args = self.free_reqs.pop().unwrap_or_default();
-                    self.args.reserve(n.min(1024));
+                    self.args.reserve(n.min(KEEP_REQ_ARGS));
                     self.bytes = 0;
                 }
             }
@@ -131,7 +145,9 @@ impl Parser {
                 .ok_or_else(|| ProtocolError("invalid bulk length".into()))?;
             self.bytes += len + 32;
             if self.bytes > MAX_REQUEST {
-                return Err(ProtocolError("request too large".into()));
+                return Err(ProtocolError(format!(
+                    "request too large (the limit is {MAX_REQUEST} bytes: arguments plus 32 bytes each)"
+                )));
             }
             let body = at + n;
             if buf.len() < body + len + 2 {
@@ -142,13 +158,14 @@ impl Parser {
             if &buf[body + len..body + len + 2] != b"\r\n" {
                 return Err(ProtocolError("bulk string not ended by CRLF".into()));
             }
-            let mut arg = self.free_bufs.pop().unwrap_or_default();
+            let mut arg = self.pop_buf();
             arg.extend_from_slice(&buf[body..body + len]);
             self.args.push(arg);
             at = body + len + 2;
             self.want -= 1;
         }
         if self.want == 0 {
+            self.bytes = 0;
             return Ok((at, Some(std::mem::take(&mut self.args))));
         }
         Ok((at, None))
@@ -160,12 +177,28 @@ impl Parser {
         for mut a in req.drain(..) {
             if self.free_bufs.len() < KEEP_BUFS && a.capacity() <= KEEP_BUF_BYTES {
                 a.clear();
+                self.free_bytes += a.capacity();
                 self.free_bufs.push(a);
             }
         }
-        if self.free_reqs.len() < KEEP_REQS && req.capacity() <= 1024 {
+        if self.free_reqs.len() < KEEP_REQS && req.capacity() <= KEEP_REQ_ARGS {
             self.free_reqs.push(req);
         }
+    }
+
+    fn pop_buf(&mut self) -> Vec<u8> {
+        let b = self.free_bufs.pop().unwrap_or_default();
+        self.free_bytes -= b.capacity();
+        b
+    }
+
+    /// Bytes this parser holds: the finished arguments of an unfinished
+    /// request (with 32 bytes of bookkeeping each, as the request limit
+    /// counts them) and the buffers kept for reuse.
+    pub fn held(&self) -> usize {
+        self.bytes
+            + self.free_bytes
+            + self.free_reqs.len() * KEEP_REQ_ARGS * std::mem::size_of::<Vec<u8>>()
     }
 }
 
@@ -199,6 +232,8 @@ pub enum Reply {
     Int(i64),
     Bulk(Vec<u8>),
     Nil,
+    /// A null array (RESP2 `*-1`; RESP3 has one null).
+    NilArray,
     Array(Vec<Reply>),
     /// RESP3 map (RESP2: flat array of key, value, ...).
     Map(Vec<(Reply, Reply)>),
@@ -219,6 +254,7 @@ impl Reply {
                     || e.starts_with("NOAUTH")
                     || e.starts_with("WRONGPASS")
                     || e.starts_with("NOPROTO")
+                    || e.starts_with("EXECABORT")
                 {
                     write!(w, "-{e}\r\n")
                 } else {
@@ -232,6 +268,7 @@ impl Reply {
                 w.write_all(b"\r\n")
             }
             Reply::Nil => w.write_all(if resp3 { b"_\r\n" } else { b"$-1\r\n" }),
+            Reply::NilArray => w.write_all(if resp3 { b"_\r\n" } else { b"*-1\r\n" }),
             Reply::Array(items) => {
                 write!(w, "*{}\r\n", items.len())?;
                 for i in items {

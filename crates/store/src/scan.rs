@@ -141,6 +141,20 @@ pub(crate) fn scan(
     Ok(out)
 }
 
+/// Up to `limit` keys with `start <= key < end`, in key order, without
+/// their values.
+pub(crate) fn keys(
+    s: &Inner,
+    start: &[u8],
+    end: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let _p = s.epochs.pin();
+    let mut pairs = Vec::new();
+    s.index.range(start, end, limit, &mut pairs)?;
+    Ok(pairs.iter().map(|(k, _)| k.as_bytes().to_vec()).collect())
+}
+
 fn send(
     r: &Readers,
     n: usize,

@@ -356,6 +356,11 @@ impl Store {
         self.dir.as_deref()
     }
 
+    /// The durability the store was opened with.
+    pub fn durability(&self) -> Durability {
+        self.inner.opts.durability
+    }
+
     pub fn pool(&self) -> &Arc<Pool> {
         &self.inner.pool
     }
@@ -854,6 +859,21 @@ impl Store {
             check_key(e)?;
         }
         crate::scan::scan(&self.inner, start, end, limit)
+    }
+
+    /// Up to `limit` keys with `start <= key < end` (`end` None: to the
+    /// last key), in key order, without reading their values.
+    pub fn scan_keys(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        check_key(start)?;
+        if let Some(e) = end {
+            check_key(e)?;
+        }
+        crate::scan::keys(&self.inner, start, end, limit)
     }
 
     /// Makes every completed write durable (a no-op under `Strict`).

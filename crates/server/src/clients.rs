@@ -132,7 +132,12 @@ impl Registry {
     }
 
     pub(crate) fn all(&self) -> Vec<Arc<ClientInfo>> {
-        self.map.lock().expect("clients").values().cloned().collect()
+        self.map
+            .lock()
+            .expect("clients")
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// The largest figures over all clients: (biggest input buffer,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::clients::ClientInfo;
 use crate::glob::Pattern;
-use crate::limits::Out;
+use crate::limits::{Out, Over};
 use crate::resp::{Reply, Request};
 use crate::txn::{self, Db, Overlay, TxnState, MAX_QUEUED, MAX_WATCHED};
 use crate::{After, Shared};
@@ -88,41 +88,370 @@ macro_rules! spec {
 
 /// Every command the server knows (the hot ones first: a lookup walks it).
 pub(crate) static TABLE: &[Spec] = &[
-    spec!("GET", 2, &["readonly", "fast"], KEY1, false, "string", "Returns the value of a key.", [a("key", "key")]),
-    spec!("SET", -3, &["write", "denyoom"], KEY1, false, "string", "Sets the value of a key (NX, XX, GET; no expiry).", [a("key", "key"), a("value", "string"), opt("nx", "pure-token"), opt("xx", "pure-token"), opt("get", "pure-token")]),
-    spec!("MGET", -2, &["readonly", "fast"], KEYS, false, "string", "Returns the values of one or more keys.", [many("key", "key")]),
-    spec!("MSET", -3, &["write", "denyoom"], (1, -1, 2), false, "string", "Sets one or more keys, isolated from readers.", [many("key value", "string")]),
-    spec!("DEL", -2, &["write"], KEYS, false, "keyspace", "Deletes one or more keys.", [many("key", "key")]),
-    spec!("UNLINK", -2, &["write", "fast"], KEYS, false, "keyspace", "Deletes one or more keys.", [many("key", "key")]),
-    spec!("EXISTS", -2, &["readonly", "fast"], KEYS, false, "keyspace", "Counts how many of the keys exist.", [many("key", "key")]),
-    spec!("INCR", 2, &["write", "denyoom", "fast"], KEY1, false, "string", "Increments the integer value of a key by one.", [a("key", "key")]),
-    spec!("DECR", 2, &["write", "denyoom", "fast"], KEY1, false, "string", "Decrements the integer value of a key by one.", [a("key", "key")]),
-    spec!("INCRBY", 3, &["write", "denyoom", "fast"], KEY1, false, "string", "Increments the integer value of a key by a number.", [a("key", "key"), a("increment", "integer")]),
-    spec!("DECRBY", 3, &["write", "denyoom", "fast"], KEY1, false, "string", "Decrements the integer value of a key by a number.", [a("key", "key"), a("decrement", "integer")]),
-    spec!("GETSET", 3, &["write", "denyoom", "fast"], KEY1, false, "string", "Sets a key and returns its old value.", [a("key", "key"), a("value", "string")]),
-    spec!("PING", -1, &["fast"], NOKEY, false, "connection", "Returns PONG, or the argument.", [opt("message", "string")]),
-    spec!("ECHO", 2, &["fast"], NOKEY, false, "connection", "Returns the argument.", [a("message", "string")]),
-    spec!("SCAN", -2, &["readonly"], NOKEY, true, "keyspace", "Walks the keys in key order, a page per call.", [a("cursor", "integer"), opt("pattern", "pattern"), opt("count", "integer")]),
-    spec!("RANGE", -3, &["readonly"], NOKEY, true, "keyspace", "Returns key, value pairs with start <= key < end, in key order (pmhash's own command).", [a("start", "string"), a("end", "string"), opt("limit", "integer")]),
-    spec!("DBSIZE", 1, &["readonly", "fast"], NOKEY, true, "server", "Returns the number of keys.", []),
-    spec!("FLUSHALL", -1, &["write"], NOKEY, true, "server", "Deletes every key.", []),
-    spec!("FLUSHDB", -1, &["write"], NOKEY, true, "server", "Deletes every key.", []),
-    spec!("MULTI", 1, &["fast", "no-multi"], NOKEY, false, "transactions", "Starts a transaction.", []),
-    spec!("EXEC", 1, &["no-multi"], NOKEY, false, "transactions", "Runs the queued commands of a transaction.", []),
-    spec!("DISCARD", 1, &["fast", "no-multi"], NOKEY, false, "transactions", "Drops the queued commands of a transaction.", []),
-    spec!("WATCH", -2, &["fast", "no-multi"], KEYS, false, "transactions", "Makes the next EXEC fail if a key changes first.", [many("key", "key")]),
-    spec!("UNWATCH", 1, &["fast"], NOKEY, false, "transactions", "Forgets every watched key.", []),
-    spec!("AUTH", -2, &["no-auth", "fast"], NOKEY, false, "connection", "Authenticates the connection.", [opt("username", "string"), a("password", "string")]),
-    spec!("HELLO", -1, &["no-auth", "fast"], NOKEY, false, "connection", "Handshakes: protocol version, AUTH, SETNAME.", [opt("protover", "integer")]),
-    spec!("QUIT", -1, &["no-auth", "fast"], NOKEY, false, "connection", "Closes the connection.", []),
-    spec!("SELECT", 2, &["fast"], NOKEY, false, "connection", "Selects database 0 (the only one).", [a("index", "integer")]),
-    spec!("CLIENT", -2, &[], NOKEY, false, "connection", "LIST, KILL, ID, SETNAME, GETNAME, SETINFO, INFO.", [a("subcommand", "string")]),
-    spec!("INFO", -1, &[], NOKEY, false, "server", "Returns figures about the server, by section.", [opt("section", "string")]),
-    spec!("COMMAND", -1, &[], NOKEY, false, "server", "COUNT, INFO, DOCS, LIST: the commands this server knows.", [opt("subcommand", "string")]),
-    spec!("CONFIG", -2, &[], NOKEY, false, "server", "CONFIG GET pattern: the settings clients ask for.", [a("subcommand", "string")]),
-    spec!("SAVE", 1, &[], NOKEY, false, "server", "Makes every completed write durable.", []),
-    spec!("BGSAVE", -1, &[], NOKEY, false, "server", "Makes every completed write durable.", []),
-    spec!("SHUTDOWN", -1, &[], NOKEY, false, "server", "Stops the server and closes the store cleanly.", []),
+    spec!(
+        "GET",
+        2,
+        &["readonly", "fast"],
+        KEY1,
+        false,
+        "string",
+        "Returns the value of a key.",
+        [a("key", "key")]
+    ),
+    spec!(
+        "SET",
+        -3,
+        &["write", "denyoom"],
+        KEY1,
+        false,
+        "string",
+        "Sets the value of a key (NX, XX, GET; no expiry).",
+        [
+            a("key", "key"),
+            a("value", "string"),
+            opt("nx", "pure-token"),
+            opt("xx", "pure-token"),
+            opt("get", "pure-token")
+        ]
+    ),
+    spec!(
+        "MGET",
+        -2,
+        &["readonly", "fast"],
+        KEYS,
+        false,
+        "string",
+        "Returns the values of one or more keys.",
+        [many("key", "key")]
+    ),
+    spec!(
+        "MSET",
+        -3,
+        &["write", "denyoom"],
+        (1, -1, 2),
+        false,
+        "string",
+        "Sets one or more keys, isolated from readers.",
+        [many("key value", "string")]
+    ),
+    spec!(
+        "DEL",
+        -2,
+        &["write"],
+        KEYS,
+        false,
+        "keyspace",
+        "Deletes one or more keys.",
+        [many("key", "key")]
+    ),
+    spec!(
+        "UNLINK",
+        -2,
+        &["write", "fast"],
+        KEYS,
+        false,
+        "keyspace",
+        "Deletes one or more keys.",
+        [many("key", "key")]
+    ),
+    spec!(
+        "EXISTS",
+        -2,
+        &["readonly", "fast"],
+        KEYS,
+        false,
+        "keyspace",
+        "Counts how many of the keys exist.",
+        [many("key", "key")]
+    ),
+    spec!(
+        "INCR",
+        2,
+        &["write", "denyoom", "fast"],
+        KEY1,
+        false,
+        "string",
+        "Increments the integer value of a key by one.",
+        [a("key", "key")]
+    ),
+    spec!(
+        "DECR",
+        2,
+        &["write", "denyoom", "fast"],
+        KEY1,
+        false,
+        "string",
+        "Decrements the integer value of a key by one.",
+        [a("key", "key")]
+    ),
+    spec!(
+        "INCRBY",
+        3,
+        &["write", "denyoom", "fast"],
+        KEY1,
+        false,
+        "string",
+        "Increments the integer value of a key by a number.",
+        [a("key", "key"), a("increment", "integer")]
+    ),
+    spec!(
+        "DECRBY",
+        3,
+        &["write", "denyoom", "fast"],
+        KEY1,
+        false,
+        "string",
+        "Decrements the integer value of a key by a number.",
+        [a("key", "key"), a("decrement", "integer")]
+    ),
+    spec!(
+        "GETSET",
+        3,
+        &["write", "denyoom", "fast"],
+        KEY1,
+        false,
+        "string",
+        "Sets a key and returns its old value.",
+        [a("key", "key"), a("value", "string")]
+    ),
+    spec!(
+        "PING",
+        -1,
+        &["fast"],
+        NOKEY,
+        false,
+        "connection",
+        "Returns PONG, or the argument.",
+        [opt("message", "string")]
+    ),
+    spec!(
+        "ECHO",
+        2,
+        &["fast"],
+        NOKEY,
+        false,
+        "connection",
+        "Returns the argument.",
+        [a("message", "string")]
+    ),
+    spec!(
+        "SCAN",
+        -2,
+        &["readonly"],
+        NOKEY,
+        true,
+        "keyspace",
+        "Walks the keys in key order, a page per call.",
+        [
+            a("cursor", "integer"),
+            opt("pattern", "pattern"),
+            opt("count", "integer")
+        ]
+    ),
+    spec!(
+        "RANGE",
+        -3,
+        &["readonly"],
+        NOKEY,
+        true,
+        "keyspace",
+        "Returns key, value pairs with start <= key < end, in key order (pmhash's own command).",
+        [
+            a("start", "string"),
+            a("end", "string"),
+            opt("limit", "integer")
+        ]
+    ),
+    spec!(
+        "DBSIZE",
+        1,
+        &["readonly", "fast"],
+        NOKEY,
+        true,
+        "server",
+        "Returns the number of keys.",
+        []
+    ),
+    spec!(
+        "FLUSHALL",
+        -1,
+        &["write"],
+        NOKEY,
+        true,
+        "server",
+        "Deletes every key.",
+        []
+    ),
+    spec!(
+        "FLUSHDB",
+        -1,
+        &["write"],
+        NOKEY,
+        true,
+        "server",
+        "Deletes every key.",
+        []
+    ),
+    spec!(
+        "MULTI",
+        1,
+        &["fast", "no-multi"],
+        NOKEY,
+        false,
+        "transactions",
+        "Starts a transaction.",
+        []
+    ),
+    spec!(
+        "EXEC",
+        1,
+        &["no-multi"],
+        NOKEY,
+        false,
+        "transactions",
+        "Runs the queued commands of a transaction.",
+        []
+    ),
+    spec!(
+        "DISCARD",
+        1,
+        &["fast", "no-multi"],
+        NOKEY,
+        false,
+        "transactions",
+        "Drops the queued commands of a transaction.",
+        []
+    ),
+    spec!(
+        "WATCH",
+        -2,
+        &["fast", "no-multi"],
+        KEYS,
+        false,
+        "transactions",
+        "Makes the next EXEC fail if a key changes first.",
+        [many("key", "key")]
+    ),
+    spec!(
+        "UNWATCH",
+        1,
+        &["fast"],
+        NOKEY,
+        false,
+        "transactions",
+        "Forgets every watched key.",
+        []
+    ),
+    spec!(
+        "AUTH",
+        -2,
+        &["no-auth", "fast"],
+        NOKEY,
+        false,
+        "connection",
+        "Authenticates the connection.",
+        [opt("username", "string"), a("password", "string")]
+    ),
+    spec!(
+        "HELLO",
+        -1,
+        &["no-auth", "fast"],
+        NOKEY,
+        false,
+        "connection",
+        "Handshakes: protocol version, AUTH, SETNAME.",
+        [opt("protover", "integer")]
+    ),
+    spec!(
+        "QUIT",
+        -1,
+        &["no-auth", "fast"],
+        NOKEY,
+        false,
+        "connection",
+        "Closes the connection.",
+        []
+    ),
+    spec!(
+        "SELECT",
+        2,
+        &["fast"],
+        NOKEY,
+        false,
+        "connection",
+        "Selects database 0 (the only one).",
+        [a("index", "integer")]
+    ),
+    spec!(
+        "CLIENT",
+        -2,
+        &[],
+        NOKEY,
+        false,
+        "connection",
+        "LIST, KILL, ID, SETNAME, GETNAME, SETINFO, INFO.",
+        [a("subcommand", "string")]
+    ),
+    spec!(
+        "INFO",
+        -1,
+        &[],
+        NOKEY,
+        false,
+        "server",
+        "Returns figures about the server, by section.",
+        [opt("section", "string")]
+    ),
+    spec!(
+        "COMMAND",
+        -1,
+        &[],
+        NOKEY,
+        false,
+        "server",
+        "COUNT, INFO, DOCS, LIST: the commands this server knows.",
+        [opt("subcommand", "string")]
+    ),
+    spec!(
+        "CONFIG",
+        -2,
+        &[],
+        NOKEY,
+        false,
+        "server",
+        "CONFIG GET pattern: the settings clients ask for.",
+        [a("subcommand", "string")]
+    ),
+    spec!(
+        "SAVE",
+        1,
+        &[],
+        NOKEY,
+        false,
+        "server",
+        "Makes every completed write durable.",
+        []
+    ),
+    spec!(
+        "BGSAVE",
+        -1,
+        &[],
+        NOKEY,
+        false,
+        "server",
+        "Makes every completed write durable.",
+        []
+    ),
+    spec!(
+        "SHUTDOWN",
+        -1,
+        &[],
+        NOKEY,
+        false,
+        "server",
+        "Stops the server and closes the store cleanly.",
+        []
+    ),
 ];
 
 /// The table entry for a command name, any case.
@@ -222,13 +551,19 @@ pub(crate) fn dispatch(sh: &Shared, c: &mut Client, args: &Request, out: &mut Ou
         }
         out.err(format!(
             "unknown command '{}', with args beginning with: {}",
-            String::from_utf8_lossy(&args[0]).chars().take(128).collect::<String>(),
+            String::from_utf8_lossy(&args[0])
+                .chars()
+                .take(128)
+                .collect::<String>(),
             args[1..]
                 .iter()
                 .take(8)
                 .map(|a| format!(
                     "'{}' ",
-                    String::from_utf8_lossy(a).chars().take(128).collect::<String>()
+                    String::from_utf8_lossy(a)
+                        .chars()
+                        .take(128)
+                        .collect::<String>()
                 ))
                 .collect::<String>()
         ));
@@ -247,7 +582,8 @@ pub(crate) fn dispatch(sh: &Shared, c: &mut Client, args: &Request, out: &mut Ou
         out.reply(&wrong_args(spec.name));
         return After::Continue;
     }
-    if c.txn.queued.is_some() && !matches!(spec.name, "EXEC" | "DISCARD" | "MULTI" | "WATCH" | "QUIT")
+    if c.txn.queued.is_some()
+        && !matches!(spec.name, "EXEC" | "DISCARD" | "MULTI" | "WATCH" | "QUIT")
     {
         return queue(c, args, out);
     }
@@ -272,7 +608,14 @@ fn queue(c: &mut Client, args: &Request, out: &mut Out) -> After {
 }
 
 /// Runs one checked command against `db`.
-fn run(sh: &Shared, c: &mut Client, idx: usize, args: &Request, out: &mut Out, db: &mut Db) -> After {
+fn run(
+    sh: &Shared,
+    c: &mut Client,
+    idx: usize,
+    args: &Request,
+    out: &mut Out,
+    db: &mut Db,
+) -> After {
     let spec = &TABLE[idx];
     let n = args.len();
     let reply = match spec.name {
@@ -307,7 +650,7 @@ fn run(sh: &Shared, c: &mut Client, idx: usize, args: &Request, out: &mut Out, d
             Ok(Some(v)) => {
                 let mark = out.mark();
                 if let Err(over) = out.bulk(&v) {
-                    out.overflow(mark, over);
+                    out.overflow(&mark, over);
                 }
                 return After::Continue;
             }
@@ -340,16 +683,28 @@ fn run(sh: &Shared, c: &mut Client, idx: usize, args: &Request, out: &mut Out, d
             }
             Reply::Int(count)
         }
-        "EXISTS" => match read_many(db, &args[1..]) {
-            Ok(vals) => Reply::Int(vals.iter().filter(|v| v.is_some()).count() as i64),
-            Err(e) => store_err(e),
-        },
+        "EXISTS" => {
+            let mut count = 0;
+            if read_isolated(
+                db,
+                &args[1..],
+                out,
+                |_| {},
+                |_, v| {
+                    count += i64::from(v.is_some());
+                    Ok(())
+                },
+            ) {
+                out.reply(&Reply::Int(count));
+            }
+            return After::Continue;
+        }
         "MGET" => {
             mget(db, &args[1..], out);
             return After::Continue;
         }
         "MSET" => {
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 wrong_args(spec.name)
             } else {
                 mset(db, args)
@@ -391,7 +746,11 @@ fn run(sh: &Shared, c: &mut Client, idx: usize, args: &Request, out: &mut Out, d
             Err(e) => Reply::err(e),
             Ok(()) => flushall(db),
         },
-        "SAVE" | "BGSAVE" => match db.barrier().map_err(Reply::err).and_then(|()| sh.store.sync().map_err(store_err)) {
+        "SAVE" | "BGSAVE" => match db
+            .barrier()
+            .map_err(Reply::err)
+            .and_then(|()| sh.store.sync().map_err(store_err))
+        {
             Ok(()) => Reply::Ok,
             Err(r) => r,
         },
@@ -587,40 +946,76 @@ fn incr_by(db: &mut Db, key: &[u8], d: i64) -> Reply {
     }
 }
 
-/// The values of `keys`, isolated from transactions: read without locks,
-/// then again under every key's stripe if a transaction started meanwhile.
-pub(crate) fn read_many(db: &mut Db, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, engine::Error> {
+/// Writes a reply for `keys` with `each` (called once per key, with the
+/// key's value or `None`), isolated from transactions: the keys are read
+/// without locks, and once more under their stripes if a transaction
+/// started meanwhile (the first reply is dropped). A value is read only
+/// when the reply before it fits, so memory stays within the reply's room.
+/// False if it wrote an error instead.
+fn read_isolated(
+    db: &mut Db,
+    keys: &[Vec<u8>],
+    out: &mut Out,
+    header: impl Fn(&mut Out),
+    mut each: impl FnMut(&mut Out, Option<&[u8]>) -> Result<(), Over>,
+) -> bool {
     let sh = db.sh;
-    if !db.is_txn() {
-        if let Some(token) = sh.iso.snapshot() {
-            let vals: Result<Vec<_>, _> = keys.iter().map(|k| sh.store.get(k)).collect();
-            if sh.iso.unchanged(token) {
-                return vals;
+    let mark = out.mark();
+    let mut token = if db.is_txn() { None } else { sh.iso.snapshot() };
+    let mut held = None;
+    if !db.is_txn() && token.is_none() {
+        held = Some(crate::lock_stripes(sh, keys.iter().map(|k| &k[..])));
+    }
+    loop {
+        header(out);
+        let mut value = Vec::new();
+        for k in keys {
+            let got = if db.is_txn() {
+                db.get_locked(k)
+                    .map(|v| v.inspect(|v| value.clone_from(v)).is_some())
+            } else {
+                sh.store.get(k).map(|v| v.map(|v| value = v).is_some())
+            };
+            let r = match got {
+                Ok(found) => each(out, found.then_some(&value[..])),
+                Err(e) => {
+                    out.rewind(&mark);
+                    out.reply(&store_err(e));
+                    return false;
+                }
+            };
+            if let Err(over) = r {
+                out.overflow(&mark, over);
+                return false;
             }
         }
-        let _held = crate::lock_stripes(sh, keys.iter().map(|k| &k[..]));
-        return keys.iter().map(|k| sh.store.get(k)).collect();
+        match token {
+            Some(t) if !sh.iso.unchanged(t) => {
+                out.rewind(&mark);
+                token = None;
+                held = Some(crate::lock_stripes(sh, keys.iter().map(|k| &k[..])));
+            }
+            _ => break,
+        }
     }
-    keys.iter().map(|k| db.get_locked(k)).collect()
+    drop(held);
+    true
 }
 
 fn mget(db: &mut Db, keys: &[Vec<u8>], out: &mut Out) {
-    let vals = match read_many(db, keys) {
-        Ok(v) => v,
-        Err(e) => return out.reply(&store_err(e)),
-    };
-    let mark = out.mark();
-    out.array(vals.len());
-    for v in &vals {
-        match v {
-            Some(v) => {
-                if let Err(over) = out.bulk(v) {
-                    return out.overflow(mark, over);
-                }
+    read_isolated(
+        db,
+        keys,
+        out,
+        |out| out.array(keys.len()),
+        |out, v| match v {
+            Some(v) => out.bulk(v),
+            None => {
+                out.nil();
+                Ok(())
             }
-            None => out.nil(),
-        }
-    }
+        },
+    );
 }
 
 fn mset(db: &mut Db, args: &[Vec<u8>]) -> Reply {
@@ -703,18 +1098,14 @@ fn scan(sh: &Shared, args: &[Vec<u8>], out: &mut Out) {
             if resumed && k == at {
                 continue;
             }
-            if examined == count || spent >= SCAN_MATCH_BUDGET {
+            let cost = pattern.as_ref().map_or(0, |p| p.cost(k.len()));
+            if examined == count || (examined > 0 && spent + cost > SCAN_MATCH_BUDGET) {
                 next = Some(k);
                 break 'pages;
             }
             examined += 1;
-            let keep = match &pattern {
-                None => true,
-                Some(p) => {
-                    spent += p.cost(k.len());
-                    p.matches(&k)
-                }
-            };
+            spent += cost;
+            let keep = pattern.as_ref().is_none_or(|p| p.matches(&k));
             if keep {
                 keys.push(k.clone());
             }
@@ -738,7 +1129,7 @@ fn scan(sh: &Shared, args: &[Vec<u8>], out: &mut Out) {
     out.array(keys.len());
     for k in &keys {
         if let Err(over) = out.bulk(k) {
-            return out.overflow(mark, over);
+            return out.overflow(&mark, over);
         }
     }
 }
@@ -774,7 +1165,7 @@ fn range(sh: &Shared, args: &[Vec<u8>], out: &mut Out) {
         let page = match sh.store.scan(&at, end, want) {
             Ok(p) => p,
             Err(e) => {
-                out.buf.truncate(body_mark);
+                out.rewind(&body_mark);
                 return out.reply(&store_err(e));
             }
         };
@@ -785,7 +1176,7 @@ fn range(sh: &Shared, args: &[Vec<u8>], out: &mut Out) {
                 continue;
             }
             if let Err(over) = out.bulk(&k).and_then(|()| out.bulk(&v)) {
-                return out.overflow(body_mark, over);
+                return out.overflow(&body_mark, over);
             }
             rows += 1;
             last = Some(k);
@@ -799,9 +1190,8 @@ fn range(sh: &Shared, args: &[Vec<u8>], out: &mut Out) {
         }
     }
     let header = format!("*{}\r\n", rows * 2);
-    out.buf
-        .splice(body_mark..body_mark, header.bytes())
-        .for_each(drop);
+    let at = body_mark.len();
+    out.buf.splice(at..at, header.bytes()).for_each(drop);
 }
 
 fn flushall(db: &mut Db) -> Reply {
@@ -860,11 +1250,7 @@ fn exec(sh: &Shared, c: &mut Client, out: &mut Out) {
     c.txn.unwatch_all(sh, c.id);
     c.info.watching.store(0, Ordering::Relaxed);
     if dirty {
-        return out.reply(&if c.resp3 {
-            Reply::Nil
-        } else {
-            Reply::NilArray
-        });
+        return out.reply(&if c.resp3 { Reply::Nil } else { Reply::NilArray });
     }
     let mark = out.mark();
     out.array(queued.len());
@@ -874,7 +1260,7 @@ fn exec(sh: &Shared, c: &mut Client, out: &mut Out) {
         run(sh, c, i, r, out, &mut db);
     }
     if let Err(e) = txn::commit(sh, &mut overlay) {
-        out.buf.truncate(mark);
+        out.rewind(&mark);
         out.err(e);
     }
 }
@@ -924,10 +1310,7 @@ fn command(args: &[Vec<u8>]) -> Reply {
                         .args
                         .iter()
                         .map(|a| {
-                            let mut m = vec![
-                                (s("name"), s(a.name)),
-                                (s("type"), s(a.kind)),
-                            ];
+                            let mut m = vec![(s("name"), s(a.name)), (s("type"), s(a.kind))];
                             if a.kind == "pure-token" {
                                 m.push((s("token"), s(&a.name.to_ascii_uppercase())));
                             }
@@ -956,7 +1339,9 @@ fn command(args: &[Vec<u8>]) -> Reply {
                 })
                 .collect(),
         ),
-        Some(_) => Reply::err("unknown COMMAND subcommand (COUNT, LIST, INFO and DOCS are supported)"),
+        Some(_) => {
+            Reply::err("unknown COMMAND subcommand (COUNT, LIST, INFO and DOCS are supported)")
+        }
     }
 }
 
@@ -1043,7 +1428,7 @@ fn client(sh: &Shared, c: &mut Client, args: &[Vec<u8>], out: &mut Out) -> After
                 }
             }
         }
-        "KILL" if n >= 4 && n % 2 == 0 => {
+        "KILL" if n >= 4 && n.is_multiple_of(2) => {
             let mut id = None;
             let mut addr = None;
             let mut laddr = None;
@@ -1101,7 +1486,12 @@ fn client(sh: &Shared, c: &mut Client, args: &[Vec<u8>], out: &mut Out) -> After
 /// Marks every client `pick` chooses to be closed by its loop. Returns how
 /// many, and whether the caller is one of them (it closes after its
 /// reply).
-fn kill(sh: &Shared, c: &Client, pick: impl Fn(&ClientInfo) -> bool, skipme: bool) -> (usize, bool) {
+fn kill(
+    sh: &Shared,
+    c: &Client,
+    pick: impl Fn(&ClientInfo) -> bool,
+    skipme: bool,
+) -> (usize, bool) {
     let mut count = 0;
     let mut me = false;
     for i in sh.registry.all() {

@@ -8,14 +8,18 @@
 //! tokens, runs of `*` collapsed into one; the matcher walks key and
 //! pattern once, and on a mismatch goes back only to the last `*` seen,
 //! which then swallows one more byte. Each `*` restart moves the key
-//! position forward, so a match costs at most (tokens + 1) × (key length
-//! + 1) token steps, which [`Pattern::cost`] reports for the caller's
-//! work budget.
+//! position forward, so a match costs at most (tokens + 1) times (key
+//! length + 1) token steps, which [`Pattern::cost`] reports for the
+//! caller's work budget.
 //!
 //! Why only the last `*`: every token other than `*` matches exactly one
 //! byte, so once the tokens after the last `*` are placed, moving an
 //! earlier `*` can only shift where the later segment starts, which the
 //! last `*` already tries.
+
+/// Patterns needing more bytes than this match nothing (and are not
+/// compiled further): it bounds the memory a client's pattern can take.
+const MAX_FIXED: usize = 1 << 16;
 
 /// One element of a compiled pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,8 +62,17 @@ impl Pattern {
     /// `\`.
     pub fn new(p: &[u8]) -> Pattern {
         let mut tokens = Vec::new();
+        let mut fixed = 0;
         let mut i = 0;
         while i < p.len() {
+            if fixed > MAX_FIXED {
+                // No byte string this long is matched here (keys are at
+                // most 4 KiB): compiling the rest would only cost memory.
+                return Pattern {
+                    tokens: vec![Token::Byte(0); 1],
+                    fixed: usize::MAX,
+                };
+            }
             let t = match p[i] {
                 b'*' => {
                     while i < p.len() && p[i] == b'*' {
@@ -84,9 +97,9 @@ impl Pattern {
                 b => Token::Byte(b),
             };
             tokens.push(t);
+            fixed += 1;
             i += 1;
         }
-        let fixed = tokens.iter().filter(|t| **t != Token::Star).count();
         Pattern { tokens, fixed }
     }
 
@@ -266,6 +279,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_pattern_longer_than_any_key_matches_nothing_and_costs_little() {
+        let p = b"a".repeat(MAX_FIXED + 10);
+        let pat = Pattern::new(&p);
+        assert!(pat.tokens.len() <= 1);
+        assert!(!pat.matches(&p));
+        assert!(!pat.matches(b"a"));
+        assert_eq!(pat.cost(4096), 1);
     }
 
     #[test]

@@ -35,9 +35,9 @@ pub(crate) fn info(sh: &Shared, args: &[Vec<u8>]) -> String {
         if asked.is_empty() {
             return default;
         }
-        asked.iter().any(|a| {
-            a == name || a == "all" || a == "everything" || (a == "default" && default)
-        })
+        asked
+            .iter()
+            .any(|a| a == name || a == "all" || a == "everything" || (a == "default" && default))
     };
     let mut out = String::new();
     for &(name, default) in SECTIONS {
@@ -68,7 +68,10 @@ fn section(sh: &Shared, name: &str) -> Vec<(&'static str, String)> {
             ("arch_bits", (usize::BITS).to_string()),
             ("process_id", std::process::id().to_string()),
             ("tcp_port", sh.port.to_string()),
-            ("uptime_in_seconds", sh.started.elapsed().as_secs().to_string()),
+            (
+                "uptime_in_seconds",
+                sh.started.elapsed().as_secs().to_string(),
+            ),
             (
                 "uptime_in_days",
                 (sh.started.elapsed().as_secs() / 86_400).to_string(),

@@ -155,7 +155,11 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         "k" | "kb" => 1 << 10,
         "m" | "mb" => 1 << 20,
         "g" | "gb" => 1 << 30,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (k, kb, m, mb, g, gb)")),
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (k, kb, m, mb, g, gb)"
+            ))
+        }
     };
     n.checked_mul(mul)
         .ok_or_else(|| format!("{s:?} is too large"))
@@ -419,7 +423,10 @@ fn lock_stripes<'a, 'k>(
 }
 
 fn lock_every_stripe(sh: &Shared) -> Vec<MutexGuard<'_, ()>> {
-    sh.locks.iter().map(|l| l.lock().expect("key lock")).collect()
+    sh.locks
+        .iter()
+        .map(|l| l.lock().expect("key lock"))
+        .collect()
 }
 
 /// Plain `SET key value` of every pair, as one store batch (one fence for

@@ -146,6 +146,21 @@ impl<'a> Room<'a> {
     }
 }
 
+/// A point in a reply being built, to go back to.
+pub(crate) struct Mark {
+    len: usize,
+    conn_left: usize,
+    free_left: usize,
+    taken: usize,
+}
+
+impl Mark {
+    /// The reply's length at the mark.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// Where a command writes its reply: the connection's output buffer, the
 /// protocol, and the room left.
 pub(crate) struct Out<'a> {
@@ -183,14 +198,28 @@ impl Out<'_> {
         Ok(())
     }
 
-    /// Where the reply being built starts.
-    pub(crate) fn mark(&self) -> usize {
-        self.buf.len()
+    /// Where the reply being built starts, and the room left there.
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            len: self.buf.len(),
+            conn_left: self.room.conn_left,
+            free_left: self.room.free_left,
+            taken: self.room.taken,
+        }
+    }
+
+    /// Drops everything written since `mark`, and gives its room back.
+    pub(crate) fn rewind(&mut self, mark: &Mark) {
+        self.buf.truncate(mark.len);
+        self.room.budget.give(self.room.taken - mark.taken);
+        self.room.conn_left = mark.conn_left;
+        self.room.free_left = mark.free_left;
+        self.room.taken = mark.taken;
     }
 
     /// Replaces everything written since `mark` by the error for `over`.
-    pub(crate) fn overflow(&mut self, mark: usize, over: Over) {
-        self.buf.truncate(mark);
+    pub(crate) fn overflow(&mut self, mark: &Mark, over: Over) {
+        self.rewind(mark);
         self.reply(&over.reply());
     }
 }

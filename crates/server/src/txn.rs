@@ -79,11 +79,14 @@ pub const MAX_WATCHED: usize = 1 << 16;
 /// Most commands one `MULTI` may queue.
 pub const MAX_QUEUED: usize = 1 << 16;
 
+/// The clients watching one key: their ids and their dirty marks.
+type Watchers = Vec<(u64, Arc<AtomicBool>)>;
+
 /// Who watches which key.
 #[derive(Default)]
 pub(crate) struct Watches {
     count: AtomicUsize,
-    map: Mutex<HashMap<Vec<u8>, Vec<(u64, Arc<AtomicBool>)>>>,
+    map: Mutex<HashMap<Vec<u8>, Watchers>>,
 }
 
 impl Watches {
@@ -198,7 +201,11 @@ impl<'a> Db<'a> {
         if self.overlay.is_some() {
             return None;
         }
-        Some(self.sh.locks[crate::stripe(self.sh, key)].lock().expect("key lock"))
+        Some(
+            self.sh.locks[crate::stripe(self.sh, key)]
+                .lock()
+                .expect("key lock"),
+        )
     }
 
     /// The value of `key`, as a read isolated from transactions.
@@ -326,8 +333,8 @@ pub(crate) fn commit(sh: &Shared, o: &mut Overlay) -> Result<(), String> {
                 }
                 Err(e) => {
                     return Err(format!(
-                        "transaction applied in part: {done} of its {total} writes landed, then: {e}"
-                    ))
+                    "transaction applied in part: {done} of its {total} writes landed, then: {e}"
+                ))
                 }
             }
         }

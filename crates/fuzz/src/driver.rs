@@ -31,6 +31,9 @@ pub struct Options {
     pub out: PathBuf,
     /// A case that takes longer than this is a hang.
     pub case_timeout: Duration,
+    /// Items (saved inputs, then cases) to pass over: where a new worker
+    /// starts after one died.
+    pub skip: u64,
     /// Go on after a failing new case (to collect several); the exit
     /// status is a failure all the same. Saved inputs all run regardless.
     pub keep_going: bool,
@@ -134,7 +137,8 @@ pub fn worker(o: &Options) -> Result<u64, String> {
         }
         Err(f.fatal)
     };
-    for f in replay_files(&o.replay) {
+    let files = replay_files(&o.replay);
+    for f in files.iter().skip(o.skip as usize) {
         let input = std::fs::read(&f).map_err(|e| format!("{}: {e}", f.display()))?;
         let what = format!("file {}", f.display());
         // Every saved input runs (each is a known case worth naming),
@@ -147,9 +151,10 @@ pub fn worker(o: &Options) -> Result<u64, String> {
         }
     }
     let started = Instant::now();
+    let first = o.skip.saturating_sub(files.len() as u64);
     let cases: Box<dyn Iterator<Item = u64>> = match o.case {
-        Some(c) => Box::new(std::iter::once(c)),
-        None => Box::new(0..),
+        Some(c) => Box::new(std::iter::once(c).skip(first as usize)),
+        None => Box::new(first..),
     };
     let mut ran = 0u64;
     for i in cases {
@@ -168,7 +173,7 @@ pub fn worker(o: &Options) -> Result<u64, String> {
     eprintln!(
         "pmhash-fuzz {}: {} replayed, {ran} cases in {:.1} s (seed {}), {failures} failures",
         o.target,
-        replay_files(&o.replay).len(),
+        files.len().saturating_sub(o.skip as usize),
         started.elapsed().as_secs_f64(),
         o.seed
     );
@@ -185,32 +190,77 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+/// Most times a run starts a new worker after one died or hung.
+const RESTARTS: u32 = 20;
+
 /// The parent: starts `exe` as the worker with `args`, watches it, and
-/// returns whether the run passed.
+/// returns whether the run passed. A worker that stops on a failure it
+/// cannot go on from (a signal, a hang, a fatal one) is followed by a new
+/// one that goes on after the item it was on, while saved inputs remain
+/// (and, with `keep_going`, while time remains).
 pub fn run(o: &Options, exe: &Path, args: &[String]) -> Result<bool, String> {
+    let files = replay_files(&o.replay).len() as u64;
+    let started = Instant::now();
+    let mut skip = 0u64;
+    let mut passed = true;
+    for _ in 0..=RESTARTS {
+        let left = (o.seconds - started.elapsed().as_secs_f64()).max(0.0);
+        let (ok, items) = run_worker(o, exe, args, skip, left)?;
+        passed &= ok;
+        skip += items;
+        // Every saved input runs; new cases go on after a failure only
+        // with `keep_going`.
+        let go_on = skip < files || (o.keep_going && o.case.is_none() && left > 0.5);
+        if ok || !go_on {
+            break;
+        }
+        eprintln!(
+            "pmhash-fuzz {}: a new worker goes on after item {skip}",
+            o.target
+        );
+    }
+    Ok(passed)
+}
+
+/// One worker, from item `skip` on (saved inputs first, then cases), for
+/// `seconds`. Returns whether it passed and how many items it started.
+fn run_worker(
+    o: &Options,
+    exe: &Path,
+    args: &[String],
+    skip: u64,
+    seconds: f64,
+) -> Result<(bool, u64), String> {
     let mut child = Command::new(exe)
         .args(args)
+        .args([
+            "--skip",
+            &skip.to_string(),
+            "--seconds",
+            &seconds.to_string(),
+        ])
         .arg("--worker")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|e| format!("cannot start the worker {}: {e}", exe.display()))?;
     let out = child.stdout.take().expect("piped stdout");
-    // The case in flight and when it started.
-    let current: Arc<Mutex<(String, Instant)>> =
-        Arc::new(Mutex::new(("start".into(), Instant::now())));
+    // The item in flight, when it started, and how many were started.
+    let current: Arc<Mutex<(String, Instant, u64)>> =
+        Arc::new(Mutex::new(("start".into(), Instant::now(), 0)));
     let cur = current.clone();
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
             let Ok(line) = line else { break };
-            *cur.lock().expect("case lock") = (line, Instant::now());
+            let mut c = cur.lock().expect("case lock");
+            *c = (line, Instant::now(), c.2 + 1);
         }
     });
     let status = loop {
         if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
             break Some(st);
         }
-        let (what, since) = current.lock().expect("case lock").clone();
+        let (what, since, _) = current.lock().expect("case lock").clone();
         if since.elapsed() > o.case_timeout {
             let _ = child.kill();
             let _ = child.wait();
@@ -224,16 +274,18 @@ pub fn run(o: &Options, exe: &Path, args: &[String]) -> Result<bool, String> {
         std::thread::sleep(Duration::from_millis(20));
     };
     let _ = reader.join();
-    let Some(st) = status else { return Ok(false) };
+    let (what, _, items) = current.lock().expect("case lock").clone();
+    let Some(st) = status else {
+        return Ok((false, items));
+    };
     if st.success() {
-        return Ok(true);
+        return Ok((true, items));
     }
     use std::os::unix::process::ExitStatusExt;
     if let Some(sig) = st.signal() {
-        let what = current.lock().expect("case lock").0.clone();
         lost(o, &what, &format!("the worker died of signal {sig}"));
     }
-    Ok(false)
+    Ok((false, items))
 }
 
 /// Reports a case that took its worker down: makes it again from its seed

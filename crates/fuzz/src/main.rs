@@ -30,6 +30,7 @@ fn parse(args: &[String]) -> Result<(Options, bool), String> {
         out: PathBuf::from("target/fuzz-out"),
         case_timeout: Duration::from_secs(20),
         keep_going: false,
+        skip: 0,
     };
     let mut worker = false;
     while let Some(a) = it.next() {
@@ -69,6 +70,12 @@ fn parse(args: &[String]) -> Result<(Options, bool), String> {
                 o.case_timeout = Duration::from_secs_f64(s);
             }
             "--keep-going" => o.keep_going = true,
+            "--skip" => {
+                let v = val(a)?;
+                o.skip = v
+                    .parse()
+                    .map_err(|_| format!("--skip: {v:?} is not an integer"))?;
+            }
             "--worker" => worker = true,
             other => return Err(format!("unknown argument {other:?}")),
         }

@@ -139,11 +139,11 @@ pub fn worker(o: &Options) -> Result<u64, String> {
     };
     let files = replay_files(&o.replay);
     for f in files.iter().skip(o.skip as usize) {
-        let input = std::fs::read(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let input = std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?;
         let what = format!("file {}", f.display());
         // Every saved input runs (each is a known case worth naming),
         // unless one leaves the worker unable to go on.
-        if let Err(fatal) = one(&mut t, &what, &input, Some(&f)) {
+        if let Err(fatal) = one(&mut t, &what, &input, Some(f)) {
             failures += 1;
             if fatal {
                 return Ok(failures);

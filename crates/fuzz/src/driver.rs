@@ -11,6 +11,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -123,10 +124,18 @@ pub fn worker(o: &Options) -> Result<u64, String> {
         let _ = writeln!(s, "{line}");
         let _ = s.flush();
     };
+    count_panics();
     let one = |t: &mut Box<dyn Target>, what: &str, input: &[u8], file: Option<&Path>| {
         announce(what);
+        let panics = PANICS.load(Ordering::SeqCst);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.run(input)));
         let f = match r {
+            // A panic on another thread (a server's event loop, a store's
+            // background thread) fails the case too.
+            Ok(Ok(())) if PANICS.load(Ordering::SeqCst) != panics => Failure::new(format!(
+                "a thread panicked: {}",
+                LAST_PANIC.lock().map(|m| m.clone()).unwrap_or_default()
+            )),
             Ok(Ok(())) => return Ok(()),
             Ok(Err(f)) => f,
             Err(p) => Failure::new(format!("panic: {}", panic_text(&p))),
@@ -180,6 +189,24 @@ pub fn worker(o: &Options) -> Result<u64, String> {
     Ok(failures)
 }
 
+/// Panics anywhere in the worker, and the last one's message and thread.
+static PANICS: AtomicU64 = AtomicU64::new(0);
+static LAST_PANIC: Mutex<String> = Mutex::new(String::new());
+
+/// Counts every panic (then prints it as before), so that one on a thread
+/// the case did not run on is not missed.
+fn count_panics() {
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut m) = LAST_PANIC.lock() {
+            let thread = std::thread::current();
+            *m = format!("{info} (thread {})", thread.name().unwrap_or("unnamed"));
+        }
+        prev(info);
+    }));
+}
+
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
@@ -210,6 +237,7 @@ pub fn run(o: &Options, exe: &Path, args: &[String]) -> Result<bool, String> {
         skip += items;
         // Every saved input runs; new cases go on after a failure only
         // with `keep_going`.
+        let left = o.seconds - started.elapsed().as_secs_f64();
         let go_on = skip < files || (o.keep_going && o.case.is_none() && left > 0.5);
         if ok || !go_on {
             break;

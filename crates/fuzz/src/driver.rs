@@ -259,7 +259,30 @@ fn run_worker(
     skip: u64,
     seconds: f64,
 ) -> Result<(bool, u64), String> {
+    // The worker's scratch files (pools, stores) go in a directory of its
+    // own, removed when it ends, even if it was killed.
+    let scratch = std::env::temp_dir().join(format!(
+        "pmhash-fuzz-{}-{}-{skip}",
+        o.target,
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&scratch)
+        .map_err(|e| format!("cannot make {}: {e}", scratch.display()))?;
+    let r = watch_worker(o, exe, args, skip, seconds, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    r
+}
+
+fn watch_worker(
+    o: &Options,
+    exe: &Path,
+    args: &[String],
+    skip: u64,
+    seconds: f64,
+    scratch: &Path,
+) -> Result<(bool, u64), String> {
     let mut child = Command::new(exe)
+        .env("TMPDIR", scratch)
         .args(args)
         .args([
             "--skip",

@@ -410,8 +410,6 @@ fn run_engine(s: &EngineSpec, path: &Path, image: &[u8]) -> Result<(), Failure> 
         read_only,
         ..PoolOptions::default()
     };
-    // persist: nothing here persists; the file is written whole before each
-    // open so that every open sees the mutated image.
     write(path, image)?;
     guarded("a read-only open and check", || {
         if let Ok(pool) = Pool::open(path, &opts(true)) {

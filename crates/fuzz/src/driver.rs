@@ -116,6 +116,7 @@ fn report(o: &Options, what: &str, input: &[u8], msg: &str, file: Option<&Path>,
 /// The worker: runs the replays, then cases until the time is up. Returns
 /// the number of failures.
 pub fn worker(o: &Options) -> Result<u64, String> {
+    limit_address_space(WORKER_ADDRESS_SPACE)?;
     let mut t = crate::target(&o.target)?;
     let mut failures = 0;
     let stdout = std::io::stdout();
@@ -187,6 +188,28 @@ pub fn worker(o: &Options) -> Result<u64, String> {
         o.seed
     );
     Ok(failures)
+}
+
+/// The most address space a worker may map: a case that makes the code
+/// under test allocate without bound (a length read from a corrupt file)
+/// then fails its allocation and aborts, and is reported, instead of
+/// taking the machine's memory.
+pub const WORKER_ADDRESS_SPACE: u64 = 8 << 30;
+
+fn limit_address_space(bytes: u64) -> Result<(), String> {
+    let lim = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: `lim` is a valid rlimit that the call only reads.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) };
+    if rc != 0 {
+        return Err(format!(
+            "cannot limit the worker's address space: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 /// Panics anywhere in the worker, and the last one's message and thread.

@@ -17,8 +17,9 @@
 //! Checks: no panic at any step; a read-only open, its check and reads
 //! leave the file byte-for-byte as it was; a writable open that is refused
 //! (by the pool layer or by the engine) leaves the file byte-for-byte as
-//! it was; an accepted writable open takes a few writes and closes with no
-//! panic. A hang (a walk that never ends) or a signal is caught by the
+//! it was; an open that is accepted serves every key it counts (`len()` =
+//! the keys `for_each` visits); an accepted writable open takes a few
+//! writes and closes with no panic. A hang (a walk that never ends) or a signal is caught by the
 //! driver.
 
 use std::collections::HashMap;
@@ -381,8 +382,10 @@ fn unchanged(path: &Path, want: &[u8], what: &str) -> Result<(), Failure> {
 }
 
 /// Reads everything an engine reaches, as `pmhash check` and `inspect` do.
-fn read_all(e: &dyn Engine) {
-    let _ = e.len();
+/// `Some`: the open was accepted, yet the key count it serves and the keys
+/// it visits disagree (keys silently missing or invented).
+fn read_all(e: &dyn Engine) -> Option<String> {
+    let len = e.len();
     let _ = e.stats();
     let _ = e.check();
     let mut n = 0u64;
@@ -390,6 +393,20 @@ fn read_all(e: &dyn Engine) {
     for k in [0, 1, 42, u64::MAX, 7, n] {
         let _ = e.get(k);
     }
+    (len != n).then(|| format!("len() says {len} keys, for_each visits {n}"))
+}
+
+/// [`read_all`] for a store.
+fn read_store(st: &Store) -> Option<String> {
+    let len = st.len();
+    let _ = st.check();
+    let _ = st.stats();
+    let mut n = 0u64;
+    st.for_each(|_, _| n += 1);
+    for k in [&b"key:1:x"[..], &3u64.to_le_bytes(), b"absent"] {
+        let _ = st.get(k);
+    }
+    (len != n).then(|| format!("len() says {len} keys, for_each visits {n}"))
 }
 
 fn write_some(e: &dyn Engine) {
@@ -411,28 +428,35 @@ fn run_engine(s: &EngineSpec, path: &Path, image: &[u8]) -> Result<(), Failure> 
         ..PoolOptions::default()
     };
     write(path, image)?;
-    guarded("a read-only open and check", || {
-        if let Ok(pool) = Pool::open(path, &opts(true)) {
-            let pool = Arc::new(pool);
-            let _ = pool.stats();
-            if let Ok(e) = open(pool.clone(), &cfg()) {
-                read_all(e.as_ref());
-            }
-        }
+    let wrong = guarded("a read-only open and check", || {
+        let pool = Arc::new(Pool::open(path, &opts(true)).ok()?);
+        let _ = pool.stats();
+        read_all(open(pool.clone(), &cfg()).ok()?.as_ref())
     })?;
     unchanged(path, image, "a read-only open")?;
-    let refused = guarded("a writable open", || match Pool::open(path, &opts(false)) {
-        Err(e) => Some(format!("the pool layer refused it ({e})")),
+    if let Some(w) = wrong {
+        return Err(Failure::new(format!(
+            "a read-only open was accepted, but {w}"
+        )));
+    }
+    let (refused, wrong) = guarded("a writable open", || match Pool::open(path, &opts(false)) {
+        Err(e) => (Some(format!("the pool layer refused it ({e})")), None),
         Ok(pool) => match open(Arc::new(pool), &cfg()) {
-            Err(e) => Some(format!("the engine refused it ({e})")),
+            Err(e) => (Some(format!("the engine refused it ({e})")), None),
             Ok(e) => {
+                let wrong = read_all(e.as_ref());
                 write_some(e.as_ref());
-                None
+                (None, wrong)
             }
         },
     })?;
     if let Some(why) = refused {
         unchanged(path, image, &format!("a writable open that {why}"))?;
+    }
+    if let Some(w) = wrong {
+        return Err(Failure::new(format!(
+            "a writable open was accepted, but {w}"
+        )));
     }
     Ok(())
 }
@@ -440,28 +464,28 @@ fn run_engine(s: &EngineSpec, path: &Path, image: &[u8]) -> Result<(), Failure> 
 fn run_store(dir: &Path, image: &[u8]) -> Result<(), Failure> {
     let path = dir.join(store::POOL_FILE);
     write(&path, image)?;
-    guarded("a read-only Store::open and check", || {
-        if let Ok(st) = Store::open(dir, store_options(true)) {
-            let _ = st.check();
-            let _ = st.stats();
-            let mut n = 0u64;
-            st.for_each(|_, _| n += 1);
-            for k in [&b"key:1:x"[..], &3u64.to_le_bytes(), b"absent"] {
-                let _ = st.get(k);
-            }
-            let _ = st.close();
-        }
+    let wrong = guarded("a read-only Store::open and check", || {
+        let st = Store::open(dir, store_options(true)).ok()?;
+        let w = read_store(&st);
+        let _ = st.close();
+        w
     })?;
     unchanged(&path, image, "a read-only Store::open")?;
-    let refused = guarded("a writable Store::open", || {
+    if let Some(w) = wrong {
+        return Err(Failure::new(format!(
+            "a read-only Store::open was accepted, but {w}"
+        )));
+    }
+    let (refused, wrong) = guarded("a writable Store::open", || {
         match Store::open(dir, store_options(false)) {
-            Err(e) => Some(e.to_string()),
+            Err(e) => (Some(e.to_string()), None),
             Ok(st) => {
+                let w = read_store(&st);
                 let _ = st.put(b"fuzz", b"value");
                 let _ = st.get(b"fuzz");
                 let _ = st.delete(b"key:2:xx");
                 let _ = st.close();
-                None
+                (None, w)
             }
         }
     })?;
@@ -471,6 +495,11 @@ fn run_store(dir: &Path, image: &[u8]) -> Result<(), Failure> {
             image,
             &format!("a writable Store::open that refused it ({why})"),
         )?;
+    }
+    if let Some(w) = wrong {
+        return Err(Failure::new(format!(
+            "a writable Store::open was accepted, but {w}"
+        )));
     }
     Ok(())
 }

@@ -8,7 +8,8 @@
 //! within a bound proportional to the bytes fed; the wire fed whole and
 //! fed in random pieces gives the same requests and the same error; and a
 //! valid pipeline parses with no error into requests that encode back to
-//! exactly its bytes.
+//! exactly its bytes, and (up to 4 KiB) cut into two pieces at every byte
+//! parses into the same requests.
 
 use server::resp::{Parser, ProtocolError, Request};
 
@@ -155,6 +156,40 @@ fn parse_chunked(wire: &[u8], rng: &mut Rng, want: &Outcome) -> Result<(), Failu
     Ok(())
 }
 
+/// Feeds `wire[..cut]`, then the rest, as two arrivals; the requests must
+/// be `want`'s.
+fn parse_split(wire: &[u8], cut: usize, want: &Outcome) -> Result<(), Failure> {
+    let mut p = Parser::default();
+    let mut pending = Vec::new();
+    let mut got = Vec::new();
+    for piece in [&wire[..cut], &wire[cut..]] {
+        pending.extend_from_slice(piece);
+        loop {
+            let (n, req) = p.next(&pending).map_err(|e| {
+                Failure::new(format!(
+                    "a valid pipeline cut at byte {cut} of {}: {e:?}",
+                    wire.len()
+                ))
+            })?;
+            pending.drain(..n);
+            match req {
+                Some(r) => got.push(r),
+                None => break,
+            }
+        }
+    }
+    if got != want.0 || !pending.is_empty() {
+        return Err(Failure::new(format!(
+            "a valid pipeline cut at byte {cut} of {} parses into {} requests ({} bytes left), whole into {}",
+            wire.len(),
+            got.len(),
+            pending.len(),
+            want.0.len()
+        )));
+    }
+    Ok(())
+}
+
 impl Target for Resp {
     fn generate(&mut self, rng: &mut Rng) -> Vec<u8> {
         let mut wire = Vec::new();
@@ -207,6 +242,12 @@ impl Target for Resp {
         }
         for _ in 0..3 {
             parse_chunked(wire, &mut rng, &whole)?;
+        }
+        if valid && wire.len() <= 4096 {
+            // Split anywhere: every cut into two pieces parses the same.
+            for cut in 1..wire.len() {
+                parse_split(wire, cut, &whole)?;
+            }
         }
         Ok(())
     }

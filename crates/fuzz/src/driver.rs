@@ -224,7 +224,8 @@ fn count_panics() {
         PANICS.fetch_add(1, Ordering::SeqCst);
         if let Ok(mut m) = LAST_PANIC.lock() {
             let thread = std::thread::current();
-            *m = format!("{info} (thread {})", thread.name().unwrap_or("unnamed"));
+            *m = format!("{info} (thread {})", thread.name().unwrap_or("unnamed"))
+                .replace('\n', " ");
         }
         prev(info);
     }));

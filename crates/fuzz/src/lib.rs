@@ -78,6 +78,7 @@ pub fn target(name: &str) -> Result<Box<dyn Target>, String> {
         "glob" => Box::new(glob::Glob),
         "commands" => Box::new(commands::Commands::default()),
         "pools" => Box::new(pools::Pools::default()),
+        "selftest" => Box::new(SelfTest),
         _ => {
             return Err(format!(
                 "unknown target {name:?}; known: {}",
@@ -85,6 +86,33 @@ pub fn target(name: &str) -> Result<Box<dyn Target>, String> {
             ))
         }
     })
+}
+
+/// The driver's own test target (not listed in [`TARGETS`]): an input
+/// names what goes wrong (`abort`, `hang`, `panic`, `thread-panic`,
+/// `fail`); anything else passes.
+pub struct SelfTest;
+
+impl Target for SelfTest {
+    fn generate(&mut self, rng: &mut Rng) -> Vec<u8> {
+        format!("pass {}", rng.next()).into_bytes()
+    }
+
+    fn run(&mut self, input: &[u8]) -> Result<(), Failure> {
+        match input.trim_ascii() {
+            b"abort" => std::process::abort(),
+            b"hang" => loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            },
+            b"panic" => panic!("selftest panic"),
+            b"thread-panic" => {
+                let _ = std::thread::spawn(|| panic!("selftest thread panic")).join();
+                Ok(())
+            }
+            b"fail" => Err(Failure::new("selftest failure")),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The heap bytes live in this process, when the binary installs

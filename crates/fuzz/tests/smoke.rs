@@ -89,3 +89,62 @@ fn the_driver_refuses_bad_arguments_and_runs_one_case() {
         String::from_utf8_lossy(&one.stderr)
     );
 }
+
+/// The driver catches each way a case can go wrong (an abort, a hang, a
+/// panic, a panic on another thread, a violated property), names each,
+/// saves what it made, goes on after each to the next saved input, and
+/// fails the run; a run of passing cases passes.
+#[test]
+fn the_driver_catches_aborts_hangs_and_panics_and_goes_on() {
+    let exe = env!("CARGO_BIN_EXE_pmhash-fuzz");
+    let inputs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/selftest");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fuzz-selftest");
+    let t0 = Instant::now();
+    let run = Command::new(exe)
+        .args(["selftest", "--seconds", "1", "--case-timeout", "1"])
+        .arg("--replay")
+        .arg(&inputs)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{text}");
+    for (file, why) in [
+        ("1-abort", "died of signal 6"),
+        ("3-hang", "hang: no answer in 1s"),
+        ("4-panic", "panic: selftest panic"),
+        ("5-thread-panic", "a thread panicked: "),
+        ("6-fail", "selftest failure"),
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with("FAIL selftest file")
+                && l.contains(file)
+                && l.contains(why)),
+            "{file}: no FAIL line saying {why:?}:\n{text}"
+        );
+    }
+    for file in ["2-pass", "7-pass"] {
+        assert!(
+            !text.contains(&format!("{file}:")),
+            "{file} passes:\n{text}"
+        );
+    }
+    // The worker went on after the abort and after the hang: the last one
+    // started at the fourth input and ran the last four.
+    assert!(
+        text.contains("4 replayed"),
+        "the last worker did not run the last two inputs:\n{text}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    let pass = Command::new(exe)
+        .args(["selftest", "--seconds", "1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        pass.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pass.stderr)
+    );
+}

@@ -42,19 +42,23 @@ fn tokens(p: &[u8]) -> Vec<Tok<'_>> {
         match p[i] {
             b'*' => v.push(Tok::Star),
             b'?' => v.push(Tok::One),
-            b'[' => match p[i + 1..].iter().position(|&b| b == b']') {
-                Some(j) => {
-                    let body = &p[i + 1..i + 1 + j];
-                    let (neg, body) = match body.split_first() {
-                        Some((b'^', rest)) => (true, rest),
-                        _ => (false, body),
-                    };
-                    v.push(Tok::Set { neg, body });
-                    i += j + 2;
-                    continue;
+            b'[' => {
+                // Redis: the first `]` not escaped ends the class; without
+                // one, the class runs to the end of the pattern.
+                let mut j = i + 1;
+                while j < p.len() && p[j] != b']' {
+                    j += if p[j] == b'\\' { 2 } else { 1 };
                 }
-                None => v.push(Tok::Lit(b'[')),
-            },
+                let end = j.min(p.len());
+                let body = &p[i + 1..end];
+                let (neg, body) = match body.split_first() {
+                    Some((b'^', rest)) => (true, rest),
+                    _ => (false, body),
+                };
+                v.push(Tok::Set { neg, body });
+                i = end + 1;
+                continue;
+            }
             b'\\' if i + 1 < p.len() => {
                 v.push(Tok::Lit(p[i + 1]));
                 i += 2;
@@ -72,8 +76,14 @@ fn in_set(body: &[u8], c: u8) -> bool {
     loop {
         match rest {
             [] => return false,
+            [b'\\', x, tail @ ..] => {
+                if *x == c {
+                    return true;
+                }
+                rest = tail;
+            }
             [lo, b'-', hi, tail @ ..] => {
-                if (*lo..=*hi).contains(&c) {
+                if (*lo.min(hi)..=*lo.max(hi)).contains(&c) {
                     return true;
                 }
                 rest = tail;
@@ -253,7 +263,7 @@ mod tests {
 
     #[test]
     fn the_reference_matches_as_documented() {
-        let yes: [(&[u8], &[u8]); 13] = [
+        let yes: [(&[u8], &[u8]); 14] = [
             (b"*", b""),
             (b"*", b"anything"),
             (b"user:*", b"user:42"),
@@ -263,7 +273,8 @@ mod tests {
             (b"k[0-9]", b"k7"),
             (b"a\\*", b"a*"),
             (b"a\\", b"a\\"),
-            (b"[abc", b"[abc"),
+            (b"[abc", b"b"),
+            (b"[z-a]", b"m"),
             (b"[^]", b"x"),
             (b"*a*a*b", b"aaab"),
             (b"[a-]", b"-"),
@@ -276,7 +287,7 @@ mod tests {
             (b"h[^e]llo", b"hello"),
             (b"?", b""),
             (b"[]", b"]"),
-            (b"[z-a]", b"m"),
+            (b"[abc", b"[abc"),
             (b"a\\*", b"ab"),
             (b"*a*a*b", b"aaaa"),
             (b"", b"x"),

@@ -1,6 +1,11 @@
 //! Redis-style glob patterns (`SCAN … MATCH`, `CONFIG GET`): `*`, `?`,
 //! `[...]` (with `^` and `a-z` ranges) and `\` escapes.
 //!
+//! The syntax is Redis's (`stringmatchlen`): escapes inside classes, a
+//! reversed range is the same range, a class without its `]` runs to
+//! the end of the pattern. One difference: a `-` last in a class is a
+//! literal `-` (Redis would take the class's `]` as the range's end).
+//!
 //! The pattern comes from a client, so matching is bounded: no recursion
 //! (a pattern of 100,000 `*` must not overflow the event loop's stack) and
 //! no exponential backtracking (`*a*a*a*a*a*a*a*b` against sixty `a`s,
@@ -86,14 +91,14 @@ impl Pattern {
                     i += 1;
                     Token::Byte(p[i])
                 }
-                b'[' => match class_end(p, i + 1) {
-                    None => Token::Byte(b'['),
-                    Some(end) => {
-                        let body = &p[i + 1..end];
-                        i = end;
-                        class(body)
-                    }
-                },
+                b'[' => {
+                    // As in Redis, a class without its `]` runs to the
+                    // end of the pattern.
+                    let end = class_end(p, i + 1).unwrap_or(p.len());
+                    let body = &p[i + 1..end];
+                    i = end;
+                    class(body)
+                }
                 b => Token::Byte(b),
             };
             tokens.push(t);
@@ -165,8 +170,8 @@ fn class_end(p: &[u8], from: usize) -> Option<usize> {
     None
 }
 
-/// The body of `[...]`: `^` first negates; `a-z` is a range (either
-/// order); `\x` is the byte `x`.
+/// The body of `[...]`: `^` first negates; `\x` is the byte `x`; `a-z`
+/// is a range (either order, as in Redis).
 fn class(body: &[u8]) -> Token {
     let (neg, body) = match body.strip_prefix(b"^") {
         Some(rest) => (true, rest),
@@ -175,17 +180,15 @@ fn class(body: &[u8]) -> Token {
     let mut ranges = Vec::new();
     let mut i = 0;
     while i < body.len() {
-        let mut lo = body[i];
-        if lo == b'\\' && i + 1 < body.len() {
-            i += 1;
-            lo = body[i];
-        }
-        if i + 2 < body.len() && body[i + 1] == b'-' {
-            let hi = body[i + 2];
-            ranges.push((lo.min(hi), lo.max(hi)));
+        if body[i] == b'\\' && i + 1 < body.len() {
+            ranges.push((body[i + 1], body[i + 1]));
+            i += 2;
+        } else if i + 2 < body.len() && body[i + 1] == b'-' {
+            let (a, b) = (body[i], body[i + 2]);
+            ranges.push((a.min(b), a.max(b)));
             i += 3;
         } else {
-            ranges.push((lo, lo));
+            ranges.push((body[i], body[i]));
             i += 1;
         }
     }
@@ -236,7 +239,10 @@ mod tests {
         assert!(!glob(b"k[0-9]", b"kx"));
         assert!(glob(b"a\\*", b"a*"));
         assert!(!glob(b"a\\*", b"ab"));
-        assert!(glob(b"a[", b"a["));
+        assert!(!glob(b"a[", b"a["));
+        assert!(glob(b"a[bc", b"ac"));
+        assert!(glob(b"a[^b\\[]?", b"a\\a"));
+        assert!(!glob(b"a[^b\\[]?", b"a[a"));
         assert!(glob(b"a\\", b"a\\"));
         assert!(glob(b"*b*c", b"abxbc"));
         assert!(!glob(b"*b*c", b"abxbd"));

@@ -670,3 +670,45 @@ fn well_behaved_clients_are_served_while_every_attack_runs() {
     assert!(worst < Duration::from_secs(2), "worst {worst:?}");
     assert_eq!(setup.cmd(&[b"PING"]), V::Simple("PONG".into()));
 }
+
+#[test]
+fn flushall_runs_in_slices_between_other_clients_requests() {
+    let dir = TempDir::new("flushall");
+    let srv = Server::start(dir.path(), &["--threads", "1"]);
+    let mut c = Conn::connect(srv.port);
+    let keys = 200_000;
+    let mut wire = Vec::new();
+    for i in 0..keys {
+        Conn::encode(&mut wire, &[b"SET", format!("f:{i:07}").as_bytes(), b"v"]);
+        if wire.len() > 1 << 20 || i + 1 == keys {
+            c.send_raw(&wire).unwrap();
+            wire.clear();
+        }
+    }
+    for _ in 0..keys {
+        assert_eq!(c.read().unwrap(), V::Simple("OK".into()));
+    }
+    assert_eq!(c.cmd(&[b"DBSIZE"]), V::Int(keys as i64));
+    // The ordered index takes in the new keys at the first walk.
+    assert!(matches!(c.cmd(&[b"SCAN", b"0"]), V::Array(_)));
+    let busy = Arc::new(AtomicBool::new(true));
+    let ping = pinger(srv.port, busy.clone());
+    std::thread::sleep(Duration::from_millis(50));
+    // FLUSHALL and a request behind it: answered in order.
+    let mut wire = Vec::new();
+    Conn::encode(&mut wire, &[b"FLUSHALL"]);
+    Conn::encode(&mut wire, &[b"DBSIZE"]);
+    let t = Instant::now();
+    c.send_raw(&wire).unwrap();
+    assert_eq!(c.read().unwrap(), V::Simple("OK".into()));
+    assert_eq!(c.read().unwrap(), V::Int(0));
+    let took = t.elapsed();
+    std::thread::sleep(Duration::from_millis(50));
+    busy.store(false, Ordering::SeqCst);
+    let worst = ping.join().expect("the pinger");
+    // One loop serves both: the PINGs wait at most a slice, not the whole.
+    assert!(
+        worst < took / 3 || worst < Duration::from_millis(20),
+        "FLUSHALL took {took:?}; a PING waited {worst:?}"
+    );
+}

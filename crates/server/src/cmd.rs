@@ -491,6 +491,9 @@ pub(crate) struct Client {
     pub(crate) id: u64,
     pub(crate) info: Arc<ClientInfo>,
     pub(crate) txn: TxnState,
+    /// A `FLUSHALL` runs, a slice per turn of the loop, and goes on from
+    /// this key; its reply and the requests after it wait.
+    pub(crate) flushing: Option<Vec<u8>>,
 }
 
 impl Client {
@@ -501,6 +504,7 @@ impl Client {
             id: info.id,
             info,
             txn: TxnState::default(),
+            flushing: None,
         }
     }
 
@@ -744,7 +748,23 @@ fn run(
         },
         "FLUSHALL" | "FLUSHDB" => match db.barrier() {
             Err(e) => Reply::err(e),
-            Ok(()) => flushall(db),
+            // Inside EXEC (every stripe held): all at once.
+            Ok(()) if db.is_txn() => {
+                let mut from = Vec::new();
+                loop {
+                    match flush_slice(db, &mut from) {
+                        Ok(false) => {}
+                        Ok(true) => break Reply::Ok,
+                        Err(r) => break r,
+                    }
+                }
+            }
+            // Otherwise a slice at a time between the loop's other work:
+            // the connection answers once the last slice is done.
+            Ok(()) => {
+                c.flushing = Some(Vec::new());
+                return After::Continue;
+            }
         },
         "SAVE" | "BGSAVE" => match db
             .barrier()
@@ -1194,25 +1214,31 @@ fn range(sh: &Shared, args: &[Vec<u8>], out: &mut Out) {
     out.buf.splice(at..at, header.bytes()).for_each(drop);
 }
 
-fn flushall(db: &mut Db) -> Reply {
+/// Keys `FLUSHALL` deletes between two turns of its loop.
+pub(crate) const FLUSH_SLICE: usize = 1024;
+
+/// Deletes up to [`FLUSH_SLICE`] keys from `from` on, and moves `from`
+/// past them; `Ok(true)` once none is left.
+pub(crate) fn flush_slice(db: &mut Db, from: &mut Vec<u8>) -> Result<bool, Reply> {
     let sh = db.sh;
-    loop {
-        let page = match sh.store.scan_keys(&[], None, PAGE) {
-            Ok(p) => p,
-            Err(e) => return store_err(e),
-        };
-        if page.is_empty() {
-            return Reply::Ok;
-        }
-        for k in &page {
-            let _l = db.lock(k);
-            match sh.store.delete(k) {
-                Ok(true) => sh.watches.touch(k),
-                Ok(false) => {}
-                Err(e) => return store_err(e),
-            }
+    let mut page = sh
+        .store
+        .scan_keys(from, None, FLUSH_SLICE + 1)
+        .map_err(store_err)?;
+    let done = page.len() <= FLUSH_SLICE;
+    if !done {
+        // The next slice starts at the first key this one leaves.
+        *from = page.pop().expect("a page of FLUSH_SLICE + 1 keys");
+    }
+    for k in &page {
+        let _l = db.lock(k);
+        match sh.store.delete(k) {
+            Ok(true) => sh.watches.touch(k),
+            Ok(false) => {}
+            Err(e) => return Err(store_err(e)),
         }
     }
+    Ok(done)
 }
 
 /// `EXEC`: the queued commands, isolated and under their keys' stripes,

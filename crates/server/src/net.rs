@@ -203,9 +203,16 @@ pub(crate) fn worker_loop(sh: &Shared, me: usize, mut poll: Poll) {
     // Whether the last round of events had any: only then is it worth
     // polling without sleeping.
     let mut busy = false;
+    // Connections with work left between turns (`Conn::more`).
+    let mut ready: Vec<usize> = Vec::new();
     while !stopping(sh) {
         let spin = if busy { sh.busy_poll } else { Duration::ZERO };
-        if let Err(e) = wait(&mut poll, &mut events, spin) {
+        let waited = if ready.is_empty() {
+            wait(&mut poll, &mut events, spin)
+        } else {
+            poll.poll(&mut events, Some(Duration::ZERO))
+        };
+        if let Err(e) = waited {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
@@ -236,6 +243,9 @@ pub(crate) fn worker_loop(sh: &Shared, me: usize, mut poll: Poll) {
                     // Edge-triggered: bytes that came before the
                     // registration are read now.
                     if c.drive(sh, mailbox) {
+                        if c.more {
+                            ready.push(slot);
+                        }
                         conns[slot] = Some(c);
                     } else {
                         close(sh, &poll, c);
@@ -257,6 +267,24 @@ pub(crate) fn worker_loop(sh: &Shared, me: usize, mut poll: Poll) {
                 let c = conns[slot].take().expect("live connection");
                 close(sh, &poll, c);
                 free.push(slot);
+            } else if c.more && !ready.contains(&slot) {
+                ready.push(slot);
+            }
+        }
+        for slot in std::mem::take(&mut ready) {
+            let Some(c) = conns.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            if !c.more {
+                continue;
+            }
+            c.more = false;
+            if !c.drive(sh, mailbox) {
+                let c = conns[slot].take().expect("live connection");
+                close(sh, &poll, c);
+                free.push(slot);
+            } else if c.more {
+                ready.push(slot);
             }
         }
         if mailbox.kill_pending.load(Ordering::Relaxed) {
@@ -354,6 +382,9 @@ struct Conn {
     value: Vec<u8>,
     /// Bytes charged to the shared budget.
     charged: usize,
+    /// Has work left that no socket event will announce (a `FLUSHALL`
+    /// between slices): the loop drives it again on its next turn.
+    more: bool,
     /// The last read was short: the socket had nothing more then, and new
     /// bytes raise a new readable edge, so the next read waits for that
     /// event. Saves a read that would only say "would block": with few
@@ -417,6 +448,7 @@ impl Conn {
             deferred: None,
             value: Vec::new(),
             charged: 0,
+            more: false,
             drained: false,
             peer_closing: false,
             closing: false,
@@ -535,6 +567,21 @@ impl Conn {
             }
             if self.stalled {
                 self.run_batch(sh);
+                continue;
+            }
+            if let Some(from) = self.client.flushing.as_mut() {
+                // One slice, then the loop's other connections get a turn.
+                match crate::cmd::flush_slice(&mut crate::txn::Db::direct(sh), from) {
+                    Ok(false) => {
+                        self.more = true;
+                        break;
+                    }
+                    Ok(true) => self.out.extend_from_slice(b"+OK\r\n"),
+                    Err(r) => {
+                        let _ = r.write(&mut self.out, self.client.resp3);
+                    }
+                }
+                self.client.flushing = None;
                 continue;
             }
             let next = match self.deferred.take() {

@@ -347,8 +347,20 @@ impl Level {
         lv.replay_logs(&g)?;
         lv.publish(&g);
         if lv.pool.was_clean() && rec.phase == Phase::Normal {
+            // A clean close recorded each level's count; the buckets must
+            // still hold that many items (a page zeroed or overwritten
+            // since would otherwise open with keys silently missing).
+            let found = lv.scan_counts(&g);
             for (i, c) in lv.counts.iter().enumerate() {
-                c.set(lv.pool.load_u64(root + R_COUNTS + i as u64 * 8) as i64);
+                let recorded = lv.pool.load_u64(root + R_COUNTS + i as u64 * 8);
+                if recorded != found[i] {
+                    return Err(corrupt(format!(
+                        "clean pool records {recorded} items in level {i}, its buckets hold {}: {}",
+                        found[i],
+                        engine::damaged_after_close(&lv.pool)
+                    )));
+                }
+                c.set(recorded as i64);
             }
         } else {
             let counts = lv.scan_counts(&g);

@@ -81,6 +81,19 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
     ps.t.chain_buckets.store(chains, Ordering::Relaxed);
     if ps.pool.was_clean() {
         let len = ps.pool.load_u64(root + R_LEN);
+        // The count a clean close recorded must match the slots in use (a
+        // page zeroed or overwritten since would otherwise open with keys
+        // silently missing).
+        let mut found = 0;
+        for p in 0..first {
+            found += ps.slots_in_use(ps.seg_off(p).expect("validated")).len() as u64;
+        }
+        if found != len {
+            return Err(corrupt(format!(
+                "clean pool records {len} keys, its segments hold {found}: {}",
+                engine::damaged_after_close(&ps.pool)
+            )));
+        }
         ps.len.set(len as i64);
     } else if !ps.pool.is_read_only() {
         let t0 = Instant::now();

@@ -208,7 +208,13 @@ pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<()> {
     }
     let ri = read_root(&pool, root)?;
     read_files(&pool, root, &ri)?;
-    open_engine(&pool, &ri, opts).map(|_| ())
+    let persistent = open_engine(&pool, &ri, opts)?.is_some();
+    if !persistent && pool.was_clean() && pool.load_u64(root + R_IMAGE) != 0 {
+        // A clean open from the image: load it (in this read-only pool's
+        // memory), which cross-checks every record against the log.
+        open(pool, root, opts.clone(), false)?;
+    }
+    Ok(())
 }
 
 /// Builds the store's DRAM state for the pool's root. Returns the state,
@@ -650,19 +656,60 @@ fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bo
     if recs.len() as u64 != keys {
         return Ok(false);
     }
+    // Each record's entry must still be in the log below its file's tail,
+    // live and of that key: a page zeroed or overwritten since the clean
+    // close would otherwise open with keys silently missing.
+    let mut spans: Vec<(u64, u64)> = files
+        .iter()
+        .map(|f| (f.off, f.off + f.tail.load(Ordering::Acquire)))
+        .collect();
+    spans.sort_unstable();
+    let entry_holds = |key: &[u8], va: u64| -> bool {
+        let off = vaddr_off(va);
+        let i = spans.partition_point(|&(o, _)| o <= off);
+        let Some(&(fo, end)) = i.checked_sub(1).map(|i| &spans[i]) else {
+            return false;
+        };
+        off >= fo + X_DATA
+            && off.is_multiple_of(8)
+            && off + ENTRY_HEADER + key.len() as u64 <= end
+            && matches!(pool.load_u64(off) >> OP_SHIFT, OP_INS | OP_UPD)
+            && crate::nlog::entry_key_is(pool, off, key)
+    };
     let n = threads(s);
     let chunk = recs.len().div_ceil(n).max(1);
-    std::thread::scope(|sc| {
-        for part in recs.chunks(chunk) {
-            let buf = &buf;
-            sc.spawn(move || {
-                for &(kp, kl, va, val) in part {
-                    s.index
-                        .load(&buf[kp..kp + kl], va, val.map(|p| &buf[p..p + 8]));
-                }
-            });
-        }
+    let bad = std::thread::scope(|sc| {
+        let workers: Vec<_> = recs
+            .chunks(chunk)
+            .map(|part| {
+                let buf = &buf;
+                let entry_holds = &entry_holds;
+                sc.spawn(move || {
+                    for &(kp, kl, va, val) in part {
+                        let key = &buf[kp..kp + kl];
+                        if !entry_holds(key, va) {
+                            return Some((key.to_vec(), va));
+                        }
+                        s.index.load(key, va, val.map(|p| &buf[p..p + 8]));
+                    }
+                    None
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .filter_map(|w| w.join().expect("image loader panicked"))
+            .next()
     });
+    if let Some((key, va)) = bad {
+        return Err(corrupt(format!(
+            "the clean-shutdown image maps key {:?} to offset {:#x}, where the log holds no \
+             live entry of that key: {}",
+            String::from_utf8_lossy(&key),
+            vaddr_off(va),
+            engine::damaged_after_close(pool)
+        )));
+    }
     Ok(true)
 }
 

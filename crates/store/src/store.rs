@@ -291,7 +291,12 @@ impl Store {
         opts.validate()?;
         let path = dir.join(POOL_FILE);
         let pool = if path.exists() {
-            if !opts.read_only {
+            if opts.read_only {
+                Pool::open(&path, &opts.pool_options())?
+            } else {
+                // One writer at a time: the pool's exclusive lock is taken
+                // first and held from the check to the open.
+                let lock = pmem::PoolLock::exclusive(&path)?;
                 // A writable pool open updates the pool header (clean flag,
                 // open count) at once; check the store read-only first, so
                 // a store that will be refused leaves its file untouched.
@@ -299,8 +304,8 @@ impl Store {
                 ro.read_only = true;
                 let probe = Pool::open(&path, &ro)?;
                 crate::recover::validate(Arc::new(probe), &opts)?;
+                Pool::open_locked(lock, &opts.pool_options())?
             }
-            Pool::open(&path, &opts.pool_options())?
         } else {
             if opts.read_only {
                 return Err(Error::InvalidArgument(format!(

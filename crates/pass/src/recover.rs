@@ -84,7 +84,8 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
         // The count a clean close recorded must match the slots in use (a
         // page zeroed or overwritten since would otherwise open with keys
         // silently missing).
-        let mut found = 0;
+        // The zero-hash key lives in the root, not in a slot.
+        let mut found = (ps.pool.load_u64(root + R_ZERO) == 1) as u64;
         for p in 0..first {
             found += ps.slots_in_use(ps.seg_off(p).expect("validated")).len() as u64;
         }
@@ -105,8 +106,9 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
             .sum();
         ps.t.chain_buckets.store(chains, Ordering::Relaxed);
     } else {
-        // A read-only view of a crashed pool: count without repairing.
-        let mut n = 0;
+        // A read-only view of a crashed pool: count without repairing
+        // (the zero-hash key, in the root, included).
+        let mut n = (ps.pool.load_u64(root + R_ZERO) == 1) as u64;
         for p in 0..first {
             n += ps.slots_in_use(ps.seg_off(p).expect("validated")).len() as u64;
         }

@@ -1341,11 +1341,11 @@ impl Level {
     fn scan_counts(&self, g: &Geo) -> [u64; 3] {
         let mut out = [0u64; 3];
         for (li, l) in g.lv.iter().enumerate() {
-            for b in 0..l.n {
-                let off = l.bucket(b);
-                out[li] += (self.pool.load_u64(off + 8) & TOKEN_MASK).count_ones() as u64
-                    + (self.pool.load_u64(off + LINE + 8) & TOKEN_MASK).count_ones() as u64;
-            }
+            out[li] = engine::par_sum(l.n as usize, |b| {
+                let off = l.bucket(b as u64);
+                (self.pool.load_u64(off + 8) & TOKEN_MASK).count_ones() as u64
+                    + (self.pool.load_u64(off + LINE + 8) & TOKEN_MASK).count_ones() as u64
+            });
         }
         out
     }

@@ -85,10 +85,11 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
         // page zeroed or overwritten since would otherwise open with keys
         // silently missing).
         // The zero-hash key lives in the root, not in a slot.
-        let mut found = (ps.pool.load_u64(root + R_ZERO) == 1) as u64;
-        for p in 0..first {
-            found += ps.slots_in_use(ps.seg_off(p).expect("validated")).len() as u64;
-        }
+        let found = (ps.pool.load_u64(root + R_ZERO) == 1) as u64
+            + engine::par_sum(first as usize, |p| {
+                ps.slots_in_use(ps.seg_off(p as u64).expect("validated"))
+                    .len() as u64
+            });
         if found != len {
             return Err(corrupt(format!(
                 "clean pool records {len} keys, its segments hold {found}: {}",

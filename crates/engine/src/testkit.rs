@@ -305,6 +305,15 @@ pub mod faults {
             open_file(open, path, popts, &strict_config(1024, 1)).map(|_| ())
         }))
         .unwrap_or_else(|_| panic!("{}: {what}: the open panicked", spec.name));
+        // The file first: a refused open must not have written it.
+        let after = std::fs::read(path).unwrap();
+        assert_eq!(after.len(), before.len(), "{}: {what}: length", spec.name);
+        if let Some(i) = after.iter().zip(&before).position(|(a, b)| a != b) {
+            panic!(
+                "{}: {what}: the open wrote the file (first change at byte {i})",
+                spec.name
+            );
+        }
         match r {
             Err(e) => {
                 let m = e.to_string();
@@ -315,14 +324,6 @@ pub mod faults {
                 );
             }
             Ok(()) => panic!("{}: {what}: a writable open accepted it", spec.name),
-        }
-        let after = std::fs::read(path).unwrap();
-        assert_eq!(after.len(), before.len(), "{}: {what}: length", spec.name);
-        if let Some(i) = after.iter().zip(&before).position(|(a, b)| a != b) {
-            panic!(
-                "{}: {what}: the refused open wrote the file (first change at byte {i})",
-                spec.name
-            );
         }
     }
 

@@ -111,20 +111,23 @@ fn key(i: u64) -> Vec<u8> {
     format!("fault-key-{i:08}").into_bytes()
 }
 
-#[test]
-fn one_writer_and_refused_opens_leave_the_store_untouched() {
-    let tmp = TempDir::new("store-faults", "refused");
-    let dir = tmp.path();
-    let n = 3000;
-    {
-        let s = Store::open(dir, opts()).unwrap();
-        for i in 0..n {
-            s.put(&key(i), &value(i, 100)).unwrap();
-        }
-        s.close().unwrap();
+/// A cleanly closed store of `n` keys in `dir`; its pool file's bytes.
+fn closed_store(dir: &std::path::Path, n: u64) -> Vec<u8> {
+    let s = Store::open(dir, opts()).unwrap();
+    for i in 0..n {
+        s.put(&key(i), &value(i, 100)).unwrap();
     }
-    let path = dir.join(POOL_FILE);
-    let good = std::fs::read(&path).unwrap();
+    s.close().unwrap();
+    drop(s);
+    std::fs::read(dir.join(POOL_FILE)).unwrap()
+}
+
+#[test]
+fn one_writer_at_a_time() {
+    let tmp = TempDir::new("store-faults", "writer");
+    let dir = tmp.path();
+    let n = 300;
+    closed_store(dir, n);
     {
         // One writer at a time; readers come in beside it.
         let s = Store::open(dir, opts()).unwrap();
@@ -147,10 +150,20 @@ fn one_writer_and_refused_opens_leave_the_store_untouched() {
         assert_eq!(ro.len(), n);
         s.close().unwrap();
     }
+    // The lock went with the first store.
+    Store::open(dir, opts()).unwrap().close().unwrap();
+}
+
+#[test]
+fn a_clean_store_damaged_after_close_is_refused_untouched() {
+    let tmp = TempDir::new("store-faults", "refused");
+    let dir = tmp.path();
+    let path = dir.join(POOL_FILE);
+    let good = closed_store(dir, 3000);
     // A zeroed page of log entries (a key followed by its value, which
     // the clean-shutdown image, holding keys alone, never has) in a
     // cleanly closed store.
-    let mut img = std::fs::read(&path).unwrap();
+    let mut img = good.clone();
     let entries_in = |p: usize| {
         let page = &img[p * 4096..(p + 1) * 4096];
         (0..4096 - 26)

@@ -231,12 +231,15 @@ pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<()> {
 }
 
 /// Builds the store's DRAM state for the pool's root. Returns the state,
-/// how it was found and how many log entries were scanned.
+/// how it was found and how many log entries were scanned. `image_checked`:
+/// [`validate`] has just checked the image's records against the log,
+/// under the pool's lock, so loading it need not again.
 pub(crate) fn open(
     pool: Arc<Pool>,
     root: u64,
     opts: Options,
     fresh: bool,
+    image_checked: bool,
 ) -> Result<(Inner, &'static str, u64)> {
     let ri = read_root(&pool, root)?;
     let (files, free) = read_files(&pool, root, &ri)?;
@@ -282,7 +285,7 @@ pub(crate) fn open(
     let mut from = "log scan";
     let mut entries = 0;
     let loaded = if image != 0 && pool.was_clean() {
-        load_image(&s, &files, image, image_len)?
+        load_image(&s, &files, image, image_len, image_checked)?
     } else {
         false
     };
@@ -752,7 +755,7 @@ fn check_image(pool: &Pool, files: &[Arc<Extent>], img: &Image, threads: usize) 
 /// Loads a clean-shutdown image; `Ok(false)` if it does not check out
 /// (then the caller scans the log), `Err` if its records disagree with the
 /// log ([`check_image`]).
-fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bool> {
+fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64, checked: bool) -> Result<bool> {
     let pool = &s.pool;
     let clusters = s.log.clusters as usize;
     let tl = s.log.table_len as usize;
@@ -763,7 +766,9 @@ fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bo
         return Ok(false);
     }
     let n = threads(s);
-    check_image(pool, files, &img, n)?;
+    if !checked {
+        check_image(pool, files, &img, n)?;
+    }
     for (c, v) in img.versions.iter().enumerate() {
         s.versions[c].store(*v, Ordering::Relaxed);
     }

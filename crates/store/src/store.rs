@@ -304,7 +304,12 @@ impl Store {
                 ro.read_only = true;
                 let probe = Pool::open(&path, &ro)?;
                 crate::recover::validate(Arc::new(probe), &opts)?;
-                Pool::open_locked(lock, &opts.pool_options())?
+                let pool = Pool::open_locked(lock, &opts.pool_options())?;
+                // The image's records were checked by `validate`, under
+                // the lock held since.
+                let mut s = Store::open_pool_with(Arc::new(pool), opts, true)?;
+                s.dir = Some(dir.to_path_buf());
+                return Ok(s);
             }
         } else {
             if opts.read_only {
@@ -329,6 +334,10 @@ impl Store {
 
     /// Opens (or formats, if it has no root) a store in `pool`.
     pub fn open_pool(pool: Arc<Pool>, opts: Options) -> Result<Store> {
+        Store::open_pool_with(pool, opts, false)
+    }
+
+    fn open_pool_with(pool: Arc<Pool>, opts: Options, image_checked: bool) -> Result<Store> {
         opts.validate()?;
         if pool.layout() != LAYOUT {
             return Err(Error::InvalidArgument(format!(
@@ -343,7 +352,7 @@ impl Store {
         } else {
             pool.aux_root()
         };
-        let (inner, from, entries) = crate::recover::open(pool, root, opts, fresh)?;
+        let (inner, from, entries) = crate::recover::open(pool, root, opts, fresh, image_checked)?;
         let mut inner = inner;
         inner.opened_from = from;
         inner.recovered_entries = entries;

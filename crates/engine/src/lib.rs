@@ -5,9 +5,10 @@
 //! included. Engines are `Send + Sync`; readers never write to PM.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 
-use pmem::Pool;
+use pmem::{Mode, Pool, PoolLock, PoolOptions};
 
 pub mod bytes;
 pub mod crashtest;
@@ -199,7 +200,8 @@ impl Default for EngineConfig {
 
 /// Formats a fresh pool for an engine (a registry entry's `create`).
 pub type CreateFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
-type OpenFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
+/// Opens (and recovers) an existing pool (a registry entry's `open`).
+pub type OpenFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
 type VolatileFn = fn(&EngineConfig) -> Box<dyn Engine>;
 
 /// How to build an engine: the tools keep a list of these.
@@ -234,6 +236,77 @@ impl EngineSpec {
     pub fn is_persistent(&self) -> bool {
         matches!(self.kind, EngineKind::Persistent { .. })
     }
+}
+
+/// Opens the pool file at `path` and the engine in it with `open` (a
+/// registry entry's `open`, or an engine's own), so that a refused open
+/// leaves the file byte for byte as it was.
+///
+/// A writable file open takes the pool's exclusive lock first, then opens
+/// the pool read-only (a copy-on-write mapping) and runs `open` on it:
+/// every check of the header, the allocator and the engine's structure
+/// (the clean-shutdown cross-checks included), and in-memory recovery.
+/// Only when that succeeds does it open the pool writable under the same
+/// lock and run `open` again, this time for real. A clean open is cheap
+/// to do twice; a crash recovery is done twice (once in memory).
+/// A read-only or in-memory open runs `open` once.
+pub fn open_file(
+    open: OpenFn,
+    path: &Path,
+    popts: &PoolOptions,
+    cfg: &EngineConfig,
+) -> Result<(Arc<Pool>, Box<dyn Engine>)> {
+    if popts.read_only || !matches!(popts.mode, Mode::Dax | Mode::Mapped) {
+        let pool = Arc::new(Pool::open(path, popts)?);
+        let e = open(pool.clone(), cfg)?;
+        return Ok((pool, e));
+    }
+    let lock = PoolLock::exclusive(path)?;
+    {
+        let ro = PoolOptions {
+            read_only: true,
+            ..popts.clone()
+        };
+        let probe = Arc::new(Pool::open(path, &ro)?);
+        drop(open(probe, cfg)?);
+    }
+    let pool = Arc::new(Pool::open_locked(lock, popts)?);
+    let e = open(pool.clone(), cfg)?;
+    Ok((pool, e))
+}
+
+/// `f(0) + f(1) + ... + f(n - 1)`, split over the machine's threads (up
+/// to 8): the item counts a clean open checks walk a whole table.
+pub fn par_sum(n: usize, f: impl Fn(usize) -> u64 + Sync) -> u64 {
+    let threads = std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1)
+        .clamp(1, 8)
+        .min(n.div_ceil(1024).max(1));
+    if threads == 1 {
+        return (0..n).map(&f).sum();
+    }
+    let per = n.div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|sc| {
+        let parts: Vec<_> = (0..threads)
+            .map(|t| sc.spawn(move || (t * per..((t + 1) * per).min(n)).map(f).sum::<u64>()))
+            .collect();
+        parts
+            .into_iter()
+            .map(|p| p.join().expect("a counting thread panicked"))
+            .sum()
+    })
+}
+
+/// The message tail of a clean-shutdown cross-check that failed: the pool
+/// was damaged after its clean close, and `pmhash check` says where.
+pub fn damaged_after_close(pool: &Pool) -> String {
+    let file = pool
+        .path()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "POOL".into());
+    format!("the pool was damaged after its clean close; run `pmhash check {file}` for details")
 }
 
 /// The persistent engines of this crate (the crash checker's reference

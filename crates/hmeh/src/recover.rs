@@ -184,6 +184,30 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         if segs.iter().any(|&(s, _)| pool.load_u64(s + H_BACKUP) != 0) {
             return Err(corrupt("a cleanly closed pool still holds backups".into()));
         }
+        // The count a clean close recorded must match the valid slots (a
+        // page zeroed or overwritten since would otherwise open with keys
+        // silently missing).
+        let found = zero
+            + engine::par_sum(segs.len(), |i| {
+                let (s, id) = segs[i];
+                let mut n = 0;
+                hm.each_slot(s, &mut |line, slot, bucket, _| {
+                    let w = hm.words(line);
+                    let w0 = w[2 * slot].load(Ordering::Relaxed);
+                    let w1 = w[2 * slot + 1].load(Ordering::Relaxed);
+                    if hm.valid(id, w0, w1, bucket) {
+                        n += 1;
+                    }
+                });
+                n
+            });
+        let recorded = pool.load_u64(root + R_COUNT);
+        if recorded != found {
+            return Err(corrupt(format!(
+                "clean pool records {recorded} keys, its segments hold {found}: {}",
+                engine::damaged_after_close(&pool)
+            )));
+        }
     }
     // Every check passed. The lock word and the retired flag have DRAM
     // meaning only: a live segment is free and not retired, whatever the

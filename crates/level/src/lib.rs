@@ -347,8 +347,20 @@ impl Level {
         lv.replay_logs(&g)?;
         lv.publish(&g);
         if lv.pool.was_clean() && rec.phase == Phase::Normal {
+            // A clean close recorded each level's count; the buckets must
+            // still hold that many items (a page zeroed or overwritten
+            // since would otherwise open with keys silently missing).
+            let found = lv.scan_counts(&g);
             for (i, c) in lv.counts.iter().enumerate() {
-                c.set(lv.pool.load_u64(root + R_COUNTS + i as u64 * 8) as i64);
+                let recorded = lv.pool.load_u64(root + R_COUNTS + i as u64 * 8);
+                if recorded != found[i] {
+                    return Err(corrupt(format!(
+                        "clean pool records {recorded} items in level {i}, its buckets hold {}: {}",
+                        found[i],
+                        engine::damaged_after_close(&lv.pool)
+                    )));
+                }
+                c.set(recorded as i64);
             }
         } else {
             let counts = lv.scan_counts(&g);
@@ -1329,11 +1341,11 @@ impl Level {
     fn scan_counts(&self, g: &Geo) -> [u64; 3] {
         let mut out = [0u64; 3];
         for (li, l) in g.lv.iter().enumerate() {
-            for b in 0..l.n {
-                let off = l.bucket(b);
-                out[li] += (self.pool.load_u64(off + 8) & TOKEN_MASK).count_ones() as u64
-                    + (self.pool.load_u64(off + LINE + 8) & TOKEN_MASK).count_ones() as u64;
-            }
+            out[li] = engine::par_sum(l.n as usize, |b| {
+                let off = l.bucket(b as u64);
+                (self.pool.load_u64(off + 8) & TOKEN_MASK).count_ones() as u64
+                    + (self.pool.load_u64(off + LINE + 8) & TOKEN_MASK).count_ones() as u64
+            });
         }
         out
     }

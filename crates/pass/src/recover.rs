@@ -81,6 +81,21 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
     ps.t.chain_buckets.store(chains, Ordering::Relaxed);
     if ps.pool.was_clean() {
         let len = ps.pool.load_u64(root + R_LEN);
+        // The count a clean close recorded must match the slots in use (a
+        // page zeroed or overwritten since would otherwise open with keys
+        // silently missing).
+        // The zero-hash key lives in the root, not in a slot.
+        let found = (ps.pool.load_u64(root + R_ZERO) == 1) as u64
+            + engine::par_sum(first as usize, |p| {
+                ps.slots_in_use(ps.seg_off(p as u64).expect("validated"))
+                    .len() as u64
+            });
+        if found != len {
+            return Err(corrupt(format!(
+                "clean pool records {len} keys, its segments hold {found}: {}",
+                engine::damaged_after_close(&ps.pool)
+            )));
+        }
         ps.len.set(len as i64);
     } else if !ps.pool.is_read_only() {
         let t0 = Instant::now();
@@ -92,8 +107,9 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
             .sum();
         ps.t.chain_buckets.store(chains, Ordering::Relaxed);
     } else {
-        // A read-only view of a crashed pool: count without repairing.
-        let mut n = 0;
+        // A read-only view of a crashed pool: count without repairing
+        // (the zero-hash key, in the root, included).
+        let mut n = (ps.pool.load_u64(root + R_ZERO) == 1) as u64;
         for p in 0..first {
             n += ps.slots_in_use(ps.seg_off(p).expect("validated")).len() as u64;
         }

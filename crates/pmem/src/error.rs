@@ -30,6 +30,8 @@ pub enum Error {
     /// `dax` was requested, the kernel refused MAP_SYNC, and fallback to
     /// `mapped` was not allowed.
     DaxUnavailable(String),
+    /// Another writable open (this process or another) holds the pool file.
+    Locked(String),
 }
 
 impl fmt::Display for Error {
@@ -50,6 +52,7 @@ impl fmt::Display for Error {
             Error::OutOfSpace(m) => write!(f, "out of space: {m}"),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::DaxUnavailable(m) => write!(f, "dax mode unavailable: {m}"),
+            Error::Locked(m) => write!(f, "pool is in use: {m}"),
         }
     }
 }

@@ -16,9 +16,10 @@ pub mod persist;
 mod pool;
 pub mod sim;
 pub mod slots;
+pub mod testfs;
 
 pub use alloc::{FreeTicket, Link, Reservation, CHUNK};
 pub use error::{Error, Result};
-pub use pool::{Mode, Pool, PoolOptions, PoolStats, MIN_POOL_SIZE};
+pub use pool::{Mode, Pool, PoolLock, PoolOptions, PoolStats, MIN_POOL_SIZE};
 pub use sim::{CrashChoice, CrashSite, FenceHook};
 pub use slots::SlotSet;

@@ -143,3 +143,74 @@ impl Drop for Mapping {
         }
     }
 }
+
+/// Reserves disk (or tmpfs) space for `[offset, offset+len)` of `file`
+/// with `posix_fallocate`, extending the file if the range passes its end.
+/// A page of a shared mapping that the file system cannot back raises
+/// SIGBUS when touched; reserving first turns a full file system into an
+/// error here instead.
+pub(crate) fn reserve_file_space(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    // SAFETY: posix_fallocate reads no memory of ours; the fd is open for
+    // the lifetime of `file`.
+    let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), off, n) };
+    if r != 0 {
+        // posix_fallocate returns the error number instead of setting errno.
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    Ok(())
+}
+
+/// Whether the error says the file system (or a quota) has no room.
+pub(crate) fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
+    )
+}
+
+/// What `try_lock` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockResult {
+    Taken,
+    HeldElsewhere,
+}
+
+/// A non-blocking `flock` on `file`: exclusive for writers, shared for a
+/// reader that only asks whether a writer holds the file. The lock belongs
+/// to the open file description, so a second `open` of the same file in the
+/// same process conflicts like another process does, and the kernel drops
+/// it when the last descriptor closes (a killed process included).
+pub(crate) fn try_lock(file: &File, exclusive: bool) -> io::Result<LockResult> {
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    } | libc::LOCK_NB;
+    loop {
+        // SAFETY: flock takes a descriptor and flags; no memory is passed.
+        let r = unsafe { libc::flock(file.as_raw_fd(), op) };
+        if r == 0 {
+            return Ok(LockResult::Taken);
+        }
+        let e = last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(LockResult::HeldElsewhere),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Releases a lock taken with [`try_lock`].
+pub(crate) fn unlock(file: &File) {
+    // SAFETY: flock takes a descriptor and flags; no memory is passed.
+    unsafe {
+        libc::flock(file.as_raw_fd(), libc::LOCK_UN);
+    }
+}

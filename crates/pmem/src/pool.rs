@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use crate::alloc::{self, Heap};
 use crate::error::{Error, Result};
 use crate::header::{self, Identity, State, HEADER_LEN, SLOT_LEN, SLOT_OFFSET};
-use crate::map::{Backing, Mapping};
+use crate::map::{self as osmap, Backing, LockResult, Mapping};
 use crate::persist::{self, CACHE_LINE};
 use crate::sim::{CrashChoice, CrashSite, FenceHook, Sim};
 
@@ -121,6 +121,7 @@ pub struct Pool {
     mode: Mode,
     dax_fallback: Option<String>,
     read_only: bool,
+    writer_active: bool,
     size: AtomicU64,
     max_size: u64,
     identity: Identity,
@@ -171,6 +172,76 @@ fn reservation(size: u64, max: u64) -> Result<usize> {
         .map_err(|_| Error::InvalidArgument(format!("pool size {r} exceeds the address space")))
 }
 
+/// Takes the exclusive writer's lock on `file`, or says who holds it.
+fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
+    match osmap::try_lock(file, true) {
+        Ok(LockResult::Taken) => Ok(()),
+        Ok(LockResult::HeldElsewhere) => Err(Error::Locked(format!(
+            "{} is open for writing elsewhere (another process, or another open in this one); \
+             a pool has one writer at a time",
+            path.display()
+        ))),
+        Err(e) => Err(Error::io("cannot lock pool file", Some(path), e)),
+    }
+}
+
+/// `posix_fallocate` of `[off, off+len)`; a full file system is
+/// `OutOfSpace` naming the file and the sizes.
+fn reserve_space(file: &File, path: &Path, off: u64, len: u64, why: &str) -> Result<()> {
+    osmap::reserve_file_space(file, off, len).map_err(|e| {
+        if osmap::is_no_space(&e) {
+            Error::OutOfSpace(format!(
+                "the file system has no room to {why} pool file {}: reserving {len} bytes at \
+                 offset {off} (to {} bytes) failed: {e}",
+                path.display(),
+                off + len
+            ))
+        } else {
+            Error::io("cannot reserve space for pool file", Some(path), e)
+        }
+    })
+}
+
+/// Whether fewer than `size` bytes of `file` are backed by blocks (a
+/// sparse file).
+fn has_holes(file: &File, path: &Path, size: u64) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let md = file
+        .metadata()
+        .map_err(|e| Error::io("cannot stat pool file", Some(path), e))?;
+    Ok(md.blocks().saturating_mul(512) < size)
+}
+
+/// The exclusive lock of a pool file, held from [`PoolLock::exclusive`]
+/// until dropped or handed to [`Pool::open_locked`]. It is a `flock` on
+/// the open file: the kernel releases it when the holder exits or is
+/// killed.
+pub struct PoolLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl PoolLock {
+    /// Opens `path` for reading and writing and takes the lock, or fails at
+    /// once with `Err(Locked)` when another open holds it. Writes nothing.
+    pub fn exclusive(path: &Path) -> Result<PoolLock> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io("cannot open pool file", Some(path), e))?;
+        lock_exclusive(&file, path)?;
+        Ok(PoolLock {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 impl Pool {
     /// Creates a new pool. File modes refuse to overwrite an existing file.
     /// `volatile` and `simulated` pools live in memory and ignore `path`.
@@ -208,8 +279,12 @@ impl Pool {
                 .open(path)
                 .map_err(|e| Error::io("cannot create pool file", Some(path), e))?;
             let made = (|| {
+                lock_exclusive(&file, path)?;
                 file.set_len(size)
                     .map_err(|e| Error::io("cannot size pool file", Some(path), e))?;
+                // Every page is backed before the first is touched, so a
+                // full file system is an error here, not a SIGBUS later.
+                reserve_space(&file, path, 0, size, "create")?;
                 Self::map_file(&file, path, opts, size, reserve)
             })();
             match made {
@@ -243,6 +318,7 @@ impl Pool {
             mode,
             dax_fallback: fallback,
             read_only: false,
+            writer_active: false,
             size: AtomicU64::new(size),
             max_size,
             identity,
@@ -315,13 +391,48 @@ impl Pool {
     /// wrong-version or wrong-layout file gives `Err` and stays untouched.
     /// In `volatile` and `simulated` mode the file is read into memory and
     /// never written.
+    ///
+    /// A writable file open first takes an exclusive lock on the file
+    /// ([`PoolLock`]): a second writable open, from this process or another,
+    /// is `Err(Locked)`. A read-only open takes no lock; it tells whether a
+    /// writer holds the file ([`writer_active`](Self::writer_active)).
     pub fn open(path: &Path, opts: &PoolOptions) -> Result<Pool> {
-        let writable = !opts.read_only && opts.mode.uses_file();
+        if !opts.read_only && opts.mode.uses_file() {
+            return Self::open_locked(PoolLock::exclusive(path)?, opts);
+        }
         let file = OpenOptions::new()
             .read(true)
-            .write(writable)
             .open(path)
             .map_err(|e| Error::io("cannot open pool file", Some(path), e))?;
+        // A shared lock is refused while a writer holds the exclusive one;
+        // it is dropped at once so that this reader never blocks a writer.
+        let writer_active = match osmap::try_lock(&file, false) {
+            Ok(LockResult::Taken) => {
+                osmap::unlock(&file);
+                false
+            }
+            Ok(LockResult::HeldElsewhere) => true,
+            Err(e) => {
+                return Err(Error::io(
+                    "cannot test the lock of pool file",
+                    Some(path),
+                    e,
+                ))
+            }
+        };
+        Self::open_file(file, path, opts, writer_active)
+    }
+
+    /// [`open`](Self::open) with the exclusive lock already held (taken by
+    /// the caller to validate the pool read-only first, with no writer
+    /// able to come in between). The lock's file becomes the pool's.
+    pub fn open_locked(lock: PoolLock, opts: &PoolOptions) -> Result<Pool> {
+        let PoolLock { file, path } = lock;
+        Self::open_file(file, &path, opts, false)
+    }
+
+    fn open_file(file: File, path: &Path, opts: &PoolOptions, writer_active: bool) -> Result<Pool> {
+        let writable = !opts.read_only && opts.mode.uses_file();
         let len = file
             .metadata()
             .map_err(|e| Error::io("cannot stat pool file", Some(path), e))?
@@ -338,7 +449,24 @@ impl Pool {
             round_up(opts.max_size, alloc::CHUNK).max(size)
         };
         let reserve = reservation(size, max_size)?;
-        let (map, file, mode, fallback) = if opts.mode.uses_file() {
+        let holes = has_holes(&file, path, size)?;
+        if writable && holes {
+            // A pool made sparse (by a copy, or an older build) is backed
+            // now, before a store to a hole could raise SIGBUS. This
+            // allocates blocks and changes no byte of the file.
+            reserve_space(&file, path, 0, size, "back the holes of")?;
+        }
+        // A read-only open of a sparse file reads it into memory: on tmpfs
+        // even a read fault on a hole takes a page, and on a full file
+        // system that fault is a SIGBUS; read(2) of a hole takes none.
+        let copy_in = opts.read_only && holes && opts.mode.uses_file();
+        let (map, file, mode, fallback) = if copy_in {
+            let map = Mapping::reserve(reserve, Backing::Anonymous)
+                .map_err(|e| Error::io("cannot reserve address space", None, e))?;
+            map.map(None, 0, size as usize)
+                .map_err(|e| Error::io("cannot map memory", None, e))?;
+            (map, Some(file), opts.mode, None)
+        } else if opts.mode.uses_file() {
             let (map, mode, fb) = Self::map_file(&file, path, opts, size, reserve)?;
             (map, Some(file), mode, fb)
         } else {
@@ -354,6 +482,7 @@ impl Pool {
             mode,
             dax_fallback: fallback,
             read_only: opts.read_only,
+            writer_active,
             size: AtomicU64::new(size),
             max_size: if opts.read_only { size } else { max_size },
             identity,
@@ -365,6 +494,18 @@ impl Pool {
             heap: Heap::empty(),
             grow_lock: Mutex::new(()),
         };
+        if copy_in {
+            let f = pool.file.as_ref().expect("file-backed");
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0u64;
+            while off < size {
+                let n = buf.len().min((size - off) as usize);
+                f.read_exact_at(&mut buf[..n], off)
+                    .map_err(|e| Error::io("cannot read pool file", Some(path), e))?;
+                pool.write(off, &buf[..n]);
+                off += n as u64;
+            }
+        }
         pool.finish_open()?;
         Ok(pool)
     }
@@ -436,6 +577,7 @@ impl Pool {
             mode,
             dax_fallback: None,
             read_only: false,
+            writer_active: false,
             size: AtomicU64::new(size),
             max_size,
             identity,
@@ -487,6 +629,13 @@ impl Pool {
 
     pub fn is_read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// Whether a writable open held the file's lock when this read-only
+    /// open looked (always `false` for a writable pool, which holds it).
+    /// What such a reader sees may be mid-update.
+    pub fn writer_active(&self) -> bool {
+        self.writer_active
     }
 
     /// Current size in bytes.
@@ -927,9 +1076,19 @@ impl Pool {
             )));
         }
         if let Some(f) = &self.file {
+            let path = self.path.as_deref().unwrap_or(Path::new(""));
             // persist: the file is extended (zero-filled: all new chunks free)
-            // before the header records the new size; a crash in between
-            // leaves a longer file whose tail open ignores.
+            // and its new pages reserved before the header records the new
+            // size; a crash in between leaves a longer file whose tail open
+            // ignores.
+            if let Err(e) = reserve_space(f, path, old, target - old, "grow") {
+                // Give back what a partial reservation took; the pool keeps
+                // its size and stays usable.
+                if f.metadata().map(|m| m.len() > old).unwrap_or(false) {
+                    let _ = f.set_len(old);
+                }
+                return Err(e);
+            }
             f.set_len(target)
                 .map_err(|e| Error::io("cannot grow pool file", self.path.as_deref(), e))?;
         }

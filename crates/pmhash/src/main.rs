@@ -270,6 +270,14 @@ fn inspect(path: &Path) -> Result<ExitCode, String> {
         }
     );
     println!("opens           {}", st.opens);
+    println!(
+        "writer          {}",
+        if pool.writer_active() {
+            "a process has the pool open for writing: what follows may be mid-update"
+        } else {
+            "none"
+        }
+    );
     println!("header seq      {}", st.seq);
     println!(
         "mode            {} (opened read-only, copy-on-write: the file is not written)",
@@ -328,6 +336,12 @@ fn check(path: &Path) -> Result<ExitCode, String> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    if pool.writer_active() {
+        println!(
+            "NOTE a process has {} open for writing: this check reads a copy that may be mid-update",
+            path.display()
+        );
+    }
     let layout = pool.layout().to_string();
     let Some(spec) = registry::find_layout(&layout) else {
         println!("FAIL pool layout {layout:?} is not known to this build");

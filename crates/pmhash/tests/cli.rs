@@ -265,3 +265,65 @@ fn serve_refuses_an_overlong_busy_poll_before_making_anything() {
     assert!(!store.exists(), "a refused serve made {}", store.display());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_second_writer_is_refused_and_check_sees_the_first() {
+    use std::time::{Duration, Instant};
+    let dir = temp("two-writers");
+    let opts = store::Options {
+        pool_size: 4 << 20,
+        clusters: 4,
+        extent_size: 1 << 20,
+        nodes: Some(1),
+        raf_bytes: 0,
+        expected_keys: 1024,
+        ..store::Options::default()
+    };
+    let s = store::Store::open(&dir, opts).unwrap();
+    s.put(b"k", b"v").unwrap();
+    // Another process: `serve` on the same directory must fail at open,
+    // at once and saying why, not start a second writer.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pmhash"))
+        .args([
+            "serve",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--addr",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a second `pmhash serve` on the same store kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success(), "second serve: {text}");
+    assert!(text.contains("in use"), "second serve says: {text}");
+    // check and inspect read beside the writer and say it is there.
+    let pool = dir.join(store::POOL_FILE);
+    let (code, text) = pmhash(&["check", pool.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("open for writing"), "{text}");
+    let (code, text) = pmhash(&["inspect", pool.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("open for writing"), "{text}");
+    s.close().unwrap();
+    drop(s);
+    let (code, text) = pmhash(&["check", pool.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("open for writing"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -324,8 +324,9 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Rophi> {
     let len = validate_chains(&pool, t, &map)?;
     if pool.was_clean() && pool.load_u64(root + R_LEN) != len {
         return Err(corrupt(format!(
-            "clean pool records {} pairs, its chains hold {len}",
-            pool.load_u64(root + R_LEN)
+            "clean pool records {} pairs, its chains hold {len}: {}",
+            pool.load_u64(root + R_LEN),
+            engine::damaged_after_close(&pool)
         )));
     }
     // Everything followed below was validated: writes start here.

@@ -207,17 +207,39 @@ pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<()> {
         return Ok(());
     }
     let ri = read_root(&pool, root)?;
-    read_files(&pool, root, &ri)?;
-    open_engine(&pool, &ri, opts).map(|_| ())
+    let (files, _) = read_files(&pool, root, &ri)?;
+    let persistent = open_engine(&pool, &ri, opts)?.is_some();
+    let image = pool.load_u64(root + R_IMAGE);
+    if !persistent && pool.was_clean() && image != 0 {
+        // The clean open will load the image: its records must agree with
+        // the log (the same check the load makes, without building the
+        // index).
+        let len = pool.load_u64(root + R_IMAGE_LEN);
+        if let Some(img) = parse_image(
+            &pool,
+            ri.clusters as usize,
+            ri.table_len as usize,
+            &files,
+            image,
+            len,
+        ) {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            check_image(&pool, &files, &img, threads)?;
+        }
+    }
+    Ok(())
 }
 
 /// Builds the store's DRAM state for the pool's root. Returns the state,
-/// how it was found and how many log entries were scanned.
+/// how it was found and how many log entries were scanned. `image_checked`:
+/// [`validate`] has just checked the image's records against the log,
+/// under the pool's lock, so loading it need not again.
 pub(crate) fn open(
     pool: Arc<Pool>,
     root: u64,
     opts: Options,
     fresh: bool,
+    image_checked: bool,
 ) -> Result<(Inner, &'static str, u64)> {
     let ri = read_root(&pool, root)?;
     let (files, free) = read_files(&pool, root, &ri)?;
@@ -263,7 +285,7 @@ pub(crate) fn open(
     let mut from = "log scan";
     let mut entries = 0;
     let loaded = if image != 0 && pool.was_clean() {
-        load_image(&s, &files, image, image_len)?
+        load_image(&s, &files, image, image_len, image_checked)?
     } else {
         false
     };
@@ -587,18 +609,32 @@ pub(crate) fn write_image(s: &Inner) -> Result<()> {
     Ok(())
 }
 
-/// Loads a clean-shutdown image; `Ok(false)` if it does not check out
-/// (then the caller scans the log).
-fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bool> {
-    let pool = &s.pool;
-    let Ok(size) = pool.block_size(off) else {
-        return Ok(false);
-    };
-    let clusters = s.log.clusters as usize;
-    let tl = s.log.table_len as usize;
+/// A clean-shutdown image, parsed: its bytes, key count, cluster version
+/// counters, each table slot's (tail, dead bytes), and its records.
+struct Image {
+    buf: Vec<u8>,
+    versions: Vec<u64>,
+    /// (tail, dead) per extent-table slot.
+    slots: Vec<(u64, u64)>,
+    /// (key position, key length, v_addr, position of the value if any)
+    recs: Vec<(usize, usize, u64, Option<usize>)>,
+}
+
+/// Parses the image at `off` (`len` bytes) against the table's files:
+/// `None` if it is not a well-formed image of this store (the open then
+/// scans the log).
+fn parse_image(
+    pool: &Pool,
+    clusters: usize,
+    tl: usize,
+    files: &[Arc<Extent>],
+    off: u64,
+    len: u64,
+) -> Option<Image> {
+    let size = pool.block_size(off).ok()?;
     let head = 48 + 8 * clusters as u64 + 16 * tl as u64;
     if len > size || len < head || !len.is_multiple_of(8) {
-        return Ok(false);
+        return None;
     }
     let mut buf = vec![0u8; len as usize];
     pool.read(off, &mut buf);
@@ -609,52 +645,142 @@ fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64) -> Result<bo
         || w(32) != clusters as u64
         || w(40) != tl as u64
     {
-        return Ok(false);
+        return None;
     }
     let keys = w(24);
     let mut p = 48;
-    for c in 0..clusters {
-        s.versions[c].store(w(p), Ordering::Relaxed);
+    let mut versions = Vec::with_capacity(clusters);
+    for _ in 0..clusters {
+        versions.push(w(p));
         p += 8;
     }
     let by_slot: HashMap<u64, &Arc<Extent>> = files.iter().map(|f| (f.slot, f)).collect();
+    let mut slots = Vec::with_capacity(tl);
     for slot in 0..tl as u64 {
         let (t, d) = (w(p), w(p + 8));
         p += 16;
         if let Some(f) = by_slot.get(&slot) {
             if t < X_DATA || t > f.size || d > t - X_DATA {
-                return Ok(false);
+                return None;
             }
-            f.tail.store(t, Ordering::Release);
-            f.dead.store(d, Ordering::Relaxed);
         } else if t != 0 {
-            return Ok(false);
+            return None;
         }
+        slots.push((t, d));
     }
-    // (key position, key length, v_addr, position of the value if any)
-    let mut recs: Vec<(usize, usize, u64, Option<usize>)> = Vec::with_capacity(keys as usize);
+    let mut recs = Vec::with_capacity(keys as usize);
     while p < len as usize {
         if p + 8 > len as usize {
-            return Ok(false);
+            return None;
         }
         let (kl, follows) = ((w(p) & !VALUE_FOLLOWS) as usize, w(p) & VALUE_FOLLOWS != 0);
         let kp = p + 8;
         let vp = kp + kl.next_multiple_of(8);
         let end = vp + 8 + if follows { 8 } else { 0 };
         if kl > MAX_KEY || end > len as usize || (follows && kl != 8) {
-            return Ok(false);
+            return None;
         }
         recs.push((kp, kl, w(vp), follows.then_some(vp + 8)));
         p = end;
     }
     if recs.len() as u64 != keys {
+        return None;
+    }
+    Some(Image {
+        buf,
+        versions,
+        slots,
+        recs,
+    })
+}
+
+/// Checks every record of a clean image against the log, on `threads`
+/// threads: its entry must lie in a file of the table below that file's
+/// recorded tail, be live (`ins` or `upd`) and hold the record's key. A
+/// page zeroed or overwritten since the clean close would otherwise open
+/// with keys silently missing. Reads only.
+fn check_image(pool: &Pool, files: &[Arc<Extent>], img: &Image, threads: usize) -> Result<()> {
+    let mut spans: Vec<(u64, u64)> = files
+        .iter()
+        .filter_map(|f| {
+            let (t, _) = *img.slots.get(f.slot as usize)?;
+            Some((f.off, f.off + t))
+        })
+        .collect();
+    spans.sort_unstable();
+    let entry_holds = |key: &[u8], va: u64| -> bool {
+        let off = vaddr_off(va);
+        let i = spans.partition_point(|&(o, _)| o <= off);
+        let Some(&(fo, end)) = i.checked_sub(1).map(|i| &spans[i]) else {
+            return false;
+        };
+        off >= fo + X_DATA
+            && off.is_multiple_of(8)
+            && off + ENTRY_HEADER + key.len() as u64 <= end
+            && matches!(pool.load_u64(off) >> OP_SHIFT, OP_INS | OP_UPD)
+            && crate::nlog::entry_key_is(pool, off, key)
+    };
+    let chunk = img.recs.len().div_ceil(threads.max(1)).max(1);
+    let bad = std::thread::scope(|sc| {
+        let workers: Vec<_> = img
+            .recs
+            .chunks(chunk)
+            .map(|part| {
+                let entry_holds = &entry_holds;
+                sc.spawn(move || {
+                    part.iter().find_map(|&(kp, kl, va, _)| {
+                        let key = &img.buf[kp..kp + kl];
+                        (!entry_holds(key, va)).then(|| (key.to_vec(), va))
+                    })
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .filter_map(|w| w.join().expect("image checker panicked"))
+            .next()
+    });
+    match bad {
+        None => Ok(()),
+        Some((key, va)) => Err(corrupt(format!(
+            "the clean-shutdown image maps key {:?} to offset {:#x}, where the log holds no \
+             live entry of that key: {}",
+            String::from_utf8_lossy(&key),
+            vaddr_off(va),
+            engine::damaged_after_close(pool)
+        ))),
+    }
+}
+
+/// Loads a clean-shutdown image; `Ok(false)` if it does not check out
+/// (then the caller scans the log), `Err` if its records disagree with the
+/// log ([`check_image`]).
+fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64, checked: bool) -> Result<bool> {
+    let pool = &s.pool;
+    let clusters = s.log.clusters as usize;
+    let tl = s.log.table_len as usize;
+    let Some(img) = parse_image(pool, clusters, tl, files, off, len) else {
+        return Ok(false);
+    };
+    if files.iter().any(|f| f.slot as usize >= img.slots.len()) {
         return Ok(false);
     }
     let n = threads(s);
-    let chunk = recs.len().div_ceil(n).max(1);
+    if !checked {
+        check_image(pool, files, &img, n)?;
+    }
+    for (c, v) in img.versions.iter().enumerate() {
+        s.versions[c].store(*v, Ordering::Relaxed);
+    }
+    for f in files {
+        let (t, d) = img.slots[f.slot as usize];
+        f.tail.store(t, Ordering::Release);
+        f.dead.store(d, Ordering::Relaxed);
+    }
+    let chunk = img.recs.len().div_ceil(n).max(1);
     std::thread::scope(|sc| {
-        for part in recs.chunks(chunk) {
-            let buf = &buf;
+        for part in img.recs.chunks(chunk) {
+            let buf = &img.buf;
             sc.spawn(move || {
                 for &(kp, kl, va, val) in part {
                     s.index

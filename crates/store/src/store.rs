@@ -291,7 +291,12 @@ impl Store {
         opts.validate()?;
         let path = dir.join(POOL_FILE);
         let pool = if path.exists() {
-            if !opts.read_only {
+            if opts.read_only {
+                Pool::open(&path, &opts.pool_options())?
+            } else {
+                // One writer at a time: the pool's exclusive lock is taken
+                // first and held from the check to the open.
+                let lock = pmem::PoolLock::exclusive(&path)?;
                 // A writable pool open updates the pool header (clean flag,
                 // open count) at once; check the store read-only first, so
                 // a store that will be refused leaves its file untouched.
@@ -299,8 +304,13 @@ impl Store {
                 ro.read_only = true;
                 let probe = Pool::open(&path, &ro)?;
                 crate::recover::validate(Arc::new(probe), &opts)?;
+                let pool = Pool::open_locked(lock, &opts.pool_options())?;
+                // The image's records were checked by `validate`, under
+                // the lock held since.
+                let mut s = Store::open_pool_with(Arc::new(pool), opts, true)?;
+                s.dir = Some(dir.to_path_buf());
+                return Ok(s);
             }
-            Pool::open(&path, &opts.pool_options())?
         } else {
             if opts.read_only {
                 return Err(Error::InvalidArgument(format!(
@@ -324,6 +334,10 @@ impl Store {
 
     /// Opens (or formats, if it has no root) a store in `pool`.
     pub fn open_pool(pool: Arc<Pool>, opts: Options) -> Result<Store> {
+        Store::open_pool_with(pool, opts, false)
+    }
+
+    fn open_pool_with(pool: Arc<Pool>, opts: Options, image_checked: bool) -> Result<Store> {
         opts.validate()?;
         if pool.layout() != LAYOUT {
             return Err(Error::InvalidArgument(format!(
@@ -338,7 +352,7 @@ impl Store {
         } else {
             pool.aux_root()
         };
-        let (inner, from, entries) = crate::recover::open(pool, root, opts, fresh)?;
+        let (inner, from, entries) = crate::recover::open(pool, root, opts, fresh, image_checked)?;
         let mut inner = inner;
         inner.opened_from = from;
         inner.recovered_entries = entries;

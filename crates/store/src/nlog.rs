@@ -148,7 +148,14 @@ pub struct Nlog {
     seq_lock: Mutex<()>,
     pub files_made: AtomicU64,
     pub files_freed: AtomicU64,
+    /// Sealed files GC may have to reclaim that no GC run has seen yet,
+    /// plus those the last run left: writers help GC (or wait for it)
+    /// while this reaches [`GC_BACKLOG`].
+    pub backlog: AtomicU64,
 }
+
+/// Reclaimable files past which writers help GC (see [`Nlog::backlog`]).
+pub const GC_BACKLOG: u64 = 4;
 
 impl Nlog {
     #[allow(clippy::too_many_arguments)]
@@ -182,6 +189,7 @@ impl Nlog {
             seq_lock: Mutex::new(()),
             files_made: AtomicU64::new(0),
             files_freed: AtomicU64::new(0),
+            backlog: AtomicU64::new(0),
         }
     }
 
@@ -470,6 +478,7 @@ impl Nlog {
             let nf = self.new_file(node, e.cluster, numa)?;
             if let Some(old) = g.take() {
                 old.sealed.store(true, Ordering::Release);
+                self.backlog.fetch_add(1, Ordering::Relaxed);
                 if self.durability == Durability::Relaxed {
                     self.sync_file(&old);
                 }

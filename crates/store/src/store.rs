@@ -209,6 +209,10 @@ pub(crate) struct Inner {
     pub(crate) relocated: AtomicU64,
     pub(crate) marked: AtomicU64,
     pub(crate) closed: AtomicBool,
+    /// Set when the background thread is told to stop: GC gives up the
+    /// file it is on (before marking anything) so that close and drop
+    /// return promptly.
+    pub(crate) stopping: AtomicBool,
     pub(crate) opened_from: &'static str,
     pub(crate) open_ms: f64,
     pub(crate) recovered_entries: u64,
@@ -370,6 +374,7 @@ impl Store {
             .name("pmhash-store".into())
             .spawn(move || {
                 let mut tick = 0u64;
+                let mut busy = false;
                 loop {
                     {
                         let (m, cv) = &*stop2;
@@ -396,11 +401,14 @@ impl Store {
                         }
                     }
                     tick += 1;
-                    if tick.is_multiple_of(25)
+                    // Every 50 ms, and at once again while the last run
+                    // found work: under overwrite-heavy load files fill
+                    // faster than one run every 50 ms reclaims them.
+                    if (busy || tick.is_multiple_of(25))
                         && inner.opts.gc == GcMode::Background
                         && !inner.pool.is_read_only()
                     {
-                        let _ = crate::gc::run(&inner, usize::MAX, true);
+                        busy = matches!(crate::gc::run(&inner, usize::MAX, true), Ok(n) if n > 0);
                     }
                 }
             })
@@ -410,6 +418,7 @@ impl Store {
 
     fn stop_background(&self) {
         if let Some((h, stop)) = self.gc_thread.lock().expect("gc thread lock").take() {
+            self.inner.stopping.store(true, Ordering::Release);
             let (m, cv) = &*stop;
             *m.lock().expect("gc stop lock") = true;
             cv.notify_all();
@@ -484,6 +493,7 @@ impl Store {
         }
         self.writable()?;
         let s = &*self.inner;
+        s.pace();
         let hash = key_hash(key);
         let here = s.numa.current();
         // The index bucket's miss and the log tail's start before the pin,
@@ -555,6 +565,7 @@ impl Store {
         }
         self.writable().map_err(none)?;
         let s = &*self.inner;
+        s.pace();
         let here = s.numa.current();
         let hashes: Vec<u64> = pairs.iter().map(|(k, _)| key_hash(k)).collect();
         // Every key's stripe is held until the index names its new entry,
@@ -1109,6 +1120,7 @@ pub(crate) fn new_inner(
         relocated: AtomicU64::new(0),
         marked: AtomicU64::new(0),
         closed: AtomicBool::new(false),
+        stopping: AtomicBool::new(false),
         opened_from: "created",
         open_ms: 0.0,
         recovered_entries: 0,
@@ -1118,6 +1130,17 @@ pub(crate) fn new_inner(
 }
 
 impl Inner {
+    /// Lets GC keep up with writers (background GC only): one relaxed load
+    /// unless reclaimable files have piled up (see `gc::help`).
+    #[inline]
+    fn pace(&self) {
+        if self.log.backlog.load(Ordering::Relaxed) >= crate::nlog::GC_BACKLOG
+            && self.opts.gc == GcMode::Background
+        {
+            crate::gc::help(self);
+        }
+    }
+
     /// Reads the value of `key` from its entry at `va` (the index named
     /// it; the caller is pinned) into `out`, counting the access and, for a
     /// sampled get, offering the value to the RAF cache. False if the entry

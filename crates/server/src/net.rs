@@ -408,16 +408,26 @@ impl Conn {
             // A lone GET (no pipeline) takes the single-key path: nothing
             // to overlap, and no vectors to allocate.
             Kind::Get if self.batch.len() == 1 => {
-                if sh.store.get_into(&self.batch[0][1], &mut self.value) {
-                    put_bulk(&mut self.out, &self.value);
-                } else {
-                    let _ = Reply::Nil.write(&mut self.out, self.client.resp3);
+                match sh.store.get_into(&self.batch[0][1], &mut self.value) {
+                    Ok(true) => put_bulk(&mut self.out, &self.value),
+                    Ok(false) => {
+                        let _ = Reply::Nil.write(&mut self.out, self.client.resp3);
+                    }
+                    Err(e) => {
+                        let _ = Reply::err(e.to_string()).write(&mut self.out, self.client.resp3);
+                    }
                 }
             }
             Kind::Get => {
                 let keys: Vec<&[u8]> = self.batch.iter().map(|a| &a[1][..]).collect();
                 let mut vals = Vec::with_capacity(keys.len());
-                sh.store.get_many(&keys, &mut vals);
+                if let Err(e) = sh.store.get_many(&keys, &mut vals) {
+                    // A corrupt entry: every GET of the batch gets the error.
+                    for _ in &keys {
+                        let _ = Reply::err(e.to_string()).write(&mut self.out, self.client.resp3);
+                    }
+                    vals.clear();
+                }
                 for v in vals {
                     match v {
                         Some(v) => put_bulk(&mut self.out, &v),

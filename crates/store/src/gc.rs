@@ -51,7 +51,11 @@ fn candidates(s: &Inner) -> Vec<Arc<Extent>> {
         .log
         .snapshot()
         .into_iter()
-        .filter(|f| f.sealed.load(Ordering::Acquire) && f.accounted.load(Ordering::Acquire))
+        .filter(|f| {
+            f.sealed.load(Ordering::Acquire)
+                && f.accounted.load(Ordering::Acquire)
+                && !f.damaged.load(Ordering::Acquire)
+        })
         .filter_map(|f| {
             let used = f.used();
             if used == 0 {
@@ -135,7 +139,15 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
     let mut by_key: HashMap<Vec<u8>, Vec<crate::nlog::Entry>> = HashMap::new();
     while pos < tail {
         let Some(e) = log.parse(f, pos, &mut kbuf, &mut vbuf) else {
-            break;
+            // Below the file's known tail: corruption. Freeing the file
+            // would drop every entry after it; it stays, never reclaimed.
+            f.damaged.store(true, Ordering::Release);
+            return Err(engine::Error::Corrupt(format!(
+                "{}: the entry at pool offset {:#x} fails its checksum; \
+                 the file is kept (run `pmhash check --repair` to salvage it)",
+                crate::recover::describe_file(f),
+                f.off + pos
+            )));
         };
         pos += e.len;
         if e.op == OP_INV {

@@ -127,6 +127,12 @@ pub struct Options {
     /// the DRAM point index, so its get reads no log entry (the log stays
     /// the only durable copy). Off: every get reads the log, as in NStore.
     pub inline_values: bool,
+    /// Reads check the checksum of the log entry they return a value from
+    /// (a get of a corrupt entry is an `Err`, never wrong bytes). On by
+    /// default; off saves the checksum (and a file lookup) per log read.
+    /// Values the point index holds inline and cached values came from
+    /// checked entries.
+    pub verify_checksums: bool,
 }
 
 impl Default for Options {
@@ -153,6 +159,7 @@ impl Default for Options {
             index: IndexKind::Dram,
             expected_keys: 1 << 20,
             inline_values: true,
+            verify_checksums: true,
         }
     }
 }
@@ -255,9 +262,12 @@ impl Options {
         if self.clusters == 0 || self.clusters as u64 > MAX_CLUSTERS {
             return bad(format!("clusters must be 1..={MAX_CLUSTERS}"));
         }
-        if self.extent_size < MIN_EXTENT || !self.extent_size.is_multiple_of(64) {
+        if self.extent_size < MIN_EXTENT
+            || self.extent_size > MAX_EXTENT
+            || !self.extent_size.is_multiple_of(64)
+        {
             return bad(format!(
-                "extent_size must be a multiple of 64 of at least {MIN_EXTENT}"
+                "extent_size must be a multiple of 64 in {MIN_EXTENT}..={MAX_EXTENT}"
             ));
         }
         if let Some(n) = self.nodes.or(self.numa_emulate) {
@@ -354,6 +364,32 @@ impl Store {
         };
         store.start_background();
         Ok(store)
+    }
+
+    /// The salvage path behind `pmhash check --repair`: opens the store
+    /// pool file at `path` writable (no store may have it open) and drops
+    /// every stretch of corrupt log bytes that makes an open refuse the
+    /// store, as invalid filler entries (or zeros at the end of a sealed
+    /// file). Returns exactly what was dropped (nothing: the file is not
+    /// written). The next open rebuilds the index from the log.
+    pub fn repair(path: &Path) -> Result<Vec<crate::recover::Dropped>> {
+        let mut o = Options::default().pool_options();
+        o.read_only = true;
+        let probe = Arc::new(Pool::open(path, &o)?);
+        if probe.layout() != LAYOUT {
+            return Err(Error::InvalidArgument(format!(
+                "{} holds a {:?} pool, not a store",
+                path.display(),
+                probe.layout()
+            )));
+        }
+        // A dry run on the read-only (copy-on-write) mapping: a store with
+        // nothing to drop is never opened writable.
+        if crate::recover::repair(probe, true)?.is_empty() {
+            return Ok(Vec::new());
+        }
+        o.read_only = false;
+        crate::recover::repair(Arc::new(Pool::open(path, &o)?), false)
     }
 
     pub fn dir(&self) -> Option<&Path> {
@@ -671,17 +707,19 @@ impl Store {
         r.map_err(|error| BatchError { done: n, error })
     }
 
-    /// The value of `key`.
+    /// The value of `key`. A value whose log entry fails its checksum is
+    /// an `Err(Corrupt)` naming the entry (see `Options::verify_checksums`).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         check_key(key)?;
         let mut out = Vec::new();
-        Ok(self.get_into(key, &mut out).then_some(out))
+        Ok(self.get_into(key, &mut out)?.then_some(out))
     }
 
-    /// Copies the value of `key` into `out`; false if absent.
-    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+    /// Copies the value of `key` into `out`; false if absent (an `Err`
+    /// as [`get`](Self::get)'s).
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         if key.len() > MAX_KEY {
-            return false;
+            return Ok(false);
         }
         let s = &*self.inner;
         let hash = key_hash(key);
@@ -695,11 +733,11 @@ impl Store {
             // holds an 8-byte value inline; the cache and the log only for
             // a longer value.
             match m.get8_pinned(hash, &p) {
-                Got::Absent => return false,
+                Got::Absent => return Ok(false),
                 Got::Value(_, v) => {
                     out.clear();
                     out.extend_from_slice(&v.to_le_bytes());
-                    return true;
+                    return Ok(true);
                 }
                 Got::Addr(va) => known = Some(va),
             }
@@ -720,18 +758,18 @@ impl Store {
     /// them fit the CPU's out-of-order window (docs/benchmarks.md,
     /// 2026-11-26, 13:10 UTC).
     #[inline]
-    pub fn get_in(&self, key: &[u8], out: &mut [u8]) -> Option<usize> {
+    pub fn get_in(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
         let s = &*self.inner;
         if let (Ok(k), Some(m)) = (<&[u8; 8]>::try_from(key), s.index.inline_map()) {
             let hash = key_hash(k);
             m.prefetch(hash);
             let p = s.epochs.pin();
             match m.get8_pinned(hash, &p) {
-                Got::Absent => return None,
+                Got::Absent => return Ok(None),
                 Got::Value(_, v) => {
                     let n = out.len().min(8);
                     out[..n].copy_from_slice(&v.to_le_bytes()[..n]);
-                    return Some(8);
+                    return Ok(Some(8));
                 }
                 // A longer value, in the log: the general path below.
                 Got::Addr(_) => {}
@@ -744,16 +782,16 @@ impl Store {
     /// thread's buffer.
     #[cold]
     #[inline(never)]
-    fn get_in_slow(&self, key: &[u8], out: &mut [u8]) -> Option<usize> {
+    fn get_in_slow(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
         thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
         BUF.with(|b| {
             let mut v = b.borrow_mut();
-            if !self.get_into(key, &mut v) {
-                return None;
+            if !self.get_into(key, &mut v)? {
+                return Ok(None);
             }
             let n = out.len().min(v.len());
             out[..n].copy_from_slice(&v[..n]);
-            Some(v.len())
+            Ok(Some(v.len()))
         })
     }
 
@@ -767,19 +805,19 @@ impl Store {
         known: Option<u64>,
         out: &mut Vec<u8>,
         _p: &Pin<'_>,
-    ) -> bool {
+    ) -> Result<bool> {
         let s = &*self.inner;
         let here = s.numa.current();
         let sampled = match s.raf.probe(key, hash, here) {
             Probe::Hit(v) => {
                 *out = v;
-                return true;
+                return Ok(true);
             }
             Probe::Miss { sampled } => sampled,
             Probe::Off => false,
         };
         let Some(va) = known.or_else(|| s.index.get_hashed(key, hash)) else {
-            return false;
+            return Ok(false);
         };
         s.read_entry(key, hash, va, sampled, here, out)
     }
@@ -788,8 +826,8 @@ impl Store {
     /// `get` would return for each. Looks every key up in the index, then
     /// touches every entry, then reads them, so the cache misses of a batch
     /// overlap instead of queueing (`pmhash serve` uses it for pipelined
-    /// GETs).
-    pub fn get_many(&self, keys: &[&[u8]], out: &mut Vec<Option<Vec<u8>>>) {
+    /// GETs). A corrupt entry fails the call (as [`get`](Self::get)).
+    pub fn get_many(&self, keys: &[&[u8]], out: &mut Vec<Option<Vec<u8>>>) -> Result<()> {
         out.clear();
         let s = &*self.inner;
         let here = s.numa.current();
@@ -845,10 +883,11 @@ impl Store {
         for (&(i, hash, sampled, _), va) in todo.iter().zip(vas) {
             let Some(va) = va else { continue };
             let mut v = Vec::new();
-            if s.read_entry(keys[i], hash, va, sampled, here, &mut v) {
+            if s.read_entry(keys[i], hash, va, sampled, here, &mut v)? {
                 out[i] = Some(v);
             }
         }
+        Ok(())
     }
 
     /// Up to `limit` pairs with `start <= key < end` (`end` None: to the
@@ -1144,7 +1183,8 @@ impl Inner {
     /// Reads the value of `key` from its entry at `va` (the index named
     /// it; the caller is pinned) into `out`, counting the access and, for a
     /// sampled get, offering the value to the RAF cache. False if the entry
-    /// cannot be read.
+    /// cannot be read; an `Err` if it fails its checksum (when reads
+    /// verify: `Options::verify_checksums`).
     fn read_entry(
         &self,
         key: &[u8],
@@ -1153,13 +1193,16 @@ impl Inner {
         sampled: bool,
         here: u32,
         out: &mut Vec<u8>,
-    ) -> bool {
+    ) -> Result<bool> {
         let node = vaddr_node(va);
         self.numa.count_read(node, here);
         let Some(e) = self.log.header(vaddr_off(va)) else {
-            return false;
+            return Ok(false);
         };
         self.log.read_value(&e, out);
+        if self.opts.verify_checksums {
+            self.verify(key, &e, out)?;
+        }
         // A fill holds the key's stripe (see `Raf::writes_may_skip`); while
         // a write of the key holds it, this get offers nothing.
         if sampled {
@@ -1169,7 +1212,31 @@ impl Inner {
                 });
             }
         }
-        true
+        Ok(true)
+    }
+
+    /// Checks the log entry `e` a read of `key` found, whose value is in
+    /// `value`: its checksum (which covers the key: the index confirmed
+    /// the entry holds `key`, so the caller's copy stands in for it).
+    #[cold]
+    #[inline(never)]
+    fn verify(&self, key: &[u8], e: &crate::nlog::Entry, value: &[u8]) -> Result<()> {
+        let f = self.log.file_at(e.off);
+        if f.as_ref().is_some_and(|f| {
+            e.klen == key.len() && crate::nlog::entry_checks(&self.pool, f.seq, e, key, value)
+        }) {
+            return Ok(());
+        }
+        Err(Error::Corrupt(format!(
+            "{}: the entry of a key of {} bytes at pool offset {:#x} fails its checksum; \
+             its value is not returned (`pmhash check --repair` salvages the log)",
+            f.map_or_else(
+                || "no Nlog file".to_string(),
+                |f| crate::recover::describe_file(&f)
+            ),
+            key.len(),
+            e.off
+        )))
     }
 
     /// The entry for a write of `key` (`value` None: a delete) whose

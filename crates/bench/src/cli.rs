@@ -117,6 +117,11 @@ pub struct BenchArgs {
     /// keeping 8-byte values of 8-byte keys in its DRAM point index
     #[arg(long)]
     pub no_inline_values: bool,
+
+    /// The store's gets do not check the checksum of the log entry they
+    /// read (`Options::verify_checksums` off)
+    #[arg(long)]
+    pub no_verify_checksums: bool,
 }
 
 #[derive(Parser)]
@@ -211,10 +216,11 @@ impl BenchArgs {
         let store_options = self.key_size != 8
             || self.value_size != 8
             || self.numa_emulate.is_some()
-            || self.no_inline_values;
+            || self.no_inline_values
+            || self.no_verify_checksums;
         if store_options && !has_store {
             return Err(
-                "--key-size, --value-size, --numa-emulate and --no-inline-values apply only to the store engine (--engine store)"
+                "--key-size, --value-size, --numa-emulate, --no-inline-values and --no-verify-checksums apply only to the store engine (--engine store)"
                     .to_string(),
             );
         }
@@ -242,6 +248,7 @@ impl BenchArgs {
             value_size: self.value_size,
             numa_emulate: self.numa_emulate,
             inline_values: !self.no_inline_values,
+            verify_checksums: !self.no_verify_checksums,
         })
     }
 }

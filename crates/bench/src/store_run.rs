@@ -254,6 +254,7 @@ fn options(cfg: &BenchConfig, writes: u64, gc: GcMode, recovery_threads: usize) 
         // Sizes the point index, as `--initial-capacity` sizes the engines.
         expected_keys: cfg.initial_capacity.unwrap_or(cfg.keys),
         inline_values: cfg.inline_values,
+        verify_checksums: cfg.verify_checksums,
         ..Options::default()
     }
 }
@@ -270,6 +271,7 @@ fn figures(cfg: &BenchConfig, s: &StoreStats) -> StoreFigures {
         key_size: cfg.key_size,
         value_size: cfg.value_size,
         inline_values: cfg.inline_values,
+        verify_checksums: cfg.verify_checksums,
         nodes: s.nodes,
         space_amplification: s.space_amplification,
         log_bytes: s.log_bytes,
@@ -417,6 +419,7 @@ fn overwrite(
         recovery_threads: threads,
         expected_keys: keys,
         inline_values: cfg.inline_values,
+        verify_checksums: cfg.verify_checksums,
         ..Options::default()
     };
     let (store, _) = open(&dir, &opts)?;

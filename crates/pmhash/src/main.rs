@@ -40,6 +40,11 @@ enum Cmd {
     Check {
         /// The pool file.
         pool: PathBuf,
+        /// Store pools only: drop the corrupt log bytes that make an open
+        /// refuse the store (printing each stretch dropped and what it
+        /// held), then check. Needs the store closed.
+        #[arg(long)]
+        repair: bool,
     },
     /// List the engines this build knows.
     Engines,
@@ -112,7 +117,13 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => bench::run_cli(&args, &registry::all()).map(|_| ExitCode::SUCCESS),
         Cmd::Crashtest(args) => crashtest_cmd(&args),
         Cmd::Inspect { pool } => inspect(&pool),
-        Cmd::Check { pool } => check(&pool),
+        Cmd::Check { pool, repair } => match repair.then(|| repair_store(&pool)) {
+            Some(Err(e)) => {
+                println!("FAIL {e}");
+                Ok(ExitCode::FAILURE)
+            }
+            _ => check(&pool),
+        },
         Cmd::Engines => {
             for s in registry::all() {
                 let kind = if s.is_persistent() {
@@ -304,6 +315,18 @@ fn inspect(path: &Path) -> Result<ExitCode, String> {
         ),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `check --repair`: the store's salvage path; prints what it drops.
+fn repair_store(path: &Path) -> Result<(), String> {
+    let dropped = store::Store::repair(path).map_err(|e| format!("repair: {e}"))?;
+    if dropped.is_empty() {
+        println!("repair: nothing to drop");
+    }
+    for d in &dropped {
+        println!("repair: {d}");
+    }
+    Ok(())
 }
 
 fn check(path: &Path) -> Result<ExitCode, String> {

@@ -525,11 +525,13 @@ impl Nlog {
         }
         let pool = &self.pool;
         if !matches!(&**g, Some(f) if f.tail.load(Ordering::Relaxed) + len <= f.size) {
-            if let (Some(old), Durability::Relaxed) = (&**g, self.durability) {
+            if let Some(old) = &**g {
                 // persist: the full file is synced before the next file of
                 // its pair exists, so a file that is not the newest of its
                 // pair holds no entry a crash could tear, and recovery
-                // takes any bad entry in it for corruption.
+                // takes any bad entry in it for corruption. Under `Strict`
+                // only a batch leaves entries unfenced here (one fence per
+                // file it fills, besides the batch's own).
                 self.sync_file(old);
             }
             let nf = self.new_file(node, e.cluster, numa)?;

@@ -1194,15 +1194,37 @@ impl Inner {
         here: u32,
         out: &mut Vec<u8>,
     ) -> Result<bool> {
-        let node = vaddr_node(va);
-        self.numa.count_read(node, here);
-        let Some(e) = self.log.header(vaddr_off(va)) else {
-            return Ok(false);
+        let mut va = va;
+        let mut tries = 0;
+        let (node, _entry) = loop {
+            let node = vaddr_node(va);
+            self.numa.count_read(node, here);
+            let Some(e) = self.log.header(vaddr_off(va)) else {
+                return Ok(false);
+            };
+            self.log.read_value(&e, out);
+            if !self.opts.verify_checksums {
+                break (node, e);
+            }
+            match self.log.file_at(e.off) {
+                Some(f) => {
+                    self.verify(key, &e, out, Some(&f))?;
+                    break (node, e);
+                }
+                // GC took the file out of its maps (it stays mapped while
+                // this read is pinned): the key moved to a relocated copy
+                // or went, and the index says where.
+                None if tries < 8 => {
+                    tries += 1;
+                    match self.index.get_hashed(key, hash) {
+                        Some(now) if now != va => va = now,
+                        Some(_) => return Err(self.verify(key, &e, out, None).unwrap_err()),
+                        None => return Ok(false),
+                    }
+                }
+                None => return Err(self.verify(key, &e, out, None).unwrap_err()),
+            }
         };
-        self.log.read_value(&e, out);
-        if self.opts.verify_checksums {
-            self.verify(key, &e, out)?;
-        }
         // A fill holds the key's stripe (see `Raf::writes_may_skip`); while
         // a write of the key holds it, this get offers nothing.
         if sampled {
@@ -1220,9 +1242,14 @@ impl Inner {
     /// the entry holds `key`, so the caller's copy stands in for it).
     #[cold]
     #[inline(never)]
-    fn verify(&self, key: &[u8], e: &crate::nlog::Entry, value: &[u8]) -> Result<()> {
-        let f = self.log.file_at(e.off);
-        if f.as_ref().is_some_and(|f| {
+    fn verify(
+        &self,
+        key: &[u8],
+        e: &crate::nlog::Entry,
+        value: &[u8],
+        f: Option<&Extent>,
+    ) -> Result<()> {
+        if f.is_some_and(|f| {
             e.klen == key.len() && crate::nlog::entry_checks(&self.pool, f.seq, e, key, value)
         }) {
             return Ok(());

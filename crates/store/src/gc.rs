@@ -172,7 +172,7 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
             return Ok(());
         }
         // Newest first: only the newest can be the live one.
-        entries.sort_unstable_by(|a, b| b.version.cmp(&a.version));
+        entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.version));
         let hash = key_hash(&key);
         let _k = s.index.stripes.lock(hash);
         let cur = s.index.get(&key);

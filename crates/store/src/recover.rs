@@ -1065,13 +1065,12 @@ pub(crate) fn repair(pool: Arc<Pool>, dry: bool) -> Result<Vec<Dropped>> {
                 len: end - pos,
                 claimed: what,
             };
-            if dry {
-            } else if last {
+            if !dry && last {
                 // persist: nothing valid follows: the rest of the file is
                 // zeroed, as a clean end.
                 pool.zero(f.off + pos, (end - pos) as usize);
                 pool.persist(f.off + pos, (end - pos) as usize);
-            } else {
+            } else if !dry {
                 fill(&log, f, pos, end);
             }
             dropped.push(rec);

@@ -1259,7 +1259,7 @@ impl Inner {
              its value is not returned (`pmhash check --repair` salvages the log)",
             f.map_or_else(
                 || "no Nlog file".to_string(),
-                |f| crate::recover::describe_file(&f)
+                crate::recover::describe_file
             ),
             key.len(),
             e.off

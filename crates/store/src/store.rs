@@ -1257,10 +1257,7 @@ impl Inner {
         Err(Error::Corrupt(format!(
             "{}: the entry of a key of {} bytes at pool offset {:#x} fails its checksum; \
              its value is not returned (`pmhash check --repair` salvages the log)",
-            f.map_or_else(
-                || "no Nlog file".to_string(),
-                crate::recover::describe_file
-            ),
+            f.map_or_else(|| "no Nlog file".to_string(), crate::recover::describe_file),
             key.len(),
             e.off
         )))

@@ -24,9 +24,11 @@ pub struct BenchArgs {
     /// Workloads: insert, get-pos, get-neg, get-batch, update, delete, ycsb-a ..
     /// ycsb-f (YCSB E's scans are emulated by consecutive gets, except on the
     /// store, which scans); store engine only: put100, put95-get5,
-    /// put50-get50, get100, get50-upd50, upd100, delete100 (NStore's) and
+    /// put50-get50, get100, get50-upd50, upd100, delete100 (NStore's),
     /// recovery (log scan with each --threads value as recovery threads,
-    /// and the clean reopen)
+    /// and the clean reopen), and overwrite-1, overwrite-10, overwrite-zipf
+    /// (--ops puts of one key, of ten keys, of --keys keys drawn zipfian
+    /// with theta 0.99; throughput by tenth of the run)
     #[arg(
         long = "workload",
         value_name = "W[,W..]",

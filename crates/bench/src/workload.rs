@@ -358,8 +358,12 @@ mod tests {
                 "get50-upd50",
                 "upd100",
                 "delete100",
-                "recovery"
+                "recovery",
+                "overwrite-1",
+                "overwrite-10",
+                "overwrite-zipf"
             ]
         );
+        assert!(!Workload::Overwrite1.preloads() && !Workload::OverwriteZipf.preloads());
     }
 }

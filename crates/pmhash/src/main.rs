@@ -35,8 +35,9 @@ enum Cmd {
         /// The pool file.
         pool: PathBuf,
     },
-    /// Verify a pool and its engine structure, read-only (fsck). Exits
-    /// non-zero on any inconsistency.
+    /// Verify a pool and its engine structure, read-only (fsck); with
+    /// --repair, salvage a store's log first. Exits non-zero on any
+    /// inconsistency.
     Check {
         /// The pool file.
         pool: PathBuf,

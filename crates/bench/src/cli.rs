@@ -24,9 +24,11 @@ pub struct BenchArgs {
     /// Workloads: insert, get-pos, get-neg, get-batch, update, delete, ycsb-a ..
     /// ycsb-f (YCSB E's scans are emulated by consecutive gets, except on the
     /// store, which scans); store engine only: put100, put95-get5,
-    /// put50-get50, get100, get50-upd50, upd100, delete100 (NStore's) and
+    /// put50-get50, get100, get50-upd50, upd100, delete100 (NStore's),
     /// recovery (log scan with each --threads value as recovery threads,
-    /// and the clean reopen)
+    /// and the clean reopen), and overwrite-1, overwrite-10, overwrite-zipf
+    /// (--ops puts of one key, of ten keys, of --keys keys drawn zipfian
+    /// with theta 0.99; throughput by tenth of the run)
     #[arg(
         long = "workload",
         value_name = "W[,W..]",
@@ -117,6 +119,11 @@ pub struct BenchArgs {
     /// keeping 8-byte values of 8-byte keys in its DRAM point index
     #[arg(long)]
     pub no_inline_values: bool,
+
+    /// The store's gets do not check the checksum of the log entry they
+    /// read (`Options::verify_checksums` off)
+    #[arg(long)]
+    pub no_verify_checksums: bool,
 }
 
 #[derive(Parser)]
@@ -211,10 +218,11 @@ impl BenchArgs {
         let store_options = self.key_size != 8
             || self.value_size != 8
             || self.numa_emulate.is_some()
-            || self.no_inline_values;
+            || self.no_inline_values
+            || self.no_verify_checksums;
         if store_options && !has_store {
             return Err(
-                "--key-size, --value-size, --numa-emulate and --no-inline-values apply only to the store engine (--engine store)"
+                "--key-size, --value-size, --numa-emulate, --no-inline-values and --no-verify-checksums apply only to the store engine (--engine store)"
                     .to_string(),
             );
         }
@@ -242,6 +250,7 @@ impl BenchArgs {
             value_size: self.value_size,
             numa_emulate: self.numa_emulate,
             inline_values: !self.no_inline_values,
+            verify_checksums: !self.no_verify_checksums,
         })
     }
 }

@@ -99,6 +99,8 @@ pub struct StoreFigures {
     /// 8-byte values of 8-byte keys kept in the DRAM point index (their
     /// gets read no log, so they count no local or remote read).
     pub inline_values: bool,
+    /// Gets check the checksum of the log entries they read.
+    pub verify_checksums: bool,
     /// Log nodes (virtual ones with `--numa-emulate`).
     pub nodes: u32,
     /// Log bytes written and not reclaimed, over the bytes holding a key's

@@ -79,6 +79,8 @@ pub struct BenchConfig {
     pub numa_emulate: Option<u32>,
     /// The store's `Options::inline_values`.
     pub inline_values: bool,
+    /// The store's `Options::verify_checksums`.
+    pub verify_checksums: bool,
 }
 
 impl BenchConfig {

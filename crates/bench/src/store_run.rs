@@ -150,7 +150,7 @@ impl Target for StoreTarget {
             // Key and value on the stack, as a caller with integer keys
             // and values would (`get_in`: no buffer, no allocation).
             let mut v = [0u8; 8];
-            let n = self.store.get_in(&key.to_be_bytes(), &mut v)?;
+            let n = self.store.get_in(&key.to_be_bytes(), &mut v).ok()??;
             let w = u64::from_le_bytes(v);
             return Some(if n == 8 { w } else { !w });
         }
@@ -160,11 +160,13 @@ impl Target for StoreTarget {
             let k = key.to_be_bytes();
             return BUFFERS.with(|b| {
                 let out = &mut b.borrow_mut().out;
-                self.store.get_into(&k, out).then(|| self.decode(out))
+                self.store.get_into(&k, out).ok()?.then(|| self.decode(out))
             });
         }
         self.with(key, None, |s, b| {
-            s.get_into(&b.key, &mut b.out).then(|| self.decode(&b.out))
+            s.get_into(&b.key, &mut b.out)
+                .ok()?
+                .then(|| self.decode(&b.out))
         })
     }
 
@@ -252,6 +254,7 @@ fn options(cfg: &BenchConfig, writes: u64, gc: GcMode, recovery_threads: usize) 
         // Sizes the point index, as `--initial-capacity` sizes the engines.
         expected_keys: cfg.initial_capacity.unwrap_or(cfg.keys),
         inline_values: cfg.inline_values,
+        verify_checksums: cfg.verify_checksums,
         ..Options::default()
     }
 }
@@ -268,6 +271,7 @@ fn figures(cfg: &BenchConfig, s: &StoreStats) -> StoreFigures {
         key_size: cfg.key_size,
         value_size: cfg.value_size,
         inline_values: cfg.inline_values,
+        verify_checksums: cfg.verify_checksums,
         nodes: s.nodes,
         space_amplification: s.space_amplification,
         log_bytes: s.log_bytes,
@@ -326,6 +330,12 @@ pub(crate) fn run_one(
     if workload == Workload::Recovery {
         return recovery(cfg, spec, threads, inputs);
     }
+    if matches!(
+        workload,
+        Workload::Overwrite1 | Workload::Overwrite10 | Workload::OverwriteZipf
+    ) {
+        return overwrite(cfg, spec, workload, threads);
+    }
     let dir = StoreDir::new(cfg);
     let writes = cfg.keys + workload.op_count(cfg.keys, cfg.ops);
     let opts = options(cfg, writes, GcMode::Background, threads);
@@ -369,6 +379,158 @@ fn fill(r: &mut crate::RunResult, cfg: &BenchConfig, stats: &StoreStats, extent:
     r.pm_bytes = stats.pm_bytes;
     r.detail = detail(stats, extent).into_iter().collect();
     r.store = Some(figures(cfg, stats));
+}
+
+/// Slices of an overwrite run reported as its throughput over time.
+const SLICES: usize = 10;
+
+/// The overwrite workloads: `--ops` puts (split over the threads) of one
+/// key, ten keys, or `--keys` keys drawn zipfian with θ = 0.99, into a
+/// fresh store with 16 clusters, 8 MiB files and the background GC. The
+/// run reports its throughput in each tenth of the puts
+/// (`mops_by_tenth`), the slowest tenth against the first
+/// (`last_tenth_vs_first`), the GC figures, space amplification, and the
+/// close time (`close_ms`); every key must read its last value at the end.
+fn overwrite(
+    cfg: &BenchConfig,
+    spec: &EngineSpec,
+    workload: Workload,
+    threads: usize,
+) -> Result<Ran, String> {
+    let keys = match workload {
+        Workload::Overwrite1 => 1,
+        Workload::Overwrite10 => 10,
+        _ => cfg.keys.max(1),
+    };
+    let zipf = (workload == Workload::OverwriteZipf)
+        .then(|| crate::dist::Zipfian::new(keys, 0.99))
+        .transpose()?;
+    let dir = StoreDir::new(cfg);
+    let opts = Options {
+        mode: cfg.mode,
+        pool_size: 256 * MIB,
+        max_pool_size: 4 << 30,
+        clusters: 16,
+        extent_size: 8 * MIB,
+        nodes: cfg.numa_emulate,
+        numa_emulate: cfg.numa_emulate,
+        durability: cfg.durability,
+        gc: GcMode::Background,
+        recovery_threads: threads,
+        expected_keys: keys,
+        inline_values: cfg.inline_values,
+        verify_checksums: cfg.verify_checksums,
+        ..Options::default()
+    };
+    let (store, _) = open(&dir, &opts)?;
+    let mode = store.pool().mode();
+    let fallback = store.pool().dax_fallback().map(str::to_string);
+    let target = StoreTarget::new(store, cfg);
+    let threads = threads.max(1);
+    let per_thread = (cfg.ops / threads as u64).max(1);
+    let total = per_thread * threads as u64;
+    let slice = total.div_ceil(SLICES as u64);
+    // The op count at which each slice ended, and when.
+    let done = AtomicU64::new(0);
+    let ends: Vec<AtomicU64> = (0..SLICES).map(|_| AtomicU64::new(0)).collect();
+    // The last value each thread wrote to each key it touched.
+    let t0 = Instant::now();
+    let lasts: Vec<Result<Vec<(u64, u64)>, String>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let (target, done, ends, zipf) = (&target, &done, &ends, zipf.as_ref());
+                sc.spawn(move || {
+                    let mut rng = crate::rng::Rng::new(cfg.seed ^ (t as u64 + 1));
+                    let mut last = std::collections::HashMap::new();
+                    for i in 0..per_thread {
+                        let k = match zipf {
+                            Some(z) => crate::dist::fnvhash64(z.next(&mut rng)) % keys,
+                            None => rng.below(keys),
+                        };
+                        // Each thread writes its own values of a key.
+                        let v = (t as u64) << 48 | i;
+                        target
+                            .with(k, Some(v), |s, b| s.put(&b.key, &b.value))
+                            .map_err(|e| format!("put: {e}"))?;
+                        last.insert(k, v);
+                        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n % slice == 0 || n == total {
+                            let at = (n.div_ceil(slice) - 1) as usize;
+                            ends[at.min(SLICES - 1)]
+                                .store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                        }
+                    }
+                    Ok(last.into_iter().collect())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    });
+    let seconds = t0.elapsed().as_secs_f64();
+    // With one thread the last value of each key is known; with several,
+    // a key must hold the last value of one of them.
+    let mut want: std::collections::HashMap<u64, Vec<u64>> = std::collections::HashMap::new();
+    for l in lasts {
+        for (k, v) in l? {
+            want.entry(k).or_default().push(v);
+        }
+    }
+    for (k, vs) in &want {
+        let got = target.with(*k, None, |s, b| {
+            s.get(&b.key).map(|v| v.map(|v| target.decode(&v)))
+        });
+        match got {
+            Ok(Some(g)) if vs.contains(&g) => {}
+            other => {
+                return Err(format!(
+                    "after the run key {k} reads {other:?}, expected one of {vs:?}"
+                ))
+            }
+        }
+    }
+    let stats = target.store.stats();
+    let tc = Instant::now();
+    target.store.close().map_err(|e| format!("close: {e}"))?;
+    drop(target);
+    let close_ms = tc.elapsed().as_secs_f64() * 1e3;
+    let mut prev = 0u64;
+    let mops: Vec<f64> = ends
+        .iter()
+        .map(|e| {
+            let e = e.load(Ordering::Relaxed);
+            let dt = e.saturating_sub(prev).max(1);
+            prev = e;
+            slice as f64 / dt as f64 * 1e3
+        })
+        .collect();
+    let m = Measured {
+        seconds,
+        done: total,
+        flushes: 0,
+        fences: 0,
+        samples: Vec::new(),
+        len_after: stats.keys,
+    };
+    let mut r = runner::new_result(spec.name, workload, threads, keys, m);
+    fill(&mut r, cfg, &stats, opts.extent_size);
+    let list: Vec<String> = mops.iter().map(|m| format!("{m:.3}")).collect();
+    r.detail.insert("mops_by_tenth".into(), list.join(","));
+    let worst = mops.iter().copied().fold(f64::INFINITY, f64::min);
+    r.detail.insert(
+        "slowest_tenth_vs_first".into(),
+        format!("{:.2}", worst / mops[0]),
+    );
+    r.detail.insert("close_ms".into(), format!("{close_ms:.1}"));
+    r.detail.insert("gc_runs".into(), stats.gc_runs.to_string());
+    r.detail
+        .insert("files_reclaimed".into(), stats.files_reclaimed.to_string());
+    r.detail.insert(
+        "log_mib".into(),
+        format!("{:.1}", stats.log_bytes as f64 / MIB as f64),
+    );
+    Ok((r, Some(mode), fallback))
 }
 
 /// Keys checked after the crash open (spread over the key set).

@@ -62,6 +62,14 @@ pub enum Workload {
     /// Store recovery: the log scan after a crash (with each `--threads`
     /// value as recovery threads) and the clean reopen.
     Recovery,
+    /// Store: `--ops` puts of one key, on default-sized (8 MiB) files with
+    /// the background GC, reporting the throughput over time.
+    Overwrite1,
+    /// The same over ten keys (uniform).
+    Overwrite10,
+    /// The same over `--keys` keys, zipfian with θ = 0.99 (a fresh store:
+    /// the first put of a key inserts it).
+    OverwriteZipf,
 }
 
 /// One operation of a YCSB mix.
@@ -128,7 +136,7 @@ impl Mix {
 
 impl Workload {
     /// Every workload, in the order of the help text.
-    pub const ALL: [Workload; 20] = [
+    pub const ALL: [Workload; 23] = [
         Workload::Insert,
         Workload::GetPos,
         Workload::GetNeg,
@@ -149,6 +157,9 @@ impl Workload {
         Workload::Upd100,
         Workload::Delete100,
         Workload::Recovery,
+        Workload::Overwrite1,
+        Workload::Overwrite10,
+        Workload::OverwriteZipf,
     ];
 
     /// The workloads run when `--workload` is not given.
@@ -183,6 +194,9 @@ impl Workload {
             Workload::Upd100 => "upd100",
             Workload::Delete100 => "delete100",
             Workload::Recovery => "recovery",
+            Workload::Overwrite1 => "overwrite-1",
+            Workload::Overwrite10 => "overwrite-10",
+            Workload::OverwriteZipf => "overwrite-zipf",
         }
     }
 
@@ -229,6 +243,9 @@ impl Workload {
                 | Workload::Upd100
                 | Workload::Delete100
                 | Workload::Recovery
+                | Workload::Overwrite1
+                | Workload::Overwrite10
+                | Workload::OverwriteZipf
         )
     }
 
@@ -240,7 +257,14 @@ impl Workload {
     /// Whether the keys are loaded, untimed, before the timed section
     /// (every workload but `insert` and `put100`).
     pub fn preloads(self) -> bool {
-        !matches!(self, Workload::Insert | Workload::Put100)
+        !matches!(
+            self,
+            Workload::Insert
+                | Workload::Put100
+                | Workload::Overwrite1
+                | Workload::Overwrite10
+                | Workload::OverwriteZipf
+        )
     }
 
     /// The distribution reads and updates use: YCSB D always reads the
@@ -334,8 +358,12 @@ mod tests {
                 "get50-upd50",
                 "upd100",
                 "delete100",
-                "recovery"
+                "recovery",
+                "overwrite-1",
+                "overwrite-10",
+                "overwrite-zipf"
             ]
         );
+        assert!(!Workload::Overwrite1.preloads() && !Workload::OverwriteZipf.preloads());
     }
 }

@@ -35,11 +35,17 @@ enum Cmd {
         /// The pool file.
         pool: PathBuf,
     },
-    /// Verify a pool and its engine structure, read-only (fsck). Exits
-    /// non-zero on any inconsistency.
+    /// Verify a pool and its engine structure, read-only (fsck); with
+    /// --repair, salvage a store's log first. Exits non-zero on any
+    /// inconsistency.
     Check {
         /// The pool file.
         pool: PathBuf,
+        /// Store pools only: drop the corrupt log bytes that make an open
+        /// refuse the store (printing each stretch dropped and what it
+        /// held), then check. Needs the store closed.
+        #[arg(long)]
+        repair: bool,
     },
     /// List the engines this build knows.
     Engines,
@@ -121,7 +127,13 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => bench::run_cli(&args, &registry::all()).map(|_| ExitCode::SUCCESS),
         Cmd::Crashtest(args) => crashtest_cmd(&args),
         Cmd::Inspect { pool } => inspect(&pool),
-        Cmd::Check { pool } => check(&pool),
+        Cmd::Check { pool, repair } => match repair.then(|| repair_store(&pool)) {
+            Some(Err(e)) => {
+                println!("FAIL {e}");
+                Ok(ExitCode::FAILURE)
+            }
+            _ => check(&pool),
+        },
         Cmd::Engines => {
             for s in registry::all() {
                 let kind = if s.is_persistent() {
@@ -326,6 +338,18 @@ fn inspect(path: &Path) -> Result<ExitCode, String> {
         ),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `check --repair`: the store's salvage path; prints what it drops.
+fn repair_store(path: &Path) -> Result<(), String> {
+    let dropped = store::Store::repair(path).map_err(|e| format!("repair: {e}"))?;
+    if dropped.is_empty() {
+        println!("repair: nothing to drop");
+    }
+    for d in &dropped {
+        println!("repair: {d}");
+    }
+    Ok(())
 }
 
 fn check(path: &Path) -> Result<ExitCode, String> {

@@ -727,13 +727,16 @@ impl Conn {
             };
             let free = self.free_left();
             let mut out = Self::out(&mut self.out, self.sent, self.client.resp3, sh, free);
-            if found {
-                let mark = out.mark();
-                if let Err(over) = out.bulk(&self.value) {
-                    out.overflow(&mark, over);
+            match found {
+                Ok(true) => {
+                    let mark = out.mark();
+                    if let Err(over) = out.bulk(&self.value) {
+                        out.overflow(&mark, over);
+                    }
                 }
-            } else {
-                out.nil();
+                Ok(false) => out.nil(),
+                // A corrupt entry: an error, never wrong bytes.
+                Err(e) => out.err(e.to_string()),
             }
             self.charged += out.room.taken;
             if self.value.capacity() > IN_CHUNK {
@@ -751,20 +754,28 @@ impl Conn {
             let mut vals = Vec::with_capacity(keys.len());
             // Isolated from transactions: read again under the stripes if
             // one ran meanwhile.
-            let fresh = match sh.iso.snapshot() {
+            let mut read = match sh.iso.snapshot() {
                 Some(token) => {
-                    sh.store.get_many(&keys, &mut vals);
-                    sh.iso.unchanged(token)
+                    let r = sh.store.get_many(&keys, &mut vals);
+                    sh.iso.unchanged(token).then_some(r)
                 }
-                None => false,
+                None => None,
             };
-            if !fresh {
+            if read.is_none() {
                 let _held = crate::lock_stripes(sh, keys.iter().copied());
                 vals.clear();
-                sh.store.get_many(&keys, &mut vals);
+                read = Some(sh.store.get_many(&keys, &mut vals));
             }
             let free = self.free_left();
             let mut out = Self::out(&mut self.out, self.sent, self.client.resp3, sh, free);
+            if let Some(Err(e)) = read {
+                // A corrupt entry: every GET of the chunk gets the error,
+                // never wrong bytes.
+                for _ in &keys {
+                    out.err(e.to_string());
+                }
+                vals.clear();
+            }
             for v in vals {
                 match v {
                     Some(v) => {

@@ -180,7 +180,9 @@ impl Engine for StoreEngine {
         // The value's first 8 bytes, zero-filled past a shorter one (as
         // `val`), with nothing allocated.
         let mut out = [0u8; 8];
-        self.store.get_in(&key.to_be_bytes(), &mut out)?;
+        // A corrupt entry (an `Err`) reads as absent: the trait's get has
+        // no error, and wrong bytes are never returned.
+        self.store.get_in(&key.to_be_bytes(), &mut out).ok()??;
         Some(u64::from_le_bytes(out))
     }
 

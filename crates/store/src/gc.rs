@@ -35,6 +35,7 @@
 //! whatever later supersedes the copy then marks the original too (while
 //! the original's file lives; F7 stops the walk after).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -50,7 +51,11 @@ fn candidates(s: &Inner) -> Vec<Arc<Extent>> {
         .log
         .snapshot()
         .into_iter()
-        .filter(|f| f.sealed.load(Ordering::Acquire) && f.accounted.load(Ordering::Acquire))
+        .filter(|f| {
+            f.sealed.load(Ordering::Acquire)
+                && f.accounted.load(Ordering::Acquire)
+                && !f.damaged.load(Ordering::Acquire)
+        })
         .filter_map(|f| {
             let used = f.used();
             if used == 0 {
@@ -60,8 +65,28 @@ fn candidates(s: &Inner) -> Vec<Arc<Extent>> {
             (r >= s.opts.gc_threshold).then_some((r, f))
         })
         .collect();
-    v.sort_by(|a, b| b.0.total_cmp(&a.0));
+    // Most dead first; among equals the oldest first, whose entries are
+    // the ends of the others' histories (reclaimed first, they leave the
+    // newer files' walks nothing to mark).
+    v.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.seq.cmp(&b.1.seq)));
     v.into_iter().map(|(_, f)| f).collect()
+}
+
+/// A writer's share of GC, when files fill faster than the background
+/// thread reclaims them (overwrite-heavy work: one hot key fills an 8 MiB
+/// file in tens of milliseconds): it reclaims a file itself, or, while
+/// the background thread holds GC, waits a moment for it. This bounds the
+/// log at about [`GC_BACKLOG`](crate::nlog::GC_BACKLOG) reclaimable files
+/// past what the live data needs, and paces writers to GC. Called with no
+/// lock and no epoch pin held.
+#[cold]
+pub(crate) fn help(s: &Inner) {
+    if run(s, 1, false).is_ok_and(|n| n > 0) {
+        return;
+    }
+    if s.log.backlog.load(Ordering::Relaxed) >= crate::nlog::GC_BACKLOG {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
 }
 
 /// Reclaims up to `max_files` files; returns how many.
@@ -72,8 +97,11 @@ pub(crate) fn run(s: &Inner, max_files: usize, own_thread: bool) -> Result<usize
         return Ok(0);
     };
     let mut done = 0;
-    for f in candidates(s).into_iter().take(max_files) {
-        if s.closed.load(Ordering::Acquire) {
+    let cands = candidates(s);
+    let mut left = cands.len() as u64;
+    s.log.backlog.store(left, Ordering::Relaxed);
+    for f in cands.into_iter().take(max_files) {
+        if s.closed.load(Ordering::Acquire) || s.stopping.load(Ordering::Acquire) {
             break;
         }
         // GC of a file runs as a thread of the file's node (the paper's
@@ -90,6 +118,8 @@ pub(crate) fn run(s: &Inner, max_files: usize, own_thread: bool) -> Result<usize
             reclaim(s, &f)?;
         }
         done += 1;
+        left -= 1;
+        s.log.backlog.store(left, Ordering::Relaxed);
     }
     if done > 0 {
         s.gc_runs.fetch_add(1, Ordering::Relaxed);
@@ -104,11 +134,20 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
     let tail = f.tail.load(Ordering::Acquire);
     let persistent = s.index.is_persistent();
     let mut touched: Vec<Arc<Extent>> = Vec::new();
-    // levels[i]: the i-th oldest entry of every history to mark.
-    let mut levels: Vec<Vec<u64>> = Vec::new();
+    // The file's valid entries, grouped by key: (version, entry), in file
+    // order. One pass reads and checks them without any stripe held.
+    let mut by_key: HashMap<Vec<u8>, Vec<crate::nlog::Entry>> = HashMap::new();
     while pos < tail {
         let Some(e) = log.parse(f, pos, &mut kbuf, &mut vbuf) else {
-            break;
+            // Below the file's known tail: corruption. Freeing the file
+            // would drop every entry after it; it stays, never reclaimed.
+            f.damaged.store(true, Ordering::Release);
+            return Err(engine::Error::Corrupt(format!(
+                "{}: the entry at pool offset {:#x} fails its checksum; \
+                 the file is kept (run `pmhash check --repair` to salvage it)",
+                crate::recover::describe_file(f),
+                f.off + pos
+            )));
         };
         pos += e.len;
         if e.op == OP_INV {
@@ -118,21 +157,42 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
             reclaim_ovf(s, f, &e, &vbuf, &mut touched)?;
             continue;
         }
-        let hash = key_hash(&kbuf);
+        match by_key.get_mut(kbuf.as_slice()) {
+            Some(v) => v.push(e),
+            None => {
+                by_key.insert(kbuf.clone(), vec![e]);
+            }
+        }
+    }
+    // levels[i]: the i-th oldest entry of every history to mark.
+    let mut levels: Vec<Vec<u64>> = Vec::new();
+    for (key, mut entries) in by_key {
+        if s.stopping.load(Ordering::Acquire) {
+            // Nothing is marked or freed yet: the file stays as it is.
+            return Ok(());
+        }
+        // Newest first: only the newest can be the live one.
+        entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.version));
+        let hash = key_hash(&key);
         let _k = s.index.stripes.lock(hash);
-        let here_va = vaddr(f.node, e.off);
+        let cur = s.index.get(&key);
         // With a persistent point index, recovery never reads op bits, so
         // marks would only cost fences: stale entries die with their file.
         if !persistent {
-            for (level, off) in history(s, &e).into_iter().enumerate() {
+            let marks = history(s, f, &entries, cur);
+            for (level, off) in marks.into_iter().enumerate() {
                 if levels.len() <= level {
                     levels.push(Vec::new());
                 }
                 levels[level].push(off);
             }
         }
-        let cur = s.index.get(&kbuf);
+        // Only the key's newest entry in this file can be the one the
+        // index names.
+        let e = &entries[0];
+        let here_va = vaddr(f.node, e.off);
         if e.op != OP_DEL && cur == Some(here_va) {
+            log.read_value(e, &mut vbuf);
             let cluster = f.cluster;
             let version = s.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
             // persist: the copy (durable in append; fenced below under
@@ -141,11 +201,11 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
             // invalid before this file goes), so that E is marked with the
             // copy if a crash keeps this file alive past the copy.
             let (va, nf) = log.append(
-                f.node, cluster, OP_INS, version, &kbuf, &vbuf, here_va, f.seq, &s.numa,
+                f.node, cluster, OP_INS, version, &key, &vbuf, here_va, f.seq, &s.numa,
             )?;
             s.index
-                .set(&kbuf, hash, va, &vbuf, &mut |h, p| s.append_ovf(h, p))?;
-            s.raf.relocate(&kbuf, hash, here_va, va, f.node);
+                .set(&key, hash, va, &vbuf, &mut |h, p| s.append_ovf(h, p))?;
+            s.raf.relocate(&key, hash, here_va, va, f.node);
             f.dead.fetch_add(e.len, Ordering::Relaxed);
             s.relocated.fetch_add(1, Ordering::Relaxed);
             if !touched.iter().any(|t| Arc::ptr_eq(t, &nf)) {
@@ -228,36 +288,40 @@ fn reclaim_ovf(
     Ok(())
 }
 
-fn key_at(s: &Inner, e: &crate::nlog::Entry) -> Vec<u8> {
-    let mut k = Vec::new();
-    s.log.read_key(e, &mut k);
-    k
-}
-
-/// The valid history of `e`, oldest first: what must be marked invalid.
-fn history(s: &Inner, e: &crate::nlog::Entry) -> Vec<u64> {
+/// The valid history behind the entries of one key in file `f`
+/// (`entries`), oldest first: what must be marked invalid before `f` goes.
+/// The entries of `f` itself go with the file and are not marked; each of
+/// them is taken in turn, and only a link that leaves the file is walked.
+/// A walk goes back through `h_addr` and stops at an invalid entry, at
+/// `NONE`, at a file whose sequence number no longer matches (F7), at the
+/// entry the index names (`cur`: never mark the live entry nor what lies
+/// behind it; an orphan, an entry whose index update a crash cut off,
+/// points at it), at an entry of `f` (taken in its own turn), or at an
+/// entry an earlier walk passed. Every entry is so visited once per
+/// reclaim: a hot key's tens of thousands of entries in one file cost one
+/// pass, where a walk per entry through all the older ones was quadratic.
+fn history(s: &Inner, f: &Extent, entries: &[crate::nlog::Entry], cur: Option<u64>) -> Vec<u64> {
     let log = &s.log;
-    let mut chain = Vec::new();
-    let (mut h, mut hs, mut ver) = (e.h_addr, e.h_seq, e.version);
-    while h != NONE {
-        let Some(_f) = s.file_with_seq(h, hs) else {
-            break;
-        };
-        let Some(p) = log.header(vaddr_off(h)) else {
-            break;
-        };
-        if p.op == OP_INV || p.version >= ver {
-            break;
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut marks: Vec<(u64, u64)> = Vec::new();
+    let in_f = |h: u64| vaddr_node(h) == f.node && f.contains(vaddr_off(h));
+    for e in entries {
+        let (mut h, mut hs, mut ver) = (e.h_addr, e.h_seq, e.version);
+        while h != NONE && Some(h) != cur && !in_f(h) {
+            if s.file_with_seq(h, hs).is_none() {
+                break;
+            }
+            let Some(p) = log.header(vaddr_off(h)) else {
+                break;
+            };
+            if p.op == OP_INV || p.version >= ver || !seen.insert(p.off) {
+                break;
+            }
+            marks.push((p.version, p.off));
+            (h, hs, ver) = (p.h_addr, p.h_seq, p.version);
         }
-        // Never mark the entry the index names, nor what lies behind it
-        // (that history belongs to a live entry): an orphan — an entry
-        // whose index update a crash cut off — points at the live one.
-        if s.index.get(&key_at(s, &p)) == Some(h) {
-            break;
-        }
-        chain.push(p.off);
-        (h, hs, ver) = (p.h_addr, p.h_seq, p.version);
     }
-    chain.reverse();
-    chain
+    // Oldest first: a key's versions grow along its history.
+    marks.sort_unstable();
+    marks.into_iter().map(|(_, off)| off).collect()
 }

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! 0    magic       "PMHSTOR1"
-//! 8    format      2 (1: entries 8-aligned; not readable by this version)
+//! 8    format      3 (2: no durable mark in entries; 1: entries 8-aligned;
+//!                  neither is readable by this version)
 //! 16   nodes       NUMA nodes the log is split over (1..=64)
 //! 24   clusters    hash clusters per node (1..=65536)
 //! 32   extent      bytes per Nlog file, header line included (multiple of 64, >= 4096)
@@ -43,17 +44,31 @@
 //! 8    klen (bits 0..16) | vlen (bits 16..48)
 //! 16   h_addr      v_addr of the key's previous entry, NONE if none
 //! 24   h_seq       sequence number of the file holding h_addr
-//! 32   crc32c (low 32 bits) of: file seq, entry offset, version, words 8..32, key, value
-//!      (CRC-32C since format 2, one instruction per word: `crc.rs`)
+//! 32   crc32c (bits 0..32) | durable (bits 32..64)
+//!      crc32c of: file seq, entry offset, version, words 8..32, durable, key, value
+//!      (CRC-32C, one instruction per word: `crc.rs`)
+//!      durable: the file's durable prefix when the entry was written, in
+//!      64-byte units from the file's start: every byte of the file before
+//!      it was persisted (fenced) before this entry's first store
 //! 40   key bytes, value bytes, zero padding to 64
 //! ```
 //!
 //! The crc leaves out the op bits so that GC can mark an entry invalid in
 //! place (one 8-byte store) and the entry still parses. A `v_addr` is
 //! `node << 56 | entry offset`.
+//!
+//! **Torn or corrupt.** A crash can only tear entries that were not yet
+//! durable. The durable mark says which those could be: an entry that
+//! does not check at file position `b` is corruption as soon as a valid
+//! entry after it has `durable > b` (its writer knew `b` durable), or when
+//! its file is sealed (a file is synced before the next one of its pair is
+//! made, so a sealed file holds no entry in flight). Otherwise it is the
+//! torn tail: under `Strict` only the newest entry of a file can be in
+//! flight (the append lock is held through the fence), under `Relaxed`
+//! every entry since the file's last sync.
 
 pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PMHSTOR1");
-pub const FORMAT: u64 = 2;
+pub const FORMAT: u64 = 3;
 pub const R_MAGIC: u64 = 0;
 pub const R_FORMAT: u64 = 8;
 pub const R_NODES: u64 = 16;
@@ -140,7 +155,8 @@ pub fn parse_lens(w: u64) -> Option<(usize, usize)> {
     (w >> 48 == 0 && klen <= MAX_KEY && vlen <= MAX_VALUE).then_some((klen, vlen))
 }
 
-/// The entry checksum (see the module doc for what it covers).
+/// The entry checksum (see the module doc for what it covers); `durable`
+/// in 64-byte units.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn entry_crc(
@@ -150,11 +166,25 @@ pub fn entry_crc(
     lens: u64,
     h_addr: u64,
     h_seq: u64,
+    durable: u64,
     key: &[u8],
     value: &[u8],
 ) -> u32 {
-    crate::crc::crc32c_of(&[seq, off, version, lens, h_addr, h_seq], &[key, value])
+    crate::crc::crc32c_of(
+        &[seq, off, version, lens, h_addr, h_seq, durable],
+        &[key, value],
+    )
 }
+
+/// The checksum word of an entry: its crc and its durable mark (64-byte
+/// units of the file's durable prefix).
+#[inline]
+pub fn check_word(crc: u32, durable: u64) -> u64 {
+    crc as u64 | (durable << 32)
+}
+
+/// Largest file the durable mark can describe (32 bits of 64-byte units).
+pub const MAX_EXTENT: u64 = 1 << 38;
 
 /// The root's checked words: bytes 0..56 and the engine name.
 pub fn root_check_words(pool: &pmem::Pool, root: u64) -> Vec<u64> {
@@ -257,9 +287,22 @@ mod tests {
 
     #[test]
     fn crc_covers_position_and_payload() {
-        let a = entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, b"k", b"v");
-        assert_ne!(a, entry_crc(2, 64, 5, lens_word(1, 1), NONE, 0, b"k", b"v"));
-        assert_ne!(a, entry_crc(1, 72, 5, lens_word(1, 1), NONE, 0, b"k", b"v"));
-        assert_ne!(a, entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, b"k", b"w"));
+        let a = entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"v");
+        assert_ne!(
+            a,
+            entry_crc(2, 64, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"v")
+        );
+        assert_ne!(
+            a,
+            entry_crc(1, 72, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"v")
+        );
+        assert_ne!(
+            a,
+            entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"w")
+        );
+        assert_ne!(
+            a,
+            entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, 2, b"k", b"v")
+        );
     }
 }

@@ -34,4 +34,5 @@ mod store;
 
 pub use engine_impl::spec;
 pub use layout::{MAX_KEY, MAX_VALUE};
+pub use recover::Dropped;
 pub use store::{BatchError, GcMode, IndexKind, Options, Store, StoreStats, LAYOUT, POOL_FILE};

@@ -38,6 +38,13 @@ pub struct Extent {
     /// `tail` and `dead` are known (false after a persistent-index open
     /// until the accounting pass has read the file).
     pub accounted: AtomicBool,
+    /// A bad entry was found in it (by GC or the accounting pass): GC
+    /// never reclaims it, so nothing after the bad entry is lost; `pmhash
+    /// check` reports it and `pmhash check --repair` salvages it.
+    pub damaged: AtomicBool,
+    /// It was the newest file of its pair when the store was opened after
+    /// a crash, unscanned (persistent index): its tail may be torn.
+    pub tearable: AtomicBool,
 }
 
 impl Extent {
@@ -47,6 +54,37 @@ impl Extent {
     pub fn contains(&self, off: u64) -> bool {
         off >= self.off + X_DATA && off < self.off + self.size
     }
+}
+
+/// How the scan of a file ended (see [`Nlog::classify_end`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// Zeros to the end of the file.
+    Clean,
+    /// Entries in flight at a crash, from `at` (relative) on.
+    Torn { at: u64 },
+    /// A bad entry at `at` no crash could have torn; `proof`: a valid
+    /// entry after it written when `at` was durable (none: the file is
+    /// sealed, so nothing in it was in flight).
+    Corrupt { at: u64, proof: Option<u64> },
+}
+
+/// Whether the entry `e` (header parsed, key and value read into `key`
+/// and `value`) of the file numbered `seq` passes its checksum.
+#[inline]
+pub fn entry_checks(pool: &Pool, seq: u64, e: &Entry, key: &[u8], value: &[u8]) -> bool {
+    let crc = entry_crc(
+        seq,
+        e.off,
+        e.version,
+        lens_word(e.klen, e.vlen),
+        e.h_addr,
+        e.h_seq,
+        e.durable / ENTRY_ALIGN,
+        key,
+        value,
+    );
+    pool.load_u64(e.off + 32) as u32 == crc
 }
 
 /// An entry as read back from the log.
@@ -60,6 +98,9 @@ pub struct Entry {
     pub h_addr: u64,
     pub h_seq: u64,
     pub len: u64,
+    /// Its durable mark: the file's durable prefix (relative bytes) when
+    /// it was written.
+    pub durable: u64,
 }
 
 /// An entry to append: everything but where it goes.
@@ -116,6 +157,7 @@ impl Staged<'_> {
         // it (and every store after it) from being seen before the flush
         // completes.
         self.log.fence();
+        self.log.fenced(self.g.as_deref());
         self.va
     }
 }
@@ -148,7 +190,14 @@ pub struct Nlog {
     seq_lock: Mutex<()>,
     pub files_made: AtomicU64,
     pub files_freed: AtomicU64,
+    /// Sealed files GC may have to reclaim that no GC run has seen yet,
+    /// plus those the last run left: writers help GC (or wait for it)
+    /// while this reaches [`GC_BACKLOG`].
+    pub backlog: AtomicU64,
 }
+
+/// Reclaimable files past which writers help GC (see [`Nlog::backlog`]).
+pub const GC_BACKLOG: u64 = 4;
 
 impl Nlog {
     #[allow(clippy::too_many_arguments)]
@@ -182,6 +231,7 @@ impl Nlog {
             seq_lock: Mutex::new(()),
             files_made: AtomicU64::new(0),
             files_freed: AtomicU64::new(0),
+            backlog: AtomicU64::new(0),
         }
     }
 
@@ -307,6 +357,8 @@ impl Nlog {
             synced: AtomicU64::new(X_DATA),
             sealed: AtomicBool::new(false),
             accounted: AtomicBool::new(true),
+            damaged: AtomicBool::new(false),
+            tearable: AtomicBool::new(false),
         });
         self.files
             .write()
@@ -434,6 +486,12 @@ impl Nlog {
         // (F1, F10): only the entries of this batch, at the tails of their
         // files, can be torn.
         self.fence();
+        for g in &guards {
+            self.fenced(g.as_deref());
+        }
+        for f in &replaced {
+            self.fenced(Some(f));
+        }
         for (i, a) in done {
             let f = guards[i]
                 .as_ref()
@@ -467,12 +525,19 @@ impl Nlog {
         }
         let pool = &self.pool;
         if !matches!(&**g, Some(f) if f.tail.load(Ordering::Relaxed) + len <= f.size) {
+            if let Some(old) = &**g {
+                // persist: the full file is synced before the next file of
+                // its pair exists, so a file that is not the newest of its
+                // pair holds no entry a crash could tear, and recovery
+                // takes any bad entry in it for corruption. Under `Strict`
+                // only a batch leaves entries unfenced here (one fence per
+                // file it fills, besides the batch's own).
+                self.sync_file(old);
+            }
             let nf = self.new_file(node, e.cluster, numa)?;
             if let Some(old) = g.take() {
                 old.sealed.store(true, Ordering::Release);
-                if self.durability == Durability::Relaxed {
-                    self.sync_file(&old);
-                }
+                self.backlog.fetch_add(1, Ordering::Relaxed);
                 replaced.push(old);
             }
             **g = Some(nf);
@@ -481,7 +546,14 @@ impl Nlog {
         let tail = f.tail.load(Ordering::Relaxed);
         let off = f.off + tail;
         let lens = lens_word(key.len(), value.len());
-        let crc = entry_crc(f.seq, off, e.version, lens, e.h_addr, e.h_seq, key, value);
+        // The file's durable prefix now: everything before it was fenced
+        // (under `Strict` that is this entry's own position, unless an
+        // earlier entry of the same batch precedes it).
+        let durable = f.synced.load(Ordering::Relaxed) / ENTRY_ALIGN;
+        let crc = entry_crc(
+            f.seq, off, e.version, lens, e.h_addr, e.h_seq, durable, key, value,
+        );
+        let check = check_word(crc, durable);
         let w0 = (e.op << OP_SHIFT) | e.version;
         // Only under `Strict`: non-temporal stores are weakly ordered, and
         // it is the entry's fence that keeps the index (and the unlock)
@@ -495,7 +567,7 @@ impl Nlog {
             // in the cache: the file was zeroed non-temporally) and needs
             // no flush; the caller's fence orders it like a flushed line.
             let mut line = [0u8; LINE as usize];
-            for (i, w) in [w0, lens, e.h_addr, e.h_seq, crc as u64].iter().enumerate() {
+            for (i, w) in [w0, lens, e.h_addr, e.h_seq, check].iter().enumerate() {
                 line[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
             }
             let k = ENTRY_HEADER as usize;
@@ -506,7 +578,7 @@ impl Nlog {
             pool.store_u64(off + 8, lens);
             pool.store_u64(off + 16, e.h_addr);
             pool.store_u64(off + 24, e.h_seq);
-            pool.store_u64(off + 32, crc as u64);
+            pool.store_u64(off + 32, check);
             pool.write(off + ENTRY_HEADER, key);
             pool.write(off + ENTRY_HEADER + key.len() as u64, value);
             pool.store_u64(off, w0);
@@ -530,6 +602,17 @@ impl Nlog {
     pub fn fence(&self) {
         if self.durability == Durability::Strict {
             self.pool.fence();
+        }
+    }
+
+    /// After [`fence`](Self::fence) under `Strict`, with `f` still locked:
+    /// its whole written part is durable (the next entry's durable mark).
+    /// A plain store: nothing locked after the fence.
+    #[inline]
+    pub fn fenced(&self, f: Option<&Extent>) {
+        if let (Some(f), Durability::Strict) = (f, self.durability) {
+            f.synced
+                .store(f.tail.load(Ordering::Relaxed), Ordering::Release);
         }
     }
 
@@ -559,6 +642,7 @@ impl Nlog {
             h_addr: pool.load_u64(off + 16),
             h_seq: pool.load_u64(off + 24),
             len: entry_len(klen, vlen),
+            durable: (pool.load_u64(off + 32) >> 32) * ENTRY_ALIGN,
         })
     }
 
@@ -602,17 +686,54 @@ impl Nlog {
         }
         self.read_key(&e, kbuf);
         self.read_value(&e, vbuf);
-        let crc = entry_crc(
-            f.seq,
-            off,
-            e.version,
-            lens_word(e.klen, e.vlen),
-            e.h_addr,
-            e.h_seq,
-            kbuf,
-            vbuf,
-        );
-        (self.pool.load_u64(off + 32) == crc as u64).then_some(e)
+        entry_checks(&self.pool, f.seq, &e, kbuf, vbuf).then_some(e)
+    }
+
+    /// Where the scan of `f` from its start ends, and whether that end is
+    /// a torn tail or corruption. `end` is the position (relative) of the
+    /// first entry that did not parse; `newest`: `f` is the newest file of
+    /// its pair (the only one that may hold entries in flight).
+    ///
+    /// The end is clean when nothing but zeros is left in the file. It is
+    /// a torn tail when the bytes there could be an entry in flight:
+    /// `f` is the newest file and no valid entry after `end` was written
+    /// when `end` was already durable (an entry after it under `Relaxed`,
+    /// also in flight, is dropped with it: it was never synced). Anything
+    /// else is corruption. Every line after `end` is looked at: entries
+    /// are 64-aligned, so a valid one is found wherever it starts.
+    pub fn classify_end(&self, f: &Extent, end: u64, newest: bool) -> End {
+        let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+        let mut nonzero = None;
+        let mut pos = end;
+        while pos + ENTRY_HEADER <= f.size {
+            let off = f.off + pos;
+            if (0..8).all(|i| self.pool.load_u64(off + 8 * i) == 0) {
+                pos += ENTRY_ALIGN;
+                continue;
+            }
+            nonzero.get_or_insert(pos);
+            if pos > end {
+                if let Some(e) = self.parse(f, pos, &mut kbuf, &mut vbuf) {
+                    if e.durable > end {
+                        return End::Corrupt {
+                            at: end,
+                            proof: Some(pos),
+                        };
+                    }
+                    pos += e.len;
+                    continue;
+                }
+            }
+            pos += ENTRY_ALIGN;
+        }
+        match nonzero {
+            None => End::Clean,
+            Some(_) if !newest => End::Corrupt {
+                at: end,
+                proof: None,
+            },
+            Some(_) => End::Torn { at: end },
+        }
     }
 
     /// Marks the entry at `off` invalid (op 00) and flushes the mark (the

@@ -29,7 +29,7 @@ use pmem::{Link, Pool};
 
 use crate::index::{IKey, Index};
 use crate::layout::*;
-use crate::nlog::Extent;
+use crate::nlog::{End, Extent};
 use crate::pindex::PIndex;
 use crate::store::{new_inner, Inner, Options};
 use engine::{EngineConfig, EngineKind};
@@ -66,8 +66,9 @@ fn read_root(pool: &Pool, root: u64) -> Result<RootInfo> {
     if w[1] != FORMAT {
         return Err(corrupt(format!(
             "store format {} is not supported: this version reads format {FORMAT} only \
-             (format 1, from before 2026-11-26, laid entries out differently; \
-             open it with a pmhash from before then)",
+             (format 2 entries carry no durable mark, so a torn tail cannot be told \
+             from corruption; format 1 laid entries out differently); open it with \
+             the pmhash that wrote it",
             w[1]
         )));
     }
@@ -193,6 +194,8 @@ fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>
             synced: AtomicU64::new(X_DATA),
             sealed: AtomicBool::new(true),
             accounted: AtomicBool::new(true),
+            damaged: AtomicBool::new(false),
+            tearable: AtomicBool::new(false),
         }));
     }
     Ok((files, free))
@@ -289,27 +292,23 @@ pub(crate) fn open(
     } else {
         false
     };
+    let torn: Vec<AtomicBool> = files.iter().map(|_| AtomicBool::new(false)).collect();
     if loaded {
         from = "image";
     } else {
-        entries = scan_log(&s, &files)?;
+        // Refuses the open, before anything is written, on corruption.
+        entries = scan_log(&s, &files, &torn)?;
     }
     // The newest file of each (node, cluster) is its active file.
-    let mut newest: HashMap<(u32, u32), Arc<Extent>> = HashMap::new();
-    for f in &files {
-        let e = newest
-            .entry((f.node, f.cluster))
-            .or_insert_with(|| f.clone());
-        if f.seq > e.seq {
-            *e = f.clone();
-        }
-    }
-    for f in newest.values() {
+    for i in newest_files(&files) {
+        let f = &files[i];
         f.sealed.store(false, Ordering::Release);
         let t = f.tail.load(Ordering::Acquire);
-        if !pool.is_read_only() && t + 8 <= f.size && pool.load_u64(f.off + t) != 0 {
-            // persist: garbage past a torn tail is zeroed before any new
-            // entry can be appended there.
+        if !pool.is_read_only() && torn[i].load(Ordering::Relaxed) {
+            // persist: the torn tail (entries in flight at the crash, none
+            // acknowledged) is zeroed before any new entry can be appended
+            // there, so no part of it can make a later entry look valid or
+            // be taken for corruption once the file is sealed.
             pool.zero(f.off + t, (f.size - t) as usize);
             pool.persist(f.off + t, (f.size - t) as usize);
         }
@@ -366,6 +365,9 @@ fn open_persistent(
     for c in 0..clusters as usize {
         s.versions[c].store(base, Ordering::Relaxed);
     }
+    for i in newest_files(&files) {
+        files[i].tearable.store(true, Ordering::Release);
+    }
     for f in &files {
         f.accounted.store(false, Ordering::Release);
         f.tail.store(f.size, Ordering::Release);
@@ -410,6 +412,13 @@ pub(crate) fn account_one(s: &Inner) -> bool {
             live += e.len;
         }
     }
+    // Only the files that were the newest of their pairs at open may have
+    // a torn tail; anything else past the last entry is corruption, and
+    // the file is kept whole (never reclaimed) rather than cut there.
+    let newest = f.tearable.load(Ordering::Acquire);
+    if matches!(s.log.classify_end(&f, pos, newest), End::Corrupt { .. }) {
+        f.damaged.store(true, Ordering::Release);
+    }
     f.tail.store(pos, Ordering::Release);
     f.synced.store(pos, Ordering::Release);
     f.dead.store(pos - X_DATA - live, Ordering::Relaxed);
@@ -438,15 +447,17 @@ struct Win {
 }
 
 /// The crash open: rebuilds index, versions, tails and dead bytes.
-fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
+fn scan_log(s: &Inner, files: &[Arc<Extent>], torn: &[AtomicBool]) -> Result<u64> {
     let clusters = s.log.clusters as usize;
     let mut by_cluster: Vec<Vec<usize>> = vec![Vec::new(); clusters];
     for (i, f) in files.iter().enumerate() {
         by_cluster[f.cluster as usize].push(i);
     }
+    let newest = newest_files(files);
     let n = threads(s);
     let next = AtomicU64::new(0);
     let total = AtomicU64::new(0);
+    let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
     std::thread::scope(|sc| {
         for _ in 0..n {
             sc.spawn(|| {
@@ -488,6 +499,15 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
                                 }
                             }
                         }
+                        match s.log.classify_end(f, pos, newest.contains(&i)) {
+                            End::Clean => {}
+                            End::Torn { .. } => torn[i].store(true, Ordering::Relaxed),
+                            end @ End::Corrupt { .. } => {
+                                let mut g = failed.lock().expect("scan error lock");
+                                g.get_or_insert_with(|| corruption(f, end));
+                                return;
+                            }
+                        }
                         f.tail.store(pos, Ordering::Release);
                         written[fi] = pos - X_DATA;
                     }
@@ -510,7 +530,52 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>]) -> Result<u64> {
             });
         }
     });
+    if let Some(e) = failed.into_inner().expect("scan error lock") {
+        return Err(e);
+    }
     Ok(total.load(Ordering::Relaxed))
+}
+
+/// Indexes (into `files`) of the newest file of each (node, cluster):
+/// the only ones that may hold entries in flight at a crash.
+pub(crate) fn newest_files(files: &[Arc<Extent>]) -> std::collections::HashSet<usize> {
+    let mut newest: HashMap<(u32, u32), usize> = HashMap::new();
+    for (i, f) in files.iter().enumerate() {
+        let e = newest.entry((f.node, f.cluster)).or_insert(i);
+        if f.seq > files[*e].seq {
+            *e = i;
+        }
+    }
+    newest.into_values().collect()
+}
+
+/// A file, as error messages name it.
+pub(crate) fn describe_file(f: &Extent) -> String {
+    format!(
+        "Nlog file {} (node {}, cluster {}, extent-table slot {}, pool offset {:#x})",
+        f.seq, f.node, f.cluster, f.slot, f.off
+    )
+}
+
+/// The error that refuses an open on corruption found by the log scan.
+fn corruption(f: &Extent, end: End) -> Error {
+    let End::Corrupt { at, proof } = end else {
+        unreachable!("corruption() of a torn or clean end");
+    };
+    let why = match proof {
+        Some(p) => format!(
+            "the valid entry at pool offset {:#x} was written after it was durable",
+            f.off + p
+        ),
+        None => "the file is sealed, so no crash left an entry of it in flight".into(),
+    };
+    corrupt(format!(
+        "{}: the entry at pool offset {:#x} (byte {at} of the file) is corrupt, \
+         not a torn tail: {why}. Nothing was changed; `pmhash check --repair` \
+         drops the bad bytes and reports what they held",
+        describe_file(f),
+        f.off + at
+    ))
 }
 
 /// Image layout (one allocator block, linked from root.image):
@@ -817,10 +882,14 @@ fn check_persistent(
         while let Some(e) = s.log.parse(lf, pos, &mut kbuf, &mut vbuf) {
             pos += e.len;
         }
-        if lf.accounted.load(Ordering::Acquire) && pos != lf.tail.load(Ordering::Acquire) {
+        if lf.damaged.load(Ordering::Acquire)
+            || (lf.accounted.load(Ordering::Acquire) && pos != lf.tail.load(Ordering::Acquire))
+        {
             return Err(corrupt(format!(
-                "file {:#x}: entries end before its tail",
-                f.off
+                "{}: the entry at pool offset {:#x} is corrupt; \
+                 `pmhash check --repair` salvages it",
+                describe_file(lf),
+                f.off + pos
             )));
         }
     }
@@ -909,8 +978,10 @@ pub(crate) fn check(s: &Inner) -> Result<(u64, u64)> {
         }
         if pos != lf.tail.load(Ordering::Acquire) {
             return Err(corrupt(format!(
-                "file {:#x}: entries end at {pos}, the tail says {}",
-                f.off,
+                "{}: the entry at pool offset {:#x} is corrupt (the file's entries \
+                 reach byte {}); `pmhash check --repair` salvages it",
+                describe_file(lf),
+                f.off + pos,
                 lf.tail.load(Ordering::Acquire)
             )));
         }
@@ -973,4 +1044,182 @@ impl Hasher for KeyHasherState {
     fn write_usize(&mut self, n: usize) {
         self.0 = self.0.wrapping_add(n as u64).rotate_left(17);
     }
+}
+
+/// What [`repair`] dropped: a run of bytes of one Nlog file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dropped {
+    /// The file's sequence number, node and cluster.
+    pub file_seq: u64,
+    pub node: u32,
+    pub cluster: u32,
+    /// Pool offset and length of the bytes dropped.
+    pub offset: u64,
+    pub len: u64,
+    /// What the first entry there claimed to be, when its header still
+    /// parses (its key and version may be the corrupt part).
+    pub claimed: Option<String>,
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "dropped {} bytes at pool offset {:#x} of Nlog file {} (node {}, cluster {})",
+            self.len, self.offset, self.file_seq, self.node, self.cluster
+        )?;
+        match &self.claimed {
+            Some(c) => write!(f, ": {c}"),
+            None => write!(f, ": no entry header parses there"),
+        }
+    }
+}
+
+/// The first valid entry of `f` at or after relative position `from`
+/// (entries are 64-aligned, so every line is a candidate).
+fn next_valid(s: &crate::nlog::Nlog, f: &Extent, from: u64) -> Option<u64> {
+    let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+    let mut pos = from.next_multiple_of(ENTRY_ALIGN);
+    while pos + ENTRY_HEADER <= f.size {
+        if s.pool.load_u64(f.off + pos) != 0 && s.parse(f, pos, &mut kbuf, &mut vbuf).is_some() {
+            return Some(pos);
+        }
+        pos += ENTRY_ALIGN;
+    }
+    None
+}
+
+/// What the header at `off` claims, if it parses.
+fn claimed(s: &crate::nlog::Nlog, off: u64) -> Option<String> {
+    let e = s.header(off)?;
+    if e.version == 0 {
+        return None;
+    }
+    let mut k = Vec::new();
+    s.read_key(&e, &mut k);
+    let shown: String = k.iter().take(32).map(|b| format!("{b:02x}")).collect();
+    let op = ["invalid", "del", "upd", "ins"][e.op as usize];
+    Some(format!(
+        "an {op} entry, version {}, key of {} bytes (hex {shown}{}), value of {} bytes",
+        e.version,
+        e.klen,
+        if k.len() > 32 { "…" } else { "" },
+        e.vlen
+    ))
+}
+
+/// Overwrites `[pos, end)` of `f` (relative, 64-aligned) with invalid
+/// filler entries that parse: the log then reads past the bad bytes to
+/// the valid entries after them.
+fn fill(s: &crate::nlog::Nlog, f: &Extent, mut pos: u64, end: u64) {
+    let pool = &s.pool;
+    // The longest filler: a value of at most MAX_VALUE bytes.
+    let most = (ENTRY_HEADER + MAX_VALUE as u64) / ENTRY_ALIGN * ENTRY_ALIGN;
+    while pos < end {
+        let len = (end - pos).min(most);
+        let off = f.off + pos;
+        let vlen = (len - ENTRY_HEADER) as usize;
+        let lens = lens_word(0, vlen);
+        let mut value = vec![0u8; vlen];
+        pool.read(off + ENTRY_HEADER, &mut value);
+        let durable = pos / ENTRY_ALIGN;
+        let crc = entry_crc(f.seq, off, 1, lens, NONE, 0, durable, b"", &value);
+        pool.store_u64(off + 8, lens);
+        pool.store_u64(off + 16, NONE);
+        pool.store_u64(off + 24, 0);
+        pool.store_u64(off + 32, check_word(crc, durable));
+        // Op 0 (invalid), version 1: skipped by every reader.
+        pool.store_u64(off, 1);
+        // persist: each filler whole before the next; a crash midway
+        // leaves bad bytes that a rerun of the repair fills again.
+        pool.persist(off, ENTRY_HEADER as usize);
+        pos += len;
+    }
+}
+
+/// The salvage path (`pmhash check --repair`): every stretch of bad bytes
+/// that the log scan would refuse as corruption is made into invalid
+/// filler entries (when valid entries follow it) or zeroed (when nothing
+/// valid follows, in a sealed file), and reported. Torn tails of the
+/// newest files are left to the next open, which drops them as after any
+/// crash. The clean-shutdown image is freed, so the next open rebuilds the
+/// index from the repaired log. A key whose newest entry is dropped reads
+/// as its previous value (or absent): the report says which bytes went.
+/// `dry`: find and report only, write nothing.
+pub(crate) fn repair(pool: Arc<Pool>, dry: bool) -> Result<Vec<Dropped>> {
+    let root = pool.aux_root();
+    if root == 0 {
+        return Ok(Vec::new());
+    }
+    let ri = read_root(&pool, root)?;
+    let (files, _) = read_files(&pool, root, &ri)?;
+    let log = crate::nlog::Nlog::new(
+        pool.clone(),
+        root,
+        ri.nodes,
+        ri.clusters,
+        ri.extent,
+        ri.table_len,
+        engine::Durability::Strict,
+        ri.next_seq,
+    );
+    let newest = newest_files(&files);
+    let mut dropped = Vec::new();
+    let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+    for (i, f) in files.iter().enumerate() {
+        let mut pos = X_DATA;
+        loop {
+            while let Some(e) = log.parse(f, pos, &mut kbuf, &mut vbuf) {
+                pos += e.len;
+            }
+            if !matches!(
+                log.classify_end(f, pos, newest.contains(&i)),
+                End::Corrupt { .. }
+            ) {
+                break;
+            }
+            let what = claimed(&log, f.off + pos);
+            let (end, last) = match next_valid(&log, f, pos + ENTRY_ALIGN) {
+                Some(c) => (c, false),
+                None => (f.size, true),
+            };
+            let rec = Dropped {
+                file_seq: f.seq,
+                node: f.node,
+                cluster: f.cluster,
+                offset: f.off + pos,
+                len: end - pos,
+                claimed: what,
+            };
+            if !dry && last {
+                // persist: nothing valid follows: the rest of the file is
+                // zeroed, as a clean end.
+                pool.zero(f.off + pos, (end - pos) as usize);
+                pool.persist(f.off + pos, (end - pos) as usize);
+            } else if !dry {
+                fill(&log, f, pos, end);
+            }
+            dropped.push(rec);
+            if last {
+                break;
+            }
+            pos = end;
+        }
+    }
+    let image = pool.load_u64(root + R_IMAGE);
+    if image != 0 && !dropped.is_empty() && !dry {
+        // persist: the image (which may name dropped entries) is unlinked
+        // durably before it is freed; the next open scans the log.
+        let t = pool.begin_free(
+            image,
+            Link::Pointer {
+                owner: root + R_IMAGE,
+            },
+        )?;
+        pool.store_u64(root + R_IMAGE, 0);
+        pool.store_u64(root + R_IMAGE_LEN, 0);
+        pool.persist(root + R_IMAGE, 16);
+        pool.finish_free(t);
+    }
+    Ok(dropped)
 }

@@ -127,6 +127,12 @@ pub struct Options {
     /// the DRAM point index, so its get reads no log entry (the log stays
     /// the only durable copy). Off: every get reads the log, as in NStore.
     pub inline_values: bool,
+    /// Reads check the checksum of the log entry they return a value from
+    /// (a get of a corrupt entry is an `Err`, never wrong bytes). On by
+    /// default; off saves the checksum (and a file lookup) per log read.
+    /// Values the point index holds inline and cached values came from
+    /// checked entries.
+    pub verify_checksums: bool,
 }
 
 impl Default for Options {
@@ -153,6 +159,7 @@ impl Default for Options {
             index: IndexKind::Dram,
             expected_keys: 1 << 20,
             inline_values: true,
+            verify_checksums: true,
         }
     }
 }
@@ -209,6 +216,10 @@ pub(crate) struct Inner {
     pub(crate) relocated: AtomicU64,
     pub(crate) marked: AtomicU64,
     pub(crate) closed: AtomicBool,
+    /// Set when the background thread is told to stop: GC gives up the
+    /// file it is on (before marking anything) so that close and drop
+    /// return promptly.
+    pub(crate) stopping: AtomicBool,
     pub(crate) opened_from: &'static str,
     pub(crate) open_ms: f64,
     pub(crate) recovered_entries: u64,
@@ -251,9 +262,12 @@ impl Options {
         if self.clusters == 0 || self.clusters as u64 > MAX_CLUSTERS {
             return bad(format!("clusters must be 1..={MAX_CLUSTERS}"));
         }
-        if self.extent_size < MIN_EXTENT || !self.extent_size.is_multiple_of(64) {
+        if self.extent_size < MIN_EXTENT
+            || self.extent_size > MAX_EXTENT
+            || !self.extent_size.is_multiple_of(64)
+        {
             return bad(format!(
-                "extent_size must be a multiple of 64 of at least {MIN_EXTENT}"
+                "extent_size must be a multiple of 64 in {MIN_EXTENT}..={MAX_EXTENT}"
             ));
         }
         if let Some(n) = self.nodes.or(self.numa_emulate) {
@@ -366,6 +380,32 @@ impl Store {
         Ok(store)
     }
 
+    /// The salvage path behind `pmhash check --repair`: opens the store
+    /// pool file at `path` writable (no store may have it open) and drops
+    /// every stretch of corrupt log bytes that makes an open refuse the
+    /// store, as invalid filler entries (or zeros at the end of a sealed
+    /// file). Returns exactly what was dropped (nothing: the file is not
+    /// written). The next open rebuilds the index from the log.
+    pub fn repair(path: &Path) -> Result<Vec<crate::recover::Dropped>> {
+        let mut o = Options::default().pool_options();
+        o.read_only = true;
+        let probe = Arc::new(Pool::open(path, &o)?);
+        if probe.layout() != LAYOUT {
+            return Err(Error::InvalidArgument(format!(
+                "{} holds a {:?} pool, not a store",
+                path.display(),
+                probe.layout()
+            )));
+        }
+        // A dry run on the read-only (copy-on-write) mapping: a store with
+        // nothing to drop is never opened writable.
+        if crate::recover::repair(probe, true)?.is_empty() {
+            return Ok(Vec::new());
+        }
+        o.read_only = false;
+        crate::recover::repair(Arc::new(Pool::open(path, &o)?), false)
+    }
+
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
     }
@@ -389,6 +429,7 @@ impl Store {
             .name("pmhash-store".into())
             .spawn(move || {
                 let mut tick = 0u64;
+                let mut busy = false;
                 loop {
                     {
                         let (m, cv) = &*stop2;
@@ -415,11 +456,14 @@ impl Store {
                         }
                     }
                     tick += 1;
-                    if tick.is_multiple_of(25)
+                    // Every 50 ms, and at once again while the last run
+                    // found work: under overwrite-heavy load files fill
+                    // faster than one run every 50 ms reclaims them.
+                    if (busy || tick.is_multiple_of(25))
                         && inner.opts.gc == GcMode::Background
                         && !inner.pool.is_read_only()
                     {
-                        let _ = crate::gc::run(&inner, usize::MAX, true);
+                        busy = matches!(crate::gc::run(&inner, usize::MAX, true), Ok(n) if n > 0);
                     }
                 }
             })
@@ -429,6 +473,7 @@ impl Store {
 
     fn stop_background(&self) {
         if let Some((h, stop)) = self.gc_thread.lock().expect("gc thread lock").take() {
+            self.inner.stopping.store(true, Ordering::Release);
             let (m, cv) = &*stop;
             *m.lock().expect("gc stop lock") = true;
             cv.notify_all();
@@ -503,6 +548,7 @@ impl Store {
         }
         self.writable()?;
         let s = &*self.inner;
+        s.pace();
         let hash = key_hash(key);
         let here = s.numa.current();
         // The index bucket's miss and the log tail's start before the pin,
@@ -574,6 +620,7 @@ impl Store {
         }
         self.writable().map_err(none)?;
         let s = &*self.inner;
+        s.pace();
         let here = s.numa.current();
         let hashes: Vec<u64> = pairs.iter().map(|(k, _)| key_hash(k)).collect();
         // Every key's stripe is held until the index names its new entry,
@@ -679,17 +726,19 @@ impl Store {
         r.map_err(|error| BatchError { done: n, error })
     }
 
-    /// The value of `key`.
+    /// The value of `key`. A value whose log entry fails its checksum is
+    /// an `Err(Corrupt)` naming the entry (see `Options::verify_checksums`).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         check_key(key)?;
         let mut out = Vec::new();
-        Ok(self.get_into(key, &mut out).then_some(out))
+        Ok(self.get_into(key, &mut out)?.then_some(out))
     }
 
-    /// Copies the value of `key` into `out`; false if absent.
-    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+    /// Copies the value of `key` into `out`; false if absent (an `Err`
+    /// as [`get`](Self::get)'s).
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         if key.len() > MAX_KEY {
-            return false;
+            return Ok(false);
         }
         let s = &*self.inner;
         let hash = key_hash(key);
@@ -703,11 +752,11 @@ impl Store {
             // holds an 8-byte value inline; the cache and the log only for
             // a longer value.
             match m.get8_pinned(hash, &p) {
-                Got::Absent => return false,
+                Got::Absent => return Ok(false),
                 Got::Value(_, v) => {
                     out.clear();
                     out.extend_from_slice(&v.to_le_bytes());
-                    return true;
+                    return Ok(true);
                 }
                 Got::Addr(va) => known = Some(va),
             }
@@ -728,18 +777,18 @@ impl Store {
     /// them fit the CPU's out-of-order window (docs/benchmarks.md,
     /// 2026-11-26, 13:10 UTC).
     #[inline]
-    pub fn get_in(&self, key: &[u8], out: &mut [u8]) -> Option<usize> {
+    pub fn get_in(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
         let s = &*self.inner;
         if let (Ok(k), Some(m)) = (<&[u8; 8]>::try_from(key), s.index.inline_map()) {
             let hash = key_hash(k);
             m.prefetch(hash);
             let p = s.epochs.pin();
             match m.get8_pinned(hash, &p) {
-                Got::Absent => return None,
+                Got::Absent => return Ok(None),
                 Got::Value(_, v) => {
                     let n = out.len().min(8);
                     out[..n].copy_from_slice(&v.to_le_bytes()[..n]);
-                    return Some(8);
+                    return Ok(Some(8));
                 }
                 // A longer value, in the log: the general path below.
                 Got::Addr(_) => {}
@@ -752,16 +801,16 @@ impl Store {
     /// thread's buffer.
     #[cold]
     #[inline(never)]
-    fn get_in_slow(&self, key: &[u8], out: &mut [u8]) -> Option<usize> {
+    fn get_in_slow(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
         thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
         BUF.with(|b| {
             let mut v = b.borrow_mut();
-            if !self.get_into(key, &mut v) {
-                return None;
+            if !self.get_into(key, &mut v)? {
+                return Ok(None);
             }
             let n = out.len().min(v.len());
             out[..n].copy_from_slice(&v[..n]);
-            Some(v.len())
+            Ok(Some(v.len()))
         })
     }
 
@@ -775,19 +824,19 @@ impl Store {
         known: Option<u64>,
         out: &mut Vec<u8>,
         _p: &Pin<'_>,
-    ) -> bool {
+    ) -> Result<bool> {
         let s = &*self.inner;
         let here = s.numa.current();
         let sampled = match s.raf.probe(key, hash, here) {
             Probe::Hit(v) => {
                 *out = v;
-                return true;
+                return Ok(true);
             }
             Probe::Miss { sampled } => sampled,
             Probe::Off => false,
         };
         let Some(va) = known.or_else(|| s.index.get_hashed(key, hash)) else {
-            return false;
+            return Ok(false);
         };
         s.read_entry(key, hash, va, sampled, here, out)
     }
@@ -796,8 +845,8 @@ impl Store {
     /// `get` would return for each. Looks every key up in the index, then
     /// touches every entry, then reads them, so the cache misses of a batch
     /// overlap instead of queueing (`pmhash serve` uses it for pipelined
-    /// GETs).
-    pub fn get_many(&self, keys: &[&[u8]], out: &mut Vec<Option<Vec<u8>>>) {
+    /// GETs). A corrupt entry fails the call (as [`get`](Self::get)).
+    pub fn get_many(&self, keys: &[&[u8]], out: &mut Vec<Option<Vec<u8>>>) -> Result<()> {
         out.clear();
         let s = &*self.inner;
         let here = s.numa.current();
@@ -853,10 +902,11 @@ impl Store {
         for (&(i, hash, sampled, _), va) in todo.iter().zip(vas) {
             let Some(va) = va else { continue };
             let mut v = Vec::new();
-            if s.read_entry(keys[i], hash, va, sampled, here, &mut v) {
+            if s.read_entry(keys[i], hash, va, sampled, here, &mut v)? {
                 out[i] = Some(v);
             }
         }
+        Ok(())
     }
 
     /// Up to `limit` pairs with `start <= key < end` (`end` None: to the
@@ -1143,6 +1193,7 @@ pub(crate) fn new_inner(
         relocated: AtomicU64::new(0),
         marked: AtomicU64::new(0),
         closed: AtomicBool::new(false),
+        stopping: AtomicBool::new(false),
         opened_from: "created",
         open_ms: 0.0,
         recovered_entries: 0,
@@ -1152,10 +1203,22 @@ pub(crate) fn new_inner(
 }
 
 impl Inner {
+    /// Lets GC keep up with writers (background GC only): one relaxed load
+    /// unless reclaimable files have piled up (see `gc::help`).
+    #[inline]
+    fn pace(&self) {
+        if self.log.backlog.load(Ordering::Relaxed) >= crate::nlog::GC_BACKLOG
+            && self.opts.gc == GcMode::Background
+        {
+            crate::gc::help(self);
+        }
+    }
+
     /// Reads the value of `key` from its entry at `va` (the index named
     /// it; the caller is pinned) into `out`, counting the access and, for a
     /// sampled get, offering the value to the RAF cache. False if the entry
-    /// cannot be read.
+    /// cannot be read; an `Err` if it fails its checksum (when reads
+    /// verify: `Options::verify_checksums`).
     fn read_entry(
         &self,
         key: &[u8],
@@ -1164,13 +1227,38 @@ impl Inner {
         sampled: bool,
         here: u32,
         out: &mut Vec<u8>,
-    ) -> bool {
-        let node = vaddr_node(va);
-        self.numa.count_read(node, here);
-        let Some(e) = self.log.header(vaddr_off(va)) else {
-            return false;
+    ) -> Result<bool> {
+        let mut va = va;
+        let mut tries = 0;
+        let (node, _entry) = loop {
+            let node = vaddr_node(va);
+            self.numa.count_read(node, here);
+            let Some(e) = self.log.header(vaddr_off(va)) else {
+                return Ok(false);
+            };
+            self.log.read_value(&e, out);
+            if !self.opts.verify_checksums {
+                break (node, e);
+            }
+            match self.log.file_at(e.off) {
+                Some(f) => {
+                    self.verify(key, &e, out, Some(&f))?;
+                    break (node, e);
+                }
+                // GC took the file out of its maps (it stays mapped while
+                // this read is pinned): the key moved to a relocated copy
+                // or went, and the index says where.
+                None if tries < 8 => {
+                    tries += 1;
+                    match self.index.get_hashed(key, hash) {
+                        Some(now) if now != va => va = now,
+                        Some(_) => return Err(self.verify(key, &e, out, None).unwrap_err()),
+                        None => return Ok(false),
+                    }
+                }
+                None => return Err(self.verify(key, &e, out, None).unwrap_err()),
+            }
         };
-        self.log.read_value(&e, out);
         // A fill holds the key's stripe (see `Raf::writes_may_skip`); while
         // a write of the key holds it, this get offers nothing.
         if sampled {
@@ -1180,7 +1268,33 @@ impl Inner {
                 });
             }
         }
-        true
+        Ok(true)
+    }
+
+    /// Checks the log entry `e` a read of `key` found, whose value is in
+    /// `value`: its checksum (which covers the key: the index confirmed
+    /// the entry holds `key`, so the caller's copy stands in for it).
+    #[cold]
+    #[inline(never)]
+    fn verify(
+        &self,
+        key: &[u8],
+        e: &crate::nlog::Entry,
+        value: &[u8],
+        f: Option<&Extent>,
+    ) -> Result<()> {
+        if f.is_some_and(|f| {
+            e.klen == key.len() && crate::nlog::entry_checks(&self.pool, f.seq, e, key, value)
+        }) {
+            return Ok(());
+        }
+        Err(Error::Corrupt(format!(
+            "{}: the entry of a key of {} bytes at pool offset {:#x} fails its checksum; \
+             its value is not returned (`pmhash check --repair` salvages the log)",
+            f.map_or_else(|| "no Nlog file".to_string(), crate::recover::describe_file),
+            key.len(),
+            e.off
+        )))
     }
 
     /// The entry for a write of `key` (`value` None: a delete) whose

@@ -260,7 +260,7 @@ fn oversized_keys_and_values_are_refused_and_change_nothing() {
     assert!(s.update(&big_key, b"v").is_err());
     assert!(s.delete(&big_key).is_err());
     assert!(s.get(&big_key).is_err());
-    assert!(!s.get_into(&big_key, &mut Vec::new()));
+    assert!(!s.get_into(&big_key, &mut Vec::new()).unwrap());
     assert!(s.scan(&big_key, None, 10).is_err());
     assert!(s.scan(b"", Some(&big_key), 10).is_err());
     assert!(matches!(
@@ -568,7 +568,14 @@ fn an_older_format_is_refused_by_name() {
     old[root as usize + 8..root as usize + 16].copy_from_slice(&1u64.to_le_bytes());
     let msg = refused(&dir, &old, "format 1");
     assert!(
-        msg.contains("format 1") && msg.contains("format 2"),
+        msg.contains("format 1") && msg.contains("format 3"),
+        "{msg}"
+    );
+    // Format 2: entries without a durable mark.
+    old[root as usize + 8..root as usize + 16].copy_from_slice(&2u64.to_le_bytes());
+    let msg = refused(&dir, &old, "format 2");
+    assert!(
+        msg.contains("format 2") && msg.contains("format 3"),
         "{msg}"
     );
 }

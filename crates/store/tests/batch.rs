@@ -261,7 +261,7 @@ fn get_many_answers_as_get_does() {
             })
             .collect();
         let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        s.get_many(&refs, &mut out);
+        s.get_many(&refs, &mut out).unwrap();
         assert_eq!(out.len(), keys.len());
         for (k, got) in keys.iter().zip(&out) {
             let want = s.get(k).unwrap_or(None);

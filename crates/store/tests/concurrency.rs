@@ -159,7 +159,7 @@ fn mixed_run(seed: u64, min_ops: u64) {
                         log.last.insert(id, None);
                     }
                     _ => {
-                        if s.get_into(&k, &mut buf) {
+                        if s.get_into(&k, &mut buf).unwrap() {
                             let (ow, oseq) = decode(id, &buf).unwrap_or_else(|| {
                                 panic!("writer {w}: get of key {id} returned a value not written for it")
                             });

@@ -593,7 +593,7 @@ fn get_in_copies_what_fits_and_reports_the_length() {
                 for cap in [0usize, 3, 8, 200] {
                     let mut buf = vec![0xeeu8; cap];
                     assert_eq!(
-                        s.get_in(k, &mut buf),
+                        s.get_in(k, &mut buf).unwrap(),
                         Some(v.len()),
                         "{ctx}: length, cap {cap}"
                     );
@@ -606,18 +606,18 @@ fn get_in_copies_what_fits_and_reports_the_length() {
                 }
             }
             assert_eq!(
-                s.get_in(&[0xff; 8], &mut [0u8; 8]),
+                s.get_in(&[0xff; 8], &mut [0u8; 8]).unwrap(),
                 None,
                 "{ctx}: absent 8-byte key"
             );
             assert_eq!(
-                s.get_in(b"absent", &mut [0u8; 8]),
+                s.get_in(b"absent", &mut [0u8; 8]).unwrap(),
                 None,
                 "{ctx}: absent key"
             );
             let too_long = vec![1u8; store::MAX_KEY + 1];
             assert_eq!(
-                s.get_in(&too_long, &mut [0u8; 8]),
+                s.get_in(&too_long, &mut [0u8; 8]).unwrap(),
                 None,
                 "{ctx}: oversized key"
             );
@@ -627,17 +627,22 @@ fn get_in_copies_what_fits_and_reports_the_length() {
         // An inline value becomes a long one and back; a delete.
         s.put(&k8, &long).unwrap();
         assert_eq!(
-            s.get_in(&k8, &mut [0u8; 8]),
+            s.get_in(&k8, &mut [0u8; 8]).unwrap(),
             Some(100),
             "{ctx}: 8 -> 100 bytes"
         );
         s.put(&k8, b"eightval").unwrap();
         let mut b = [0u8; 8];
-        assert_eq!(s.get_in(&k8, &mut b), Some(8), "{ctx}: 100 -> 8 bytes");
+        assert_eq!(
+            s.get_in(&k8, &mut b).unwrap(),
+            Some(8),
+            "{ctx}: 100 -> 8 bytes"
+        );
         assert_eq!(&b, b"eightval");
         assert!(s.delete(b"\x00\x00\x00\x00\x00\x00\x00\x0b").unwrap());
         assert_eq!(
-            s.get_in(b"\x00\x00\x00\x00\x00\x00\x00\x0b", &mut b),
+            s.get_in(b"\x00\x00\x00\x00\x00\x00\x00\x0b", &mut b)
+                .unwrap(),
             None,
             "{ctx}: deleted"
         );

@@ -266,7 +266,7 @@ fn skewed_gets(raf_bytes: u64) -> StoreStats {
             for _ in 0..40_000 {
                 let i = rng.skewed(N as u64) as u32;
                 let k = key('k', i);
-                assert!(s.get_into(&k, &mut buf));
+                assert!(s.get_into(&k, &mut buf).unwrap());
                 assert_eq!(Some(&buf), model.get(&k), "get of key {i}");
             }
         })

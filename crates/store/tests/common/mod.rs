@@ -74,13 +74,16 @@ pub fn verify(s: &Store, m: &Model, ctx: &str) {
             "{ctx}: get of a key of {} bytes",
             k.len()
         );
-        assert!(s.get_into(k, &mut buf), "{ctx}: get_into of a present key");
+        assert!(
+            s.get_into(k, &mut buf).unwrap(),
+            "{ctx}: get_into of a present key"
+        );
         assert_eq!(&buf, v, "{ctx}: get_into value");
         // get_in: the whole value into a buffer of its size, a prefix
         // into a shorter one, and the whole length either way.
         let mut whole = vec![0u8; v.len()];
         assert_eq!(
-            s.get_in(k, &mut whole),
+            s.get_in(k, &mut whole).unwrap(),
             Some(v.len()),
             "{ctx}: get_in length"
         );
@@ -88,7 +91,7 @@ pub fn verify(s: &Store, m: &Model, ctx: &str) {
         let mut three = [0u8; 3];
         let n = v.len().min(3);
         assert_eq!(
-            s.get_in(k, &mut three),
+            s.get_in(k, &mut three).unwrap(),
             Some(v.len()),
             "{ctx}: get_in of a prefix"
         );
@@ -97,7 +100,7 @@ pub fn verify(s: &Store, m: &Model, ctx: &str) {
     for absent in [&b"\xffabsent!"[..], b"\xff-absent-key-\xff"] {
         if !m.contains_key(absent) {
             assert_eq!(
-                s.get_in(absent, &mut [0u8; 8]),
+                s.get_in(absent, &mut [0u8; 8]).unwrap(),
                 None,
                 "{ctx}: get_in of an absent key"
             );

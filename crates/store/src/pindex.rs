@@ -244,23 +244,21 @@ impl PIndex {
         self.engine.get(h) == Some(va | OVF_TAG)
     }
 
-    /// Every (key, v_addr), in no order: only well-formed entries whose
-    /// key hashes to the slot that names them (a corrupt pool's other
-    /// values are skipped here, and `check` reports them).
+    /// Every (key, v_addr), in no order: only well-formed entries (a
+    /// corrupt pool's other slot values are skipped here, and `check`
+    /// reports them).
     pub fn for_each(&self, f: &mut dyn FnMut(&[u8], u64)) {
-        let mut slots = Vec::new();
-        self.engine.for_each(&mut |h, v| slots.push((h, v)));
-        for (h, v) in slots {
+        let mut pairs = Vec::new();
+        self.engine.for_each(&mut |_, v| pairs.push(v));
+        for v in pairs {
             if v & OVF_TAG != 0 {
                 for (k, va) in self.ovf_pairs(v) {
-                    if key_hash(&k) == h && self.key_is(va, &k) {
+                    if self.key_is(va, &k) {
                         f(&k, va);
                     }
                 }
             } else if let Ok(k) = self.key_at(v) {
-                if key_hash(&k) == h {
-                    f(&k, v);
-                }
+                f(&k, v);
             }
         }
     }

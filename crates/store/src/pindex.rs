@@ -46,47 +46,95 @@ impl PIndex {
         PIndex { engine, pool }
     }
 
-    fn key_at(&self, va: u64) -> Option<Vec<u8>> {
+    /// Where the entry `va` names lies: its offset and its key and value
+    /// lengths, after checking that the whole entry is inside the pool and
+    /// starts on an entry boundary. `Err` says what is wrong: the index
+    /// names entries by offsets read from PM, which a corrupt pool can set
+    /// to anything.
+    #[inline]
+    fn entry_at(&self, va: u64) -> std::result::Result<(u64, usize, usize), &'static str> {
         let off = vaddr_off(va);
-        let (klen, _) = parse_lens(self.pool.load_u64(off + 8))?;
-        let mut k = vec![0u8; klen];
-        self.pool.read(off + ENTRY_HEADER, &mut k);
-        Some(k)
+        if !off.is_multiple_of(ENTRY_ALIGN) {
+            return Err("not on an entry boundary");
+        }
+        if self.pool.check_range(off, ENTRY_HEADER).is_err() {
+            return Err("outside the pool");
+        }
+        let (klen, vlen) =
+            parse_lens(self.pool.load_u64(off + 8)).ok_or("an entry with bad lengths")?;
+        if self
+            .pool
+            .check_range(off + ENTRY_HEADER, (klen + vlen) as u64)
+            .is_err()
+        {
+            return Err("an entry that runs past the end of the pool");
+        }
+        Ok((off, klen, vlen))
     }
 
+    /// The key of the entry `va` names.
+    fn key_at(&self, va: u64) -> std::result::Result<Vec<u8>, &'static str> {
+        let (off, klen, _) = self.entry_at(va)?;
+        let mut k = vec![0u8; klen];
+        self.pool.read(off + ENTRY_HEADER, &mut k);
+        Ok(k)
+    }
+
+    /// Whether `va` names a well-formed entry of `key`.
+    #[inline]
     fn key_is(&self, va: u64, key: &[u8]) -> bool {
-        let off = vaddr_off(va);
-        match parse_lens(self.pool.load_u64(off + 8)) {
-            Some((klen, _)) if klen == key.len() => {
+        match self.entry_at(va) {
+            Ok((off, klen, _)) if klen == key.len() => {
                 let mut k = [0u8; 64];
                 if klen <= 64 {
                     self.pool.read(off + ENTRY_HEADER, &mut k[..klen]);
                     &k[..klen] == key
                 } else {
-                    self.key_at(va).is_some_and(|k| k == key)
+                    self.key_at(va).is_ok_and(|k| k == key)
                 }
             }
             _ => false,
         }
     }
 
-    /// The pairs an OVF entry lists.
-    pub fn ovf_pairs(&self, va: u64) -> Vec<(Vec<u8>, u64)> {
-        let off = vaddr_off(va & !OVF_TAG);
-        let Some((klen, vlen)) = parse_lens(self.pool.load_u64(off + 8)) else {
-            return Vec::new();
-        };
+    /// The pairs the OVF entry `va` (tag bit set or not) lists, after
+    /// checking that it is a well-formed entry with an empty key.
+    fn ovf_pairs_checked(&self, va: u64) -> std::result::Result<Vec<(Vec<u8>, u64)>, &'static str> {
+        let (off, klen, vlen) = self.entry_at(va & !OVF_TAG)?;
+        if klen != 0 {
+            return Err("an entry with a key where an overflow entry belongs");
+        }
         let mut v = vec![0u8; vlen];
-        self.pool.read(off + ENTRY_HEADER + klen as u64, &mut v);
-        decode_pairs(&v)
+        self.pool.read(off + ENTRY_HEADER, &mut v);
+        Ok(decode_pairs(&v))
     }
 
-    fn slot(&self, h: u64) -> Slot {
-        match self.engine.get(h) {
+    /// The pairs an OVF entry lists; none if `va` names no well-formed
+    /// overflow entry (`check` reports that case).
+    pub fn ovf_pairs(&self, va: u64) -> Vec<(Vec<u8>, u64)> {
+        self.ovf_pairs_checked(va).unwrap_or_default()
+    }
+
+    /// What slot `h` holds. `Err(Corrupt)` when it names something that is
+    /// not a well-formed entry (or an overflow entry lists one): a write to
+    /// such a slot would build on garbage.
+    fn slot(&self, h: u64) -> Result<Slot> {
+        let bad = |va: u64, what: &str| {
+            Error::Corrupt(format!(
+                "hash index slot {h:#x} names {va:#x}, {what}; run `pmhash check` on the pool"
+            ))
+        };
+        Ok(match self.engine.get(h) {
             None => Slot::Empty,
-            Some(v) if v & OVF_TAG != 0 => Slot::Many(self.ovf_pairs(v)),
-            Some(v) => Slot::One(self.key_at(v).unwrap_or_default(), v),
-        }
+            Some(v) if v & OVF_TAG != 0 => {
+                let pairs = self.ovf_pairs_checked(v).map_err(|w| bad(v, w))?;
+                for (_, va) in &pairs {
+                    self.entry_at(*va).map_err(|w| bad(*va, w))?;
+                }
+                Slot::Many(pairs)
+            }
+            Some(v) => Slot::One(self.key_at(v).map_err(|w| bad(v, w))?, v),
+        })
     }
 
     #[inline]
@@ -95,10 +143,13 @@ impl PIndex {
         if v & OVF_TAG == 0 {
             return self.key_is(v, key).then_some(v);
         }
+        // The pair's address is checked like the slot's own: only a
+        // well-formed entry of `key` is returned.
         self.ovf_pairs(v)
             .into_iter()
             .find(|(k, _)| k == key)
             .map(|(_, va)| va)
+            .filter(|&va| self.key_is(va, key))
     }
 
     /// Points `key` at `va`. `ovf` appends an OVF entry for slot `h` with
@@ -113,7 +164,7 @@ impl PIndex {
     ) -> Result<bool> {
         // persist: the entry `va` is durable (the caller appended it); the
         // engine's own persist is the commit.
-        match self.slot(h) {
+        match self.slot(h)? {
             Slot::Empty => {
                 if !self.engine.insert(h, va)? {
                     return Err(Error::Corrupt(format!(
@@ -156,7 +207,10 @@ impl PIndex {
         h: u64,
         ovf: &mut dyn FnMut(u64, &[u8]) -> Result<u64>,
     ) -> Result<bool> {
-        match self.slot(h) {
+        // persist: the caller's del entry and any OVF entry `ovf` appends
+        // are durable before the engine update that drops or repoints the
+        // slot; that update is the commit.
+        match self.slot(h)? {
             Slot::Empty => Ok(false),
             Slot::One(k, _) if k == key => self.engine.remove(h),
             Slot::One(..) => Ok(false),
@@ -190,16 +244,20 @@ impl PIndex {
         self.engine.get(h) == Some(va | OVF_TAG)
     }
 
-    /// Every (key, v_addr), in no order.
+    /// Every (key, v_addr), in no order: only well-formed entries (a
+    /// corrupt pool's other slot values are skipped here, and `check`
+    /// reports them).
     pub fn for_each(&self, f: &mut dyn FnMut(&[u8], u64)) {
         let mut pairs = Vec::new();
         self.engine.for_each(&mut |_, v| pairs.push(v));
         for v in pairs {
             if v & OVF_TAG != 0 {
                 for (k, va) in self.ovf_pairs(v) {
-                    f(&k, va);
+                    if self.key_is(va, &k) {
+                        f(&k, va);
+                    }
                 }
-            } else if let Some(k) = self.key_at(v) {
+            } else if let Ok(k) = self.key_at(v) {
                 f(&k, v);
             }
         }
@@ -211,6 +269,30 @@ impl PIndex {
         self.engine.for_each(&mut |h, v| out.push((h, v)));
         out
     }
+}
+
+/// `Ok` if a pool without a store root (aux root 0) may be formatted as a
+/// fresh store: only when nothing was ever built in it. A store's create
+/// links its root before anything else is allocated (and a crash before
+/// that link leaves nothing allocated), so a pool that holds allocated
+/// blocks or a hash-index root but no store root has lost its root word:
+/// formatting it would hide every key it holds. Reads only.
+pub(crate) fn check_unformatted(pool: &Pool) -> Result<()> {
+    let blocks = pool.stats().blocks_in_use;
+    let root = pool.root();
+    if blocks == 0 && root == 0 {
+        return Ok(());
+    }
+    let what = if root != 0 {
+        format!("a hash index root at {root:#x} and {blocks} allocated blocks")
+    } else {
+        format!("{blocks} allocated blocks")
+    };
+    Err(Error::Corrupt(format!(
+        "the pool's header names no store root, yet the pool holds {what}: \
+         it is not a fresh pool and will not be formatted over; \
+         run `pmhash check` on it"
+    )))
 }
 
 pub fn encode_pairs(pairs: &[(Vec<u8>, u64)]) -> Vec<u8> {

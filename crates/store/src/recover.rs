@@ -207,7 +207,7 @@ fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>
 pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<()> {
     let root = pool.aux_root();
     if root == 0 {
-        return Ok(());
+        return crate::pindex::check_unformatted(&pool);
     }
     let ri = read_root(&pool, root)?;
     let (files, _) = read_files(&pool, root, &ri)?;

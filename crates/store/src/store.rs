@@ -362,6 +362,7 @@ impl Store {
         let t0 = std::time::Instant::now();
         let fresh = pool.aux_root() == 0;
         let root = if fresh {
+            crate::pindex::check_unformatted(&pool)?;
             create_root(&pool, &opts)?
         } else {
             pool.aux_root()

@@ -1,0 +1,370 @@
+//! A corrupt persistent point index (index options b and c: `store-hash`,
+//! `store-both`) is never a panic: a hash slot that names an offset outside
+//! the pool or off an entry boundary is skipped by `for_each`, absent to
+//! `get`, reported by `check`, refused by a write to that key, and leaves
+//! the store's background thread (which builds the ordered tree from the
+//! index) running. A pool whose header lost its store root but that holds
+//! data is refused, untouched, instead of being formatted anew.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use engine::testkit::TempDir;
+use pmem::{Mode, Pool, PoolOptions};
+use store::layout::{key_hash, lens_word};
+use store::{GcMode, IndexKind, Options, Store, POOL_FILE};
+
+const VICTIM: &[u8] = b"victim-key-0042";
+const KEYS: usize = 60;
+
+/// Panics on the store's background threads (named `pmhash-store`), seen
+/// by a process-wide panic hook: a test fails if any happened.
+static BACKGROUND_PANICS: AtomicU64 = AtomicU64::new(0);
+
+fn count_background_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let old = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some("pmhash-store") {
+                BACKGROUND_PANICS.fetch_add(1, Ordering::SeqCst);
+            }
+            old(info);
+        }));
+    });
+}
+
+fn opts(index: IndexKind, read_only: bool) -> Options {
+    Options {
+        mode: Mode::Mapped,
+        pool_size: 1 << 20,
+        max_pool_size: 4 << 20,
+        clusters: 2,
+        extent_size: 4096,
+        nodes: Some(1),
+        gc: GcMode::Manual,
+        raf_bytes: 0,
+        recovery_threads: 1,
+        expected_keys: 256,
+        index,
+        read_only,
+        ..Options::default()
+    }
+}
+
+fn hash_index() -> IndexKind {
+    IndexKind::Hash(engine::slotarray::spec())
+}
+
+fn both_index() -> IndexKind {
+    IndexKind::Both(engine::slotarray::spec())
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("key-{i:04}").into_bytes()
+}
+
+fn value(i: usize) -> Vec<u8> {
+    vec![i as u8; 100]
+}
+
+/// Builds a store with `KEYS` keys and `VICTIM`, closes it, and returns
+/// the pool file's path, its bytes and the keys other than `VICTIM`.
+fn built(dir: &TempDir, index: IndexKind) -> (PathBuf, Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let st = Store::open(dir.path(), opts(index, false)).unwrap();
+    let mut m = BTreeMap::new();
+    for i in 0..KEYS {
+        st.put(&key(i), &value(i)).unwrap();
+        m.insert(key(i), value(i));
+    }
+    st.put(VICTIM, b"the victim's value").unwrap();
+    st.close().unwrap();
+    drop(st);
+    let path = dir.path().join(POOL_FILE);
+    let bytes = std::fs::read(&path).unwrap();
+    (path, bytes, m)
+}
+
+fn word(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+/// The file offset of the index's value word for `VICTIM`: the slot array
+/// holds (meta, key hash, value) per slot, and the value is the `v_addr`
+/// of the victim's entry (node 0: its pool offset).
+fn victim_value_word(b: &[u8]) -> usize {
+    let lens = lens_word(VICTIM.len(), b"the victim's value".len());
+    let entries: Vec<usize> = (0..b.len() - 64)
+        .step_by(64)
+        .filter(|&o| word(b, o + 8) == lens && &b[o + 40..o + 40 + VICTIM.len()] == VICTIM)
+        .collect();
+    assert_eq!(entries.len(), 1, "the victim's log entry, once");
+    let va = entries[0] as u64;
+    let h = key_hash(VICTIM);
+    let slots: Vec<usize> = (0..b.len() - 16)
+        .step_by(8)
+        .filter(|&o| word(b, o) == h && word(b, o + 8) == va)
+        .map(|o| o + 8)
+        .collect();
+    assert_eq!(slots.len(), 1, "the index slot naming the victim, once");
+    slots[0]
+}
+
+/// `bytes` with the victim's index value set to `v`.
+fn with_victim_value(bytes: &[u8], v: u64) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    let at = victim_value_word(&b);
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    b
+}
+
+fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(t) => t,
+        Err(_) => panic!("{what} panicked"),
+    }
+}
+
+/// What `for_each` visits, and `get` of every key and of the victim; all
+/// under a panic guard.
+fn reads(st: &Store, m: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
+    let mut seen = BTreeMap::new();
+    guarded(&format!("{what}: for_each"), || {
+        st.for_each(|k, v| {
+            seen.insert(k.to_vec(), v.to_vec());
+        })
+    });
+    assert_eq!(
+        &seen, m,
+        "{what}: for_each visits every sound key, not the victim"
+    );
+    for (k, v) in m {
+        let got = guarded(&format!("{what}: get"), || st.get(k)).unwrap();
+        assert_eq!(got.as_ref(), Some(v), "{what}: get of a sound key");
+    }
+    let got = guarded(&format!("{what}: get of the victim"), || st.get(VICTIM));
+    assert_eq!(
+        got.unwrap(),
+        None,
+        "{what}: the victim's slot names no entry"
+    );
+}
+
+/// Waits (bounded) for the store's ordered tree: a scan of every key.
+fn scan_all(st: &Arc<Store>, what: &str) -> Vec<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s2 = st.clone();
+    std::thread::spawn(move || {
+        let r = catch_unwind(AssertUnwindSafe(|| s2.scan(b"", None, usize::MAX)));
+        let _ = tx.send(r.map(|r| r.map(|v| v.into_iter().map(|(k, _)| k).collect::<Vec<_>>())));
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(Ok(Ok(keys))) => keys,
+        Ok(Ok(Err(e))) => panic!("{what}: scan failed: {e}"),
+        Ok(Err(_)) => panic!("{what}: scan panicked"),
+        Err(_) => panic!("{what}: scan did not return in 10 s (the ordered tree was never built)"),
+    }
+}
+
+fn assert_no_background_panic(what: &str) {
+    assert_eq!(
+        BACKGROUND_PANICS.load(Ordering::SeqCst),
+        0,
+        "{what}: the store's background thread panicked"
+    );
+}
+
+fn open_ok(dir: &Path, o: Options, what: &str) -> Store {
+    guarded(&format!("{what}: open"), || Store::open(dir, o)).unwrap_or_else(|e| {
+        panic!("{what}: open refused a store whose root and files are sound: {e}")
+    })
+}
+
+#[test]
+fn an_index_value_outside_the_pool_is_skipped_reported_and_refused_for_writes() {
+    count_background_panics();
+    let dir = TempDir::new("store-pindex", "outside");
+    let (path, good, m) = built(&dir, hash_index());
+    let bad = with_victim_value(&good, 0x1aa0_c000);
+    std::fs::write(&path, &bad).unwrap();
+
+    let what = "store-hash, read-only";
+    let st = open_ok(dir.path(), opts(hash_index(), true), what);
+    reads(&st, &m, what);
+    let err = guarded("check", || st.check()).expect_err("check must report the bad slot");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("0x1aa0c000"),
+        "{what}: check names the offset: {msg}"
+    );
+    st.close().unwrap();
+    drop(st);
+    assert!(
+        std::fs::read(&path).unwrap() == bad,
+        "{what}: the file changed"
+    );
+
+    let what = "store-hash, writable";
+    let st = open_ok(dir.path(), opts(hash_index(), false), what);
+    reads(&st, &m, what);
+    let err = guarded("put of the victim", || st.put(VICTIM, b"new"))
+        .expect_err("a write to the corrupt slot must be refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("0x1aa0c000") && msg.contains("pmhash check"),
+        "{what}: the refusal names the offset and the way out: {msg}"
+    );
+    // The rest of the store takes writes.
+    st.put(&key(1), b"changed").unwrap();
+    assert_eq!(st.get(&key(1)).unwrap().as_deref(), Some(&b"changed"[..]));
+    st.close().unwrap();
+    assert_no_background_panic(what);
+}
+
+#[test]
+fn an_index_value_off_an_entry_boundary_is_never_read() {
+    count_background_panics();
+    let dir = TempDir::new("store-pindex", "unaligned");
+    let (path, good, m) = built(&dir, hash_index());
+    let at = victim_value_word(&good);
+    // Inside the pool, inside the victim's entry, on no entry boundary.
+    let bad = with_victim_value(&good, word(&good, at) + 7);
+    std::fs::write(&path, &bad).unwrap();
+    for read_only in [true, false] {
+        let what = if read_only {
+            "store-hash, read-only"
+        } else {
+            "store-hash, writable"
+        };
+        let st = open_ok(dir.path(), opts(hash_index(), read_only), what);
+        reads(&st, &m, what);
+        if !read_only {
+            let err = guarded("put of the victim", || st.put(VICTIM, b"new"))
+                .expect_err("a write to the corrupt slot must be refused");
+            assert!(
+                err.to_string().contains("entry boundary"),
+                "{what}: the refusal says what is wrong: {err}"
+            );
+            let del = guarded("delete of the victim", || st.delete(VICTIM));
+            assert!(
+                !matches!(del, Ok(true)),
+                "{what}: a delete cannot find a key the index does not name"
+            );
+        }
+        st.close().unwrap();
+        drop(st);
+        if read_only {
+            assert!(
+                std::fs::read(&path).unwrap() == bad,
+                "{what}: the file changed"
+            );
+        }
+        assert_no_background_panic(what);
+    }
+}
+
+#[test]
+fn store_both_builds_its_tree_past_a_corrupt_slot() {
+    count_background_panics();
+    let dir = TempDir::new("store-pindex", "both");
+    let (path, good, m) = built(&dir, both_index());
+    let bad = with_victim_value(&good, 0x1_0004_5940);
+    for read_only in [true, false] {
+        std::fs::write(&path, &bad).unwrap();
+        let what = if read_only {
+            "store-both, read-only"
+        } else {
+            "store-both, writable"
+        };
+        let st = Arc::new(open_ok(dir.path(), opts(both_index(), read_only), what));
+        let keys = scan_all(&st, what);
+        assert_eq!(
+            keys,
+            m.keys().cloned().collect::<Vec<_>>(),
+            "{what}: the scan lists every sound key"
+        );
+        reads(&st, &m, what);
+        assert!(
+            guarded("check", || st.check()).is_err(),
+            "{what}: check reports it"
+        );
+        st.close().unwrap();
+        assert_no_background_panic(what);
+    }
+}
+
+/// Zeroes the aux root (the store root) in both pool header state slots
+/// and recomputes their checksums: a header that is valid but has lost
+/// the store's root.
+fn without_store_root(bytes: &[u8]) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    for slot in [64usize, 128] {
+        if word(&b, slot) == 0 {
+            continue;
+        }
+        b[slot + 40..slot + 48].fill(0);
+        let crc = crc32fast::hash(&b[slot..slot + 60]);
+        b[slot + 60..slot + 64].copy_from_slice(&crc.to_le_bytes());
+    }
+    b
+}
+
+#[test]
+fn a_pool_with_data_but_no_store_root_is_refused_not_formatted() {
+    for (name, index) in [
+        ("store-hash", hash_index()),
+        ("store-both", both_index()),
+        ("store", IndexKind::Dram),
+    ] {
+        let dir = TempDir::new("store-pindex", "noroot");
+        let (path, good, _) = built(&dir, index);
+        let bad = without_store_root(&good);
+        for read_only in [true, false] {
+            std::fs::write(&path, &bad).unwrap();
+            let what = format!(
+                "{name}, {}",
+                if read_only { "read-only" } else { "writable" }
+            );
+            let r = guarded(&format!("{what}: open"), || {
+                Store::open(dir.path(), opts(index, read_only))
+            });
+            let msg = match r {
+                Ok(st) => panic!(
+                    "{what}: a pool that holds a store but lost its root was opened as a store of {} keys",
+                    st.len()
+                ),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                msg.contains("no store root") && msg.contains("pmhash check"),
+                "{what}: the refusal says what is wrong and what to run: {msg}"
+            );
+            assert!(
+                std::fs::read(&path).unwrap() == bad,
+                "{what}: the refused file changed"
+            );
+        }
+        // The same pool handed to `open_pool` (as the engine forms do).
+        let pool = Pool::open(
+            &path,
+            &PoolOptions {
+                mode: Mode::Mapped,
+                ..PoolOptions::default()
+            },
+        )
+        .unwrap();
+        let pool = Arc::new(pool);
+        let r = guarded(&format!("{name}: open_pool"), || {
+            Store::open_pool(pool.clone(), opts(index, false))
+        });
+        assert!(
+            r.is_err(),
+            "{name}: open_pool formatted a pool that holds data"
+        );
+        assert_eq!(pool.aux_root(), 0, "{name}: open_pool linked a new root");
+    }
+}

@@ -439,16 +439,17 @@ fn run_engine(s: &EngineSpec, path: &Path, image: &[u8]) -> Result<(), Failure> 
             "a read-only open was accepted, but {w}"
         )));
     }
-    let (refused, wrong) = guarded("a writable open", || match Pool::open(path, &opts(false)) {
-        Err(e) => (Some(format!("the pool layer refused it ({e})")), None),
-        Ok(pool) => match open(Arc::new(pool), &cfg()) {
-            Err(e) => (Some(format!("the engine refused it ({e})")), None),
-            Ok(e) => {
+    // As the tools open a pool file: every check read-only first, under
+    // the writer's lock, so that a refused open writes nothing.
+    let (refused, wrong) = guarded("a writable open", || {
+        match engine::open_file(open, path, &opts(false), &cfg()) {
+            Err(e) => (Some(format!("it was refused ({e})")), None),
+            Ok((_pool, e)) => {
                 let wrong = read_all(e.as_ref());
                 write_some(e.as_ref());
                 (None, wrong)
             }
-        },
+        }
     })?;
     if let Some(why) = refused {
         unchanged(path, image, &format!("a writable open that {why}"))?;

@@ -673,7 +673,9 @@ impl Nlog {
         kbuf: &mut Vec<u8>,
         vbuf: &mut Vec<u8>,
     ) -> Option<Entry> {
-        if pos + ENTRY_HEADER > f.size {
+        // Entries start on ENTRY_ALIGN boundaries: a position off one came
+        // from a corrupt word (an index slot, a length), not from the log.
+        if pos % ENTRY_ALIGN != 0 || pos + ENTRY_HEADER > f.size {
             return None;
         }
         let off = f.off + pos;

@@ -712,3 +712,63 @@ fn flushall_runs_in_slices_between_other_clients_requests() {
         "FLUSHALL took {took:?}; a PING waited {worst:?}"
     );
 }
+
+/// Fences the event loop issued, from `INFO persistence`.
+fn fences(c: &mut Conn) -> u64 {
+    let info = match c.cmd(&[b"INFO", b"persistence"]) {
+        V::Bulk(b) => String::from_utf8(b).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("persist_fences:"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no persist_fences in {info}"))
+}
+
+#[test]
+fn a_transaction_costs_one_fence() {
+    let dir = TempDir::new("onefence");
+    let srv = Server::start(dir.path(), &["--threads", "1"]);
+    let mut c = Conn::connect(srv.port);
+    for k in [&b"c"[..], b"d"] {
+        assert_eq!(c.cmd(&[b"SET", k, b"1"]), V::Simple("OK".into()));
+    }
+    // One by one: a fence each.
+    let f0 = fences(&mut c);
+    assert_eq!(c.cmd(&[b"SET", b"a", b"1"]), V::Simple("OK".into()));
+    assert_eq!(c.cmd(&[b"INCR", b"d"]), V::Int(2));
+    assert_eq!(c.cmd(&[b"DEL", b"c"]), V::Int(1));
+    let f1 = fences(&mut c);
+    assert!(f1 - f0 >= 3, "three writes, {} fences", f1 - f0);
+    // The same writes (and more) in a transaction: one.
+    let mut wire = Vec::new();
+    for cmd in [
+        &[&b"MULTI"[..]][..],
+        &[b"SET", b"a", b"2"],
+        &[b"SET", b"b", b"2"],
+        &[b"INCR", b"d"],
+        &[b"DEL", b"d"],
+        &[b"SET", b"c", b"3"],
+        &[b"EXEC"],
+    ] {
+        Conn::encode(&mut wire, cmd);
+    }
+    c.send_raw(&wire).unwrap();
+    for _ in 0..6 {
+        c.read().unwrap();
+    }
+    assert_eq!(
+        c.read().unwrap(),
+        V::Array(vec![
+            V::Simple("OK".into()),
+            V::Simple("OK".into()),
+            V::Int(3),
+            V::Int(1),
+            V::Simple("OK".into()),
+        ])
+    );
+    let f2 = fences(&mut c);
+    assert_eq!(f2 - f1, 1, "a transaction of five writes");
+    assert_eq!(c.cmd(&[b"GET", b"d"]), V::Nil);
+    assert_eq!(c.cmd(&[b"GET", b"c"]), bulk("3"));
+}

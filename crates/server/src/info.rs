@@ -118,7 +118,12 @@ fn section(sh: &Shared, name: &str) -> Vec<(&'static str, String)> {
         }
         "persistence" => {
             let s = st();
+            let w = |f: fn(&crate::net::WorkerStats) -> u64| -> u64 {
+                sh.workers.iter().map(|m| f(&m.stats)).sum()
+            };
             vec![
+                ("persist_fences", w(|s| s.fences.get()).to_string()),
+                ("persist_flushes", w(|s| s.flushes.get()).to_string()),
                 ("loading", "0".into()),
                 ("durability", sh.durability.clone()),
                 ("rdb_changes_since_last_save", "0".into()),

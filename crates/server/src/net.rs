@@ -65,6 +65,10 @@ pub const BUSY_POLL: Duration = Duration::from_micros(50);
 pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
+    fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
+
     fn add(&self, n: u64) {
         self.0
             .store(self.0.load(Ordering::Relaxed) + n, Ordering::Relaxed);
@@ -82,6 +86,10 @@ pub(crate) struct WorkerStats {
     pub(crate) net_out: Counter,
     /// Connections closed because their input could not be charged.
     pub(crate) closed_for_input: Counter,
+    /// Persist fences and flushed lines the loop's thread has issued
+    /// (the store's writes run on it).
+    pub(crate) fences: Counter,
+    pub(crate) flushes: Counter,
 }
 
 /// A worker as seen from the other threads: where to leave new
@@ -287,6 +295,9 @@ pub(crate) fn worker_loop(sh: &Shared, me: usize, mut poll: Poll) {
                 ready.push(slot);
             }
         }
+        let persisted = pmem::persist::counters();
+        mailbox.stats.fences.set(persisted.fences);
+        mailbox.stats.flushes.set(persisted.flushes);
         if mailbox.kill_pending.load(Ordering::Relaxed) {
             mailbox.kill_pending.store(false, Ordering::SeqCst);
             for (slot, entry) in conns.iter_mut().enumerate() {

@@ -15,8 +15,8 @@
 //!   started while it read. So a reader sees all of a transaction's writes
 //!   or none, and once it has seen one it sees the rest.
 //! - **One fence.** Inside `EXEC` the commands write to an [`Overlay`]
-//!   (their own later reads see it); at the end its puts go to the store
-//!   as one `put_batch`, one fence for all of them, then its deletes. The
+//!   (their own later reads see it); at the end its puts and deletes go to
+//!   the store as one `write_batch`, one fence for all of them. The
 //!   batch is not crash-atomic: after a crash any subset of a
 //!   transaction's writes may be there (as Redis without an AOF).
 //! - **WATCH.** Every write of a key, under its stripe, marks the clients
@@ -295,49 +295,27 @@ fn store_checks(key: &[u8], value: Option<&[u8]>) -> Result<(), engine::Error> {
     Ok(())
 }
 
-/// Writes a transaction's overlay: the puts as one batch (one fence), then
-/// the deletes; touches every written key for `WATCH`. The caller holds
-/// every key's stripe. Leaves the overlay empty.
+/// Writes a transaction's overlay as one store batch of puts and deletes
+/// (one fence for all of them); touches every written key for `WATCH`.
+/// The caller holds every key's stripe. Leaves the overlay empty.
 pub(crate) fn commit(sh: &Shared, o: &mut Overlay) -> Result<(), String> {
     let writes = std::mem::take(&mut o.writes);
     let total = writes.len();
-    let puts: Vec<(&[u8], &[u8])> = writes
-        .iter()
-        .filter_map(|(k, v)| v.as_deref().map(|v| (&k[..], v)))
-        .collect();
-    let put_count = puts.len();
-    // persist: the store's batch fences every put before it returns; the
-    // deletes follow, each fenced by the store.
-    let landed = match sh.store.put_batch(&puts) {
-        Ok(()) => put_count,
-        Err(e) => {
-            for (k, _) in &puts[..e.done] {
-                sh.watches.touch(k);
-            }
-            return Err(format!(
-                "transaction applied in part: {} of its {total} writes landed, then: {}",
-                e.done, e.error
-            ));
-        }
+    let ops: Vec<(&[u8], Option<&[u8]>)> =
+        writes.iter().map(|(k, v)| (&k[..], v.as_deref())).collect();
+    // persist: the store's batch fences every entry before it returns and
+    // before the index names any of them; the replies go out after.
+    let (done, err) = match sh.store.write_batch(&ops) {
+        Ok(()) => (total, None),
+        Err(e) => (e.done, Some(e.error)),
     };
-    for (k, _) in &puts {
+    for (k, _) in &ops[..done] {
         sh.watches.touch(k);
     }
-    let mut done = landed;
-    for (k, v) in &writes {
-        if v.is_none() {
-            match sh.store.delete(k) {
-                Ok(_) => {
-                    sh.watches.touch(k);
-                    done += 1;
-                }
-                Err(e) => {
-                    return Err(format!(
-                    "transaction applied in part: {done} of its {total} writes landed, then: {e}"
-                ))
-                }
-            }
-        }
+    match err {
+        None => Ok(()),
+        Some(e) => Err(format!(
+            "transaction applied in part: {done} of its {total} writes landed, then: {e}"
+        )),
     }
-    Ok(())
 }

@@ -614,10 +614,25 @@ impl Store {
     /// how many ([`BatchError::done`]); a bad key or value fails the batch
     /// before anything is written.
     pub fn put_batch(&self, pairs: &[(&[u8], &[u8])]) -> std::result::Result<(), BatchError> {
+        let ops: Vec<(&[u8], Option<&[u8]>)> = pairs.iter().map(|&(k, v)| (k, Some(v))).collect();
+        self.write_batch(&ops)
+    }
+
+    /// As [`put_batch`](Self::put_batch), with deletes: `(key, None)`
+    /// deletes `key` (nothing is written for a key that is absent at that
+    /// point of the batch). One fence for all of them: `pmhash serve`'s
+    /// `EXEC` commits a transaction's writes with it.
+    pub fn write_batch(
+        &self,
+        ops: &[(&[u8], Option<&[u8]>)],
+    ) -> std::result::Result<(), BatchError> {
+        let pairs = ops;
         let none = |error| BatchError { done: 0, error };
         for (k, v) in pairs {
             check_key(k).map_err(none)?;
-            check_value(v).map_err(none)?;
+            if let Some(v) = v {
+                check_value(v).map_err(none)?;
+            }
         }
         self.writable().map_err(none)?;
         let s = &*self.inner;
@@ -630,6 +645,9 @@ impl Store {
         let _k = s.index.stripes.lock_all(hashes.iter().copied());
         let _p = s.epochs.pin();
         let mut done: Vec<Appended> = Vec::with_capacity(pairs.len());
+        // What pair i left the index naming: its entry's address (None
+        // for a delete, or a pair not reached yet).
+        let mut addr_of: Vec<Option<u64>> = vec![None; pairs.len()];
         // Where pair i's key appeared before in the batch, if it did.
         let earlier: Vec<Option<usize>> = if pairs.len() <= 32 {
             (0..pairs.len())
@@ -663,7 +681,7 @@ impl Store {
                 s.log.prefetch_tail(
                     here,
                     cluster_of(hashes[i], s.log.clusters),
-                    entry_len(pairs[i].0.len(), pairs[i].1.len()),
+                    entry_len(pairs[i].0.len(), pairs[i].1.map_or(0, <[u8]>::len)),
                 );
                 s.raf.prefetch(hashes[i]);
             }
@@ -672,8 +690,8 @@ impl Store {
             }
             let cur: Vec<Option<u64>> = (start..end)
                 .map(|i| match earlier[i] {
-                    // Appended in an earlier run; `done` is in pair order.
-                    Some(j) => Some(done[j].3),
+                    // Written in an earlier run.
+                    Some(j) => addr_of[j],
                     None => s.index.get_hashed(pairs[i].0, hashes[i]),
                 })
                 .collect();
@@ -682,13 +700,19 @@ impl Store {
             }
             let mut staged = Vec::with_capacity(end - start);
             let mut olds = Vec::with_capacity(end - start);
+            let mut which = Vec::with_capacity(end - start);
             for (i, &old) in (start..end).zip(&cur) {
                 let (k, v) = pairs[i];
+                if v.is_none() && old.is_none() {
+                    // A delete of an absent key writes nothing.
+                    continue;
+                }
                 s.raf.note_op();
-                match s.stage(k, hashes[i], Some(v), old) {
+                match s.stage(k, hashes[i], v, old) {
                     Ok((e, f)) => {
                         staged.push(e);
                         olds.push((old, f));
+                        which.push(i);
                     }
                     Err(e) => {
                         r = Err(e);
@@ -704,25 +728,23 @@ impl Store {
             if r.is_ok() {
                 r = appended;
             }
-            for (j, ((va, file), (old, old_file))) in out.into_iter().zip(olds).enumerate() {
-                done.push((start + j, old, old_file, va, file));
+            for (((va, file), (old, old_file)), i) in out.into_iter().zip(olds).zip(which) {
+                addr_of[i] = pairs[i].1.map(|_| va);
+                done.push((i, old, old_file, va, file));
             }
             start = end;
         }
-        let n = done.len();
+        // Pairs before the first one not written: every pair of the runs
+        // done (a skipped delete counts as done).
+        let n = if r.is_ok() {
+            pairs.len()
+        } else {
+            done.last().map_or(0, |d| d.0 + 1)
+        };
         for (i, old, old_file, va, file) in done {
             let (k, v) = pairs[i];
-            s.publish(
-                k,
-                hashes[i],
-                Some(v),
-                old,
-                old_file.as_deref(),
-                va,
-                &file,
-                here,
-            )
-            .map_err(|error| BatchError { done: i, error })?;
+            s.publish(k, hashes[i], v, old, old_file.as_deref(), va, &file, here)
+                .map_err(|error| BatchError { done: i, error })?;
         }
         r.map_err(|error| BatchError { done: n, error })
     }

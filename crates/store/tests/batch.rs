@@ -1,4 +1,5 @@
-//! `Store::put_batch`: the same result as the puts one by one (repeated
+//! `Store::put_batch` and `write_batch` (puts and deletes): the same
+//! result as the writes one by one (repeated
 //! keys included, through GC and both kinds of reopen), a bad pair fails
 //! the batch before anything is written, concurrent batches over shared
 //! keys neither deadlock nor lose a key, and a crash at any fence of a
@@ -87,6 +88,53 @@ fn batches_equal_puts_one_by_one() {
     crash_then_clean_reopen(&pool, &m, "end");
 }
 
+/// `b` with one pair in `1 + rng.below(3)` turned into a delete when
+/// `deletes` is 1.
+fn ops(rng: &mut Rng, b: Vec<(Vec<u8>, Vec<u8>)>, deletes: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    b.into_iter()
+        .map(|(k, v)| {
+            if deletes == 1 && rng.below(3) == 0 {
+                (k, None)
+            } else {
+                (k, Some(v))
+            }
+        })
+        .collect()
+}
+
+fn op_refs(b: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<(&[u8], Option<&[u8]>)> {
+    b.iter().map(|(k, v)| (&k[..], v.as_deref())).collect()
+}
+
+#[test]
+fn write_batches_with_deletes_equal_the_writes_one_by_one() {
+    let (pool, s) = store(Mode::Volatile, 6);
+    let mut rng = Rng::new(17);
+    let mut m = Model::new();
+    let mut tag = 0;
+    for round in 0..400 {
+        // Repeated keys: a put then a delete of one key, a delete then a
+        // put, deletes of absent keys.
+        let b = batch(&mut rng, 60, 40, &mut tag);
+        let b = ops(&mut rng, b, 1);
+        s.write_batch(&op_refs(&b)).unwrap();
+        for (k, v) in b {
+            match v {
+                Some(v) => m.insert(k, v),
+                None => m.remove(&k),
+            };
+        }
+        if round % 50 == 49 {
+            s.gc(4).unwrap();
+            verify(&s, &m, &format!("round {round}"));
+        }
+    }
+    assert!(s.stats().files_reclaimed > 0, "GC never ran");
+    verify(&s, &m, "end");
+    drop(s);
+    crash_then_clean_reopen(&pool, &m, "end");
+}
+
 #[test]
 fn a_bad_pair_fails_the_batch_before_anything_is_written() {
     let (pool, s) = store(Mode::Volatile, 2);
@@ -147,10 +195,11 @@ fn concurrent_batches_over_shared_keys() {
 }
 
 /// What a crash may keep: the acknowledged state plus, for each key of the
-/// batch in flight, any of its values in that batch.
+/// batch in flight, any of its values in that batch (`None`: a delete, so
+/// the key may be gone).
 struct Expect {
     acked: Model,
-    pending: Vec<(Vec<u8>, Vec<u8>)>,
+    pending: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 fn check_crash(img: Vec<u8>, e: &Expect) -> Result<(), String> {
@@ -158,7 +207,10 @@ fn check_crash(img: Vec<u8>, e: &Expect) -> Result<(), String> {
     let s = Store::open_pool(p, small_opts()).map_err(|x| format!("reopen: {x}"))?;
     let got = contents(&s);
     for (k, v) in &got {
-        let ok = e.acked.get(k) == Some(v) || e.pending.iter().any(|(pk, pv)| pk == k && pv == v);
+        let ok = e.acked.get(k) == Some(v)
+            || e.pending
+                .iter()
+                .any(|(pk, pv)| pk == k && pv.as_ref() == Some(v));
         if !ok {
             return Err(format!(
                 "key {k:?} has a value never acknowledged nor in flight"
@@ -166,7 +218,8 @@ fn check_crash(img: Vec<u8>, e: &Expect) -> Result<(), String> {
         }
     }
     for k in e.acked.keys() {
-        if !got.contains_key(k) {
+        let deleting = e.pending.iter().any(|(pk, pv)| pk == k && pv.is_none());
+        if !got.contains_key(k) && !deleting {
             return Err(format!("acknowledged key {k:?} lost"));
         }
     }
@@ -203,12 +256,17 @@ fn a_crash_at_any_fence_of_a_batch_keeps_what_was_acknowledged() {
     let mut rng = Rng::new(11);
     let mut tag = 0;
     for round in 0..60 {
+        // Every other batch also deletes (write_batch, as EXEC does).
         let b = batch(&mut rng, 30, 12, &mut tag);
+        let b = ops(&mut rng, b, round % 2);
         expect.lock().unwrap().pending = b.clone();
-        s.put_batch(&refs(&b)).unwrap();
+        s.write_batch(&op_refs(&b)).unwrap();
         let mut e = expect.lock().unwrap();
         for (k, v) in b {
-            e.acked.insert(k, v);
+            match v {
+                Some(v) => e.acked.insert(k, v),
+                None => e.acked.remove(&k),
+            };
         }
         e.pending.clear();
         drop(e);
@@ -217,7 +275,7 @@ fn a_crash_at_any_fence_of_a_batch_keeps_what_was_acknowledged() {
             let k = key(rng.below(30));
             tag += 1;
             let v = value(&mut rng, tag);
-            expect.lock().unwrap().pending = vec![(k.clone(), v.clone())];
+            expect.lock().unwrap().pending = vec![(k.clone(), Some(v.clone()))];
             s.put(&k, &v).unwrap();
             let mut e = expect.lock().unwrap();
             e.acked.insert(k, v);

@@ -5,7 +5,12 @@
 //! chain and (bytes mode) key pointers — before it writes a byte, so a
 //! refused open leaves the file as it was.
 //!
-//! A clean open trusts the item count. After a crash, recovery walks the
+//! A clean open walks the live segments (in parallel, reading only) and
+//! refuses the pool when the records it finds differ from the count the
+//! close recorded, or are not what readers reach (allocation bits that
+//! disagree with the key words, a record out of its buckets or with a
+//! wrong fingerprint, in bytes mode a key whose hash changed): see
+//! [`clean_segment`]. After a crash, recovery walks the
 //! live segments (in parallel) and, for each:
 //! - drops records whose index maps to another segment: stale copies of an
 //!   expansion interrupted after its commit (left alone, the next split of

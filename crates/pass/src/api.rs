@@ -40,11 +40,32 @@ impl Pass {
         if !self.geo.bytes_keys {
             return;
         }
-        for p in 0..self.first() {
+        self.each_record(&mut |kw, v| {
+            if let Ok(b) = self.key_bytes(kw) {
+                f(&b, v);
+            }
+        });
+    }
+
+    /// Every record's key word and value, segment by segment: by the
+    /// allocation bits, or, in a read-only view of a crashed pool (whose
+    /// hints nobody rebuilt), the records recovery would keep, as `len()`
+    /// counts them there.
+    fn each_record(&self, f: &mut dyn FnMut(u64, u64)) {
+        let st = self.snap();
+        let crashed_view = self.pool.is_read_only() && !self.pool.was_clean();
+        for p in 0..st.first {
             let Some(seg) = self.seg_off(p) else { return };
-            for (_, kw, v) in self.records(seg) {
-                if let Ok(b) = self.key_bytes(kw) {
-                    f(&b, v);
+            if crashed_view {
+                let Ok(found) = recover::classify(self, p, &st) else {
+                    continue;
+                };
+                for r in found.iter().filter(|r| r.fate == recover::Fate::Keep) {
+                    f(r.kw, r.value);
+                }
+            } else {
+                for (_, kw, v) in self.records(seg) {
+                    f(kw, v);
                 }
             }
         }
@@ -174,13 +195,10 @@ impl Engine for Pass {
                 self.pool.load_u64(self.root + R_ZERO_VALUE),
             );
         }
-        for p in 0..self.first() {
-            let Some(seg) = self.seg_off(p) else { return };
-            for (_, kw, v) in self.records(seg) {
-                // The key word is the key's hash: invert it.
-                f(engine::hash::unfmix64(kw) ^ self.seed, v);
-            }
-        }
+        self.each_record(&mut |kw, v| {
+            // The key word is the key's hash: invert it.
+            f(engine::hash::unfmix64(kw) ^ self.seed, v)
+        });
     }
 
     fn check(&self) -> Result<CheckReport> {

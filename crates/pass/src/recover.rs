@@ -5,7 +5,12 @@
 //! chain and (bytes mode) key pointers — before it writes a byte, so a
 //! refused open leaves the file as it was.
 //!
-//! A clean open trusts the item count. After a crash, recovery walks the
+//! A clean open walks the live segments (in parallel, reading only) and
+//! refuses the pool when the records it finds differ from the count the
+//! close recorded, or are not what readers reach (allocation bits that
+//! disagree with the key words, a record out of its buckets or with a
+//! wrong fingerprint, in bytes mode a key whose hash changed): see
+//! [`clean_segment`]. After a crash, recovery walks the
 //! live segments (in parallel) and, for each:
 //! - drops records whose index maps to another segment: stale copies of an
 //!   expansion interrupted after its commit (left alone, the next split of
@@ -29,7 +34,7 @@ use engine::{CheckReport, Result};
 use pmem::{Link, Pool};
 
 use crate::layout::*;
-use crate::ops::Kind;
+use crate::ops::{Kind, Loc};
 use crate::{corrupt, spiral, Pass};
 
 pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
@@ -71,9 +76,20 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
             max_first(k)
         )));
     }
+    // The zero-hash key's flag: 0 or 1, and only an inline table has that
+    // key (`for_each` of a bytes table never visits it).
+    let zero = pool.load_u64(root + R_ZERO);
+    if zero > 1 || (zero == 1 && geo.bytes_keys) {
+        return Err(corrupt(format!(
+            "the zero-hash key's flag is {zero}, not 0{}",
+            if geo.bytes_keys { "" } else { " or 1" }
+        )));
+    }
     let name = crate::engine_name(geo.bytes_keys, split_load);
     let ps = Pass::handle(pool, root, geo, seed, split_load, name);
-    validate(&ps, first, k, true)?;
+    // A clean open checks every key block in its walk below (in
+    // parallel); after a crash, validation follows them first.
+    validate(&ps, first, k, !ps.pool.was_clean())?;
     ps.load_dram();
     let chains: u64 = (0..first)
         .map(|p| ps.chain_of(ps.seg_off(p).expect("validated")).len() as u64)
@@ -81,15 +97,11 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
     ps.t.chain_buckets.store(chains, Ordering::Relaxed);
     if ps.pool.was_clean() {
         let len = ps.pool.load_u64(root + R_LEN);
-        // The count a clean close recorded must match the slots in use (a
-        // page zeroed or overwritten since would otherwise open with keys
-        // silently missing).
-        // The zero-hash key lives in the root, not in a slot.
-        let found = (ps.pool.load_u64(root + R_ZERO) == 1) as u64
-            + engine::par_sum(first as usize, |p| {
-                ps.slots_in_use(ps.seg_off(p as u64).expect("validated"))
-                    .len() as u64
-            });
+        // The count a clean close recorded must match the records the
+        // walk finds, and every record must be one that readers and
+        // `for_each` reach (a page zeroed or overwritten since would
+        // otherwise open with keys silently missing or invented).
+        let found = clean_walk(&ps, first)?;
         if found != len {
             return Err(corrupt(format!(
                 "clean pool records {len} keys, its segments hold {found}: {}",
@@ -107,15 +119,131 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
             .sum();
         ps.t.chain_buckets.store(chains, Ordering::Relaxed);
     } else {
-        // A read-only view of a crashed pool: count without repairing
-        // (the zero-hash key, in the root, included).
+        // A read-only view of a crashed pool: count what recovery would
+        // keep, without repairing (the zero-hash key, in the root,
+        // included); `for_each` visits the same records.
+        let st = ps.snap();
         let mut n = (ps.pool.load_u64(root + R_ZERO) == 1) as u64;
         for p in 0..first {
-            n += ps.slots_in_use(ps.seg_off(p).expect("validated")).len() as u64;
+            n += classify(&ps, p, &st)?
+                .iter()
+                .filter(|r| r.fate == Fate::Keep)
+                .count() as u64;
         }
         ps.len.set(n as i64);
     }
     Ok(ps)
+}
+
+/// The clean-open cross-check: walks every live segment (in parallel)
+/// with [`clean_segment`] and returns the number of keys, the zero-hash
+/// key in the root included. The first damage found (lowest segment) is
+/// an `Err` that points at `pmhash check`.
+fn clean_walk(ps: &Pass, first: u64) -> Result<u64> {
+    let st = ps.snap();
+    let bad: std::sync::Mutex<Option<(u64, String)>> = std::sync::Mutex::new(None);
+    let n = engine::par_sum(first as usize, |p| {
+        let p = p as u64;
+        match clean_segment(ps, &st, p) {
+            Ok(n) => n,
+            Err(e) => {
+                let mut b = bad.lock().unwrap_or_else(|e| e.into_inner());
+                if b.as_ref().is_none_or(|(q, _)| p < *q) {
+                    let m = match e {
+                        engine::Error::Corrupt(m) => m,
+                        e => e.to_string(),
+                    };
+                    *b = Some((p, m));
+                }
+                0
+            }
+        }
+    });
+    if let Some((p, e)) = bad.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(corrupt(format!(
+            "segment {p}: {e}: {}",
+            engine::damaged_after_close(&ps.pool)
+        )));
+    }
+    Ok(n + (ps.pool.load_u64(ps.root + R_ZERO) == 1) as u64)
+}
+
+/// Counts the records of live segment `p` of a cleanly closed table and
+/// checks what readers rely on there. A clean close writes every hint
+/// back, so each bucket's allocation bits must name exactly the slots
+/// whose key word is set (`for_each` and searches go by the bits, a
+/// record is its key word), and each record must sit where its hash sends
+/// it, with its fingerprint: this segment, its home bucket or (member bit
+/// set) its probe bucket, or its home's chain group. In bytes mode that
+/// also reads every key block, so a damaged key (its hash no longer
+/// matches) is found. Reads only; the slot, meta and fingerprint lines it
+/// reads are the lines the count reads anyway.
+fn clean_segment(ps: &Pass, st: &crate::Snap, p: u64) -> Result<u64> {
+    let geo = ps.geo;
+    let pool = &ps.pool;
+    let seg = ps.seg_off(p).expect("validated");
+    let normal = seg + geo.header();
+    let mut n = 0u64;
+    let mut bucket = |bo: u64, chain: Option<u64>| -> Result<()> {
+        let meta = pool.load_u64(bo + B_META);
+        let fps = [pool.load_u64(bo + B_FP), pool.load_u64(bo + B_FP + 8)];
+        let mut used = 0u64;
+        for s in 0..SLOTS {
+            let kw = pool.load_u64(slot_off(bo, s));
+            if kw == 0 {
+                continue;
+            }
+            used |= 1 << s;
+            let h = ps.hash_kw(kw)?;
+            let (fp, bix) = ps.fp_bix(h);
+            let placed = match chain {
+                Some(g) => g == chain_group(bix),
+                None if bo < normal + geo.n * BUCKET => {
+                    let b = (bo - normal) / BUCKET;
+                    let probe = member(meta) >> s & 1 == 1;
+                    if probe {
+                        b == geo.probe(bix)
+                    } else {
+                        b == bix
+                    }
+                }
+                None => true,
+            };
+            // The segment check costs a table look-up per record; an
+            // inline key word that kept its fingerprint and bucket bits
+            // through damage is rare, a damaged key block (bytes mode)
+            // keeps none of them.
+            if !placed || (geo.bytes_keys && ps.phys_of(h, st) != Some(p)) {
+                return Err(corrupt(format!(
+                    "bucket {bo:#x} slot {s} holds a record its hash does not send there"
+                )));
+            }
+            if (fps[s / 8] >> (8 * (s % 8))) as u8 != fp {
+                return Err(corrupt(format!(
+                    "bucket {bo:#x} slot {s}: the fingerprint does not match the key"
+                )));
+            }
+        }
+        if used != alloc(meta) {
+            return Err(corrupt(format!(
+                "bucket {bo:#x}: allocation bits {:#x} name other slots than the key words {used:#x}",
+                alloc(meta)
+            )));
+        }
+        n += used.count_ones() as u64;
+        Ok(())
+    };
+    for b in 0..geo.n + geo.m {
+        bucket(geo.bucket(seg, b), None)?;
+    }
+    for g in 0..geo.groups() {
+        let mut cb = pool.load_u64(chain_head(seg, g));
+        while cb != 0 {
+            bucket(cb, Some(g))?;
+            cb = chain_next(pool.load_u64(cb + B_META));
+        }
+    }
+    Ok(n)
 }
 
 /// Whether the pool's root is a PASS root block whose create never
@@ -377,11 +505,75 @@ fn key_id(ps: &Pass, kw: u64) -> Result<KeyId> {
     })
 }
 
+/// What recovery does with a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
+    Keep,
+    /// Its hash sends it to another segment, or out of its home and probe
+    /// buckets: a stale copy of a split.
+    Stale,
+    /// A second copy of a key kept earlier in the walk.
+    Duplicate,
+}
+
+/// A slot in use after a crash and what recovery does with it.
+pub(crate) struct Found {
+    pub loc: Loc,
+    pub kw: u64,
+    pub value: u64,
+    pub h: u64,
+    pub fate: Fate,
+}
+
+/// Every slot of live segment `p` whose key word is set (the slots
+/// decide after a crash, not the hints), each with its fate: the records
+/// recovery keeps and the copies it drops. Reads only.
+pub(crate) fn classify(ps: &Pass, p: u64, st: &crate::Snap) -> Result<Vec<Found>> {
+    let geo = ps.geo;
+    let seg = ps.seg_off(p).expect("validated");
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (loc, kw, value) in ps.slots_in_use(seg) {
+        let h = ps.hash_kw(kw)?;
+        let (_, bix) = ps.fp_bix(h);
+        // Only meaningful for normal buckets (chain buckets lie anywhere).
+        let b = loc.bucket.wrapping_sub(seg + geo.header()) / BUCKET;
+        let here = ps.phys_of(h, st) == Some(p);
+        let placed = match loc.kind {
+            Kind::Normal => b == bix || b == geo.probe(bix),
+            Kind::Chain(g) if g != chain_group(bix) => {
+                // No write puts a record in another group's chain, and no
+                // crash can: this is damage, not a stale copy.
+                return Err(corrupt(format!(
+                    "segment {p}: a chain record sits in another home's chain"
+                )));
+            }
+            _ => true,
+        };
+        let fate = if !here || !placed {
+            Fate::Stale
+        } else if !seen.insert(key_id(ps, kw)?) {
+            Fate::Duplicate
+        } else {
+            Fate::Keep
+        };
+        out.push(Found {
+            loc,
+            kw,
+            value,
+            h,
+            fate,
+        });
+    }
+    Ok(out)
+}
+
 /// Repairs live segment `p`; returns its record count.
 fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
     let geo = ps.geo;
     let seg = ps.seg_off(p).expect("validated");
     let st = ps.snap();
+    let found = classify(ps, p, &st)?;
     // The slots decide (a key word that is not 0 is a record); every
     // bucket's allocation and member bits and fingerprints are rebuilt.
     let mut buckets: Vec<u64> = (0..geo.n + geo.m).map(|b| geo.bucket(seg, b)).collect();
@@ -395,42 +587,31 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
         };
         mw.store(mw.load(Ordering::Relaxed) & keep, Ordering::Relaxed);
     }
-    let mut seen = HashSet::new();
     let mut kept = 0;
-    for (loc, kw, _) in ps.slots_in_use(seg) {
-        let h = ps.hash_kw(kw)?;
-        let (fp, bix) = ps.fp_bix(h);
-        // Only meaningful for normal buckets (chain buckets lie anywhere).
-        let b = loc.bucket.wrapping_sub(seg + geo.header()) / BUCKET;
-        let here = ps.phys_of(h, &st) == Some(p);
-        let placed = match loc.kind {
-            Kind::Normal => b == bix || b == geo.probe(bix),
-            Kind::Chain(g) if g != chain_group(bix) => {
-                // No write puts a record in another group's chain, and no
-                // crash can: this is damage, not a stale copy.
-                return Err(corrupt(format!(
-                    "segment {p}: a chain record sits in another home's chain"
-                )));
-            }
-            _ => true,
-        };
-        let drop = if !here || !placed {
-            ps.t.stale_removed.fetch_add(1, Ordering::Relaxed);
-            true
-        } else if !seen.insert(key_id(ps, kw)?) {
-            ps.t.duplicates_removed.fetch_add(1, Ordering::Relaxed);
-            true
-        } else {
-            false
-        };
+    for f in found {
+        let loc = f.loc;
         let so = slot_off(loc.bucket, loc.s);
-        if drop {
-            // A stale copy or a second copy: its key block (bytes mode)
-            // belongs to the copy that stays.
-            ps.pool.store_u64(so, 0);
-            ps.pool.flush(so & !(LINE - 1), LINE as usize);
-            continue;
+        match f.fate {
+            Fate::Keep => {}
+            Fate::Stale | Fate::Duplicate => {
+                let t = if f.fate == Fate::Stale {
+                    &ps.t.stale_removed
+                } else {
+                    &ps.t.duplicates_removed
+                };
+                t.fetch_add(1, Ordering::Relaxed);
+                // A stale copy or a second copy: its key block (bytes
+                // mode) belongs to the copy that stays.
+                // persist: the slot's key word is cleared and its line
+                // flushed here; the fence after the walk (in `repair`)
+                // makes it durable before the table is used.
+                ps.pool.store_u64(so, 0);
+                ps.pool.flush(so & !(LINE - 1), LINE as usize);
+                continue;
+            }
         }
+        let (fp, bix) = ps.fp_bix(f.h);
+        let b = loc.bucket.wrapping_sub(seg + geo.header()) / BUCKET;
         let mut bits = 1u64 << loc.s;
         if loc.kind == Kind::Normal && b != bix {
             bits |= 1 << (MEMBER_SHIFT as usize + loc.s);

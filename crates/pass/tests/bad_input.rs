@@ -733,6 +733,119 @@ fn wrong_item_count_is_refused_at_a_clean_open_and_recounted_by_recovery() {
     verify(&e, &pool, &model, &[], "recounted");
 }
 
+/// The keys `for_each` visits.
+fn visited(e: &Pass) -> u64 {
+    let mut n = 0;
+    e.for_each(&mut |_, _| n += 1);
+    n
+}
+
+/// Allocation bits that disagree with the key words in a cleanly closed
+/// image (a stash bucket's meta word zeroed, as a zeroed range of the
+/// file does; or a bit set over an empty slot): the count of key words
+/// still matches the recorded count, but `for_each` and searches go by
+/// the bits, so keys would go missing (or one be invented). A clean open
+/// refuses it, pointing at `pmhash check`, and writes nothing; a read-only
+/// view of the same image after a crash counts and visits what recovery
+/// keeps, and recovery gives every key back.
+#[test]
+fn allocation_bits_that_disagree_with_the_slots_are_refused_at_a_clean_open() {
+    let (tmp, good, model, sh) = built("allocbits", 600, &chain_opts());
+    // A stash bucket that holds records, and a bucket with a free slot.
+    let buckets = sh
+        .segs
+        .iter()
+        .flat_map(|&seg| (0..sh.geo.n + sh.geo.m).map(move |b| (b, sh.geo.bucket(seg, b))));
+    let stash = buckets
+        .clone()
+        .find(|&(b, bo)| b >= sh.geo.n && alloc(word(&good, bo + B_META)) != 0)
+        .expect("a stash bucket with records")
+        .1;
+    let free = buckets
+        .map(|(_, bo)| bo)
+        .chain(sh.chains.iter().flat_map(|(_, c)| c.iter().copied()))
+        .find(|&bo| alloc(word(&good, bo + B_META)) != ALLOC_MASK)
+        .expect("a bucket with a free slot");
+    let free_meta = word(&good, free + B_META);
+    let free_slot = first_free(free_meta).unwrap();
+    for (what, bad) in [
+        (
+            "a stash bucket's allocation bits cleared",
+            patch(&good, &[(stash + B_META, 0)]),
+        ),
+        (
+            "an allocation bit set over an empty slot",
+            patch(&good, &[(free + B_META, free_meta | 1 << free_slot)]),
+        ),
+    ] {
+        for read_only in [true, false] {
+            std::fs::write(tmp.path(), &bad).unwrap();
+            match open_file(tmp.path(), read_only) {
+                Ok((_p, e)) => panic!(
+                    "{what} (read-only {read_only}): a clean open accepted it; len {}, for_each visits {}",
+                    e.len(),
+                    visited(&e)
+                ),
+                Err(m) => assert!(m.contains("pmhash check"), "{what}: {m}"),
+            }
+            let now = std::fs::read(tmp.path()).unwrap();
+            let changed = (0..now.len())
+                .filter(|&i| now[i] != bad[i] && (read_only || !STATE_SLOTS.contains(&i)))
+                .count();
+            assert_eq!(changed, 0, "{what}: the refused open changed the file");
+        }
+        let mut crashed = bad.clone();
+        clear_clean_flag(&mut crashed);
+        std::fs::write(tmp.path(), &crashed).unwrap();
+        {
+            let (_p, e) = open_file(tmp.path(), true).unwrap();
+            assert_eq!(
+                e.len(),
+                model.len() as u64,
+                "{what}: read-only crashed view"
+            );
+            assert_eq!(visited(&e), e.len(), "{what}: read-only crashed view");
+        }
+        assert_eq!(std::fs::read(tmp.path()).unwrap(), crashed);
+        let (pool, e) = open_file(tmp.path(), false).unwrap();
+        verify(&e, &pool, &model, &[], what);
+    }
+}
+
+/// A key block whose bytes changed after a clean close (bytes mode): the
+/// record's hash no longer sends it to its bucket, and the u64 `for_each`
+/// skips a key that is no longer a `wide_key`, while the count still
+/// names it. A clean open refuses it, pointing at `pmhash check`.
+#[test]
+fn damaged_key_bytes_are_refused_at_a_clean_open() {
+    let (tmp, good, _model, sh) = built("keybytes", 800, &pass_bytes_chain());
+    for &(_, kb) in sh.key_slots.iter().take(8) {
+        assert_eq!(word(&good, kb), 16);
+        for (what, at, w) in [
+            ("second half", kb + 16, word(&good, kb + 16) ^ 0xff00),
+            ("length 15", kb, 15),
+        ] {
+            let bad = patch(&good, &[(at, w)]);
+            for read_only in [true, false] {
+                std::fs::write(tmp.path(), &bad).unwrap();
+                match open_file(tmp.path(), read_only) {
+                    Ok((_p, e)) => panic!(
+                        "key block {kb:#x} {what}: a clean open accepted it; len {}, for_each visits {}",
+                        e.len(),
+                        visited(&e)
+                    ),
+                    Err(m) => assert!(m.contains("pmhash check"), "{what}: {m}"),
+                }
+            }
+            let now = std::fs::read(tmp.path()).unwrap();
+            let changed = (0..now.len())
+                .filter(|&i| now[i] != bad[i] && !STATE_SLOTS.contains(&i))
+                .count();
+            assert_eq!(changed, 0, "{what}: the refused open changed the file");
+        }
+    }
+}
+
 /// Overflow filters cleared in a cleanly closed image (every home's meta
 /// bits and filter word): the hints are trusted after a clean close, so
 /// stash and chain records go missing from gets, and `check()` must say

@@ -202,12 +202,16 @@ fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>
 }
 
 /// Checks a read-only pool the way a writable open would, without building
-/// anything: the root, every file header, and (options b and c) the hash
-/// engine's own open.
-pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<()> {
+/// anything: the root, every file header, (options b and c) the hash
+/// engine's own open, and for a clean store with an image the image's
+/// records against the log. `Ok(true)` when that is every check the open
+/// makes; `Ok(false)` when the open will scan the log, which only a whole
+/// (read-only) open checks.
+pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<bool> {
     let root = pool.aux_root();
     if root == 0 {
-        return crate::pindex::check_unformatted(&pool);
+        crate::pindex::check_unformatted(&pool)?;
+        return Ok(true);
     }
     let ri = read_root(&pool, root)?;
     let (files, _) = read_files(&pool, root, &ri)?;
@@ -228,9 +232,12 @@ pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<()> {
         ) {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
             check_image(&pool, &files, &img, threads)?;
+            return Ok(true);
         }
     }
-    Ok(())
+    // Any other open scans the log (or opens the index engine), which
+    // only a whole open checks.
+    Ok(false)
 }
 
 /// Builds the store's DRAM state for the pool's root. Returns the state,

@@ -316,8 +316,21 @@ impl Store {
                 // a store that will be refused leaves its file untouched.
                 let mut ro = opts.pool_options();
                 ro.read_only = true;
-                let probe = Pool::open(&path, &ro)?;
-                crate::recover::validate(Arc::new(probe), &opts)?;
+                let probe = Arc::new(Pool::open(&path, &ro)?);
+                if !crate::recover::validate(probe.clone(), &opts)? {
+                    // An open that scans the log (after a crash, or with
+                    // no usable image) may refuse the store for corruption
+                    // no crash tore: run the whole open on the read-only
+                    // mapping first, so a refusal comes before the writable
+                    // open touches the header. The scan runs twice, once
+                    // in memory.
+                    let ro_opts = Options {
+                        read_only: true,
+                        ..opts.clone()
+                    };
+                    let dry = Store::open_pool_with(probe, ro_opts, false)?;
+                    let _ = dry.close();
+                }
                 let pool = Pool::open_locked(lock, &opts.pool_options())?;
                 // The image's records were checked by `validate`, under
                 // the lock held since.

@@ -772,3 +772,50 @@ fn a_transaction_costs_one_fence() {
     assert_eq!(c.cmd(&[b"GET", b"d"]), V::Nil);
     assert_eq!(c.cmd(&[b"GET", b"c"]), bulk("3"));
 }
+
+#[test]
+fn a_full_file_system_is_an_error_reply_and_deletes_make_room() {
+    let fs = match pmem::testfs::SmallFs::mount(320 << 20) {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("skipped: needs a small tmpfs ({why})");
+            return;
+        }
+    };
+    let dir = fs.path("db");
+    let srv = Server::start(&dir, &[]);
+    let mut c = Conn::connect(srv.port);
+    let big = vec![b'v'; 1 << 20];
+    let mut n = 0;
+    let err = loop {
+        assert!(n < 400, "400 MiB of values fit in a 320 MiB file system");
+        match c.cmd(&[b"SET", format!("k{n:04}").as_bytes(), &big]) {
+            V::Simple(ok) if ok == "OK" => n += 1,
+            V::Err(e) => break e,
+            other => panic!("SET: {other:?}"),
+        }
+    };
+    assert!(err.contains("out of space"), "{err}");
+    assert!(n >= 10, "only {n} SETs before the file system filled");
+    // The server stays up: reads and other clients are served.
+    assert_eq!(c.cmd(&[b"GET", b"k0000"]), V::Bulk(big.clone()));
+    assert_eq!(
+        Conn::connect(srv.port).cmd(&[b"PING"]),
+        V::Simple("PONG".into())
+    );
+    // Deleting (and the background GC) makes room again.
+    for i in 0..n {
+        c.cmd(&[b"DEL", format!("k{i:04}").as_bytes()]);
+    }
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        match c.cmd(&[b"SET", b"again", &big]) {
+            V::Simple(ok) if ok == "OK" => break,
+            V::Err(e) if e.contains("out of space") && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => panic!("SET after DEL and GC: {other:?}"),
+        }
+    }
+    assert_eq!(c.cmd(&[b"GET", b"again"]), V::Bulk(big));
+}

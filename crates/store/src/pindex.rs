@@ -263,12 +263,141 @@ impl PIndex {
         }
     }
 
+    /// The open's check of every slot (index options b and c): each value
+    /// must have the form of an entry address in a live log file (on an
+    /// entry boundary, its header inside the file's data), and an overflow
+    /// entry must be a well-formed entry with an empty key whose pairs all
+    /// have that form and this slot's hash. For an evenly spread sample of
+    /// at most [`SAMPLE`] slots (all of them in a smaller index) the entry
+    /// itself is read too: its lengths must be valid, it must fit in its
+    /// file, its key must hash to the slot, and a lookup of the slot's hash
+    /// must find that slot. `files`: `(offset, size)` of every live file.
+    /// Reads only: one walk of the table, then the sampled entries.
+    /// `Err(Corrupt)` names the first bad slot. So an index of up to
+    /// [`SAMPLE`] keys never opens with a counted key silently missing, and
+    /// a larger one never opens with a slot that names anything but an
+    /// entry boundary in a live file.
+    pub fn check_slots(&self, files: &[(u64, u64)]) -> Result<()> {
+        let mut files = files.to_vec();
+        files.sort_unstable();
+        let stride = (self.engine.len() / SAMPLE).max(1);
+        let mut i = 0u64;
+        let mut first_bad: Option<(u64, u64, &'static str)> = None;
+        // Slots read whole after the walk: an engine's `for_each` may hold
+        // a lock its `get` takes.
+        let mut deep = Vec::new();
+        self.engine.for_each(&mut |h, v| {
+            if first_bad.is_some() {
+                return;
+            }
+            // Overflow entries exist only where 64-bit hashes collide:
+            // rare, so each is read whole.
+            if v & OVF_TAG != 0 || i.is_multiple_of(stride) {
+                deep.push((h, v));
+            } else if let Err(w) = in_file(&files, vaddr_off(v), 0) {
+                first_bad = Some((h, v, w));
+            }
+            i += 1;
+        });
+        if first_bad.is_none() {
+            first_bad = deep
+                .into_iter()
+                .find_map(|(h, v)| self.slot_ok(&files, h, v).err().map(|w| (h, v, w)));
+        }
+        match first_bad {
+            None => Ok(()),
+            Some((h, v, w)) => Err(Error::Corrupt(format!(
+                "hash index slot {h:#x} names {v:#x}, {w}; run `pmhash check` on the pool"
+            ))),
+        }
+    }
+
+    /// A slot of [`check_slots`](Self::check_slots) read whole.
+    fn slot_ok(
+        &self,
+        files: &[(u64, u64)],
+        h: u64,
+        v: u64,
+    ) -> std::result::Result<(), &'static str> {
+        // The slot must be what a lookup of its hash finds: a damaged
+        // engine can list a slot that its get never reaches.
+        if self.engine.get(h) != Some(v) {
+            return Err("a slot that a lookup of its hash does not find");
+        }
+        if v & OVF_TAG != 0 {
+            let (off, _, vlen) = self.entry_at(v & !OVF_TAG)?;
+            in_file(files, off, vlen as u64)?;
+            let pairs = self.ovf_pairs_checked(v)?;
+            if pairs.len() < 2 {
+                return Err("an overflow entry that lists fewer than two keys");
+            }
+            for (k, va) in &pairs {
+                if key_hash(k) != h {
+                    return Err("an overflow entry that lists a key of another slot");
+                }
+                self.entry_in_file(files, *va, Some(k))?;
+            }
+            return Ok(());
+        }
+        self.entry_in_file(files, v, None)?;
+        match self.key_at(v) {
+            Ok(k) if key_hash(&k) == h => Ok(()),
+            Ok(_) => Err("an entry of another slot's key"),
+            Err(w) => Err(w),
+        }
+    }
+
+    /// `va` is on an entry boundary in a live file and, read, an entry
+    /// that fits in that file (of `key`, if given).
+    fn entry_in_file(
+        &self,
+        files: &[(u64, u64)],
+        va: u64,
+        key: Option<&[u8]>,
+    ) -> std::result::Result<(), &'static str> {
+        let off = vaddr_off(va);
+        in_file(files, off, 0)?;
+        let (_, klen, vlen) = self.entry_at(va)?;
+        in_file(files, off, (klen + vlen) as u64)?;
+        if key.is_some_and(|k| !self.key_is(va, k)) {
+            return Err("an entry of another key");
+        }
+        Ok(())
+    }
+
     /// Every engine value (entries and tagged OVF entries).
     pub fn values(&self) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         self.engine.for_each(&mut |h, v| out.push((h, v)));
         out
     }
+}
+
+/// How many slots an open reads the entry of (see
+/// [`PIndex::check_slots`]): every slot of an index this small, an evenly
+/// spread sample of a larger one. 65,536 random reads of PM cost a few
+/// milliseconds; reading all 10M entries of a large store would cost
+/// about a second.
+pub const SAMPLE: u64 = 1 << 16;
+
+/// Whether an entry at pool offset `off`, its header and `body` more
+/// bytes, lies on an entry boundary inside the data of one of `files`
+/// (`(offset, size)`, sorted).
+fn in_file(files: &[(u64, u64)], off: u64, body: u64) -> std::result::Result<(), &'static str> {
+    if !off.is_multiple_of(ENTRY_ALIGN) {
+        return Err("not on an entry boundary");
+    }
+    let i = files.partition_point(|&(f, _)| f <= off);
+    let Some(&(f, size)) = i.checked_sub(1).map(|i| &files[i]) else {
+        return Err("outside every log file");
+    };
+    let end = off
+        .checked_add(ENTRY_HEADER + body)
+        .ok_or("outside every log file")?;
+    if off < f + X_DATA || end > f + size {
+        return Err("outside every log file's entries");
+    }
+    Ok(())
 }
 
 /// `Ok` if a pool without a store root (aux root 0) may be formatted as a

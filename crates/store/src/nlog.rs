@@ -675,7 +675,7 @@ impl Nlog {
     ) -> Option<Entry> {
         // Entries start on ENTRY_ALIGN boundaries: a position off one came
         // from a corrupt word (an index slot, a length), not from the log.
-        if pos % ENTRY_ALIGN != 0 || pos + ENTRY_HEADER > f.size {
+        if !pos.is_multiple_of(ENTRY_ALIGN) || pos + ENTRY_HEADER > f.size {
             return None;
         }
         let off = f.off + pos;

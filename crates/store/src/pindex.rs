@@ -278,8 +278,7 @@ impl PIndex {
     /// a larger one never opens with a slot that names anything but an
     /// entry boundary in a live file.
     pub fn check_slots(&self, files: &[(u64, u64)]) -> Result<()> {
-        let mut files = files.to_vec();
-        files.sort_unstable();
+        let files = Files::new(files);
         let stride = (self.engine.len() / SAMPLE).max(1);
         let mut i = 0u64;
         let mut first_bad: Option<(u64, u64, &'static str)> = None;
@@ -294,7 +293,7 @@ impl PIndex {
             // rare, so each is read whole.
             if v & OVF_TAG != 0 || i.is_multiple_of(stride) {
                 deep.push((h, v));
-            } else if let Err(w) = in_file(&files, vaddr_off(v), 0) {
+            } else if let Err(w) = files.holds(vaddr_off(v), 0) {
                 first_bad = Some((h, v, w));
             }
             i += 1;
@@ -313,12 +312,7 @@ impl PIndex {
     }
 
     /// A slot of [`check_slots`](Self::check_slots) read whole.
-    fn slot_ok(
-        &self,
-        files: &[(u64, u64)],
-        h: u64,
-        v: u64,
-    ) -> std::result::Result<(), &'static str> {
+    fn slot_ok(&self, files: &Files, h: u64, v: u64) -> std::result::Result<(), &'static str> {
         // The slot must be what a lookup of its hash finds: a damaged
         // engine can list a slot that its get never reaches.
         if self.engine.get(h) != Some(v) {
@@ -326,7 +320,7 @@ impl PIndex {
         }
         if v & OVF_TAG != 0 {
             let (off, _, vlen) = self.entry_at(v & !OVF_TAG)?;
-            in_file(files, off, vlen as u64)?;
+            files.holds(off, vlen as u64)?;
             let pairs = self.ovf_pairs_checked(v)?;
             if pairs.len() < 2 {
                 return Err("an overflow entry that lists fewer than two keys");
@@ -351,14 +345,14 @@ impl PIndex {
     /// that fits in that file (of `key`, if given).
     fn entry_in_file(
         &self,
-        files: &[(u64, u64)],
+        files: &Files,
         va: u64,
         key: Option<&[u8]>,
     ) -> std::result::Result<(), &'static str> {
         let off = vaddr_off(va);
-        in_file(files, off, 0)?;
+        files.holds(off, 0)?;
         let (_, klen, vlen) = self.entry_at(va)?;
-        in_file(files, off, (klen + vlen) as u64)?;
+        files.holds(off, (klen + vlen) as u64)?;
         if key.is_some_and(|k| !self.key_is(va, k)) {
             return Err("an entry of another key");
         }
@@ -375,29 +369,73 @@ impl PIndex {
 
 /// How many slots an open reads the entry of (see
 /// [`PIndex::check_slots`]): every slot of an index this small, an evenly
-/// spread sample of a larger one. 65,536 random reads of PM cost a few
-/// milliseconds; reading all 10M entries of a large store would cost
-/// about a second.
-pub const SAMPLE: u64 = 1 << 16;
+/// spread sample of a larger one. A sampled slot costs a lookup and a
+/// random read of its entry (about 1 µs on the AMD host of
+/// docs/benchmarks.md), so 8,192 cost about 8 ms; reading all 10M entries
+/// of a large store would cost seconds.
+pub const SAMPLE: u64 = 1 << 13;
 
-/// Whether an entry at pool offset `off`, its header and `body` more
-/// bytes, lies on an entry boundary inside the data of one of `files`
-/// (`(offset, size)`, sorted).
-fn in_file(files: &[(u64, u64)], off: u64, body: u64) -> std::result::Result<(), &'static str> {
-    if !off.is_multiple_of(ENTRY_ALIGN) {
-        return Err("not on an entry boundary");
+/// The live log files, found by offset in O(1): `units[i]` holds the
+/// (at most two, as files do not overlap) files that touch the
+/// `extent`-sized unit `i` of the pool from `base`.
+pub(crate) struct Files {
+    base: u64,
+    unit: u64,
+    units: Vec<[(u64, u64); 2]>,
+}
+
+impl Files {
+    /// `files`: `(offset, size)` of every live file.
+    pub(crate) fn new(files: &[(u64, u64)]) -> Files {
+        let base = files.iter().map(|f| f.0).min().unwrap_or(0);
+        let end = files.iter().map(|f| f.0 + f.1).max().unwrap_or(0);
+        let unit = files
+            .iter()
+            .map(|f| f.1)
+            .max()
+            .unwrap_or(1)
+            .max(ENTRY_ALIGN);
+        let n = (end - base).div_ceil(unit) as usize;
+        let mut units = vec![[(0, 0); 2]; n];
+        for &(off, size) in files {
+            if size == 0 {
+                continue;
+            }
+            let first = ((off - base) / unit) as usize;
+            let last = ((off + size - 1 - base) / unit) as usize;
+            for u in &mut units[first..=last] {
+                let k = usize::from(u[0].1 != 0);
+                u[k] = (off, size);
+            }
+        }
+        Files { base, unit, units }
     }
-    let i = files.partition_point(|&(f, _)| f <= off);
-    let Some(&(f, size)) = i.checked_sub(1).map(|i| &files[i]) else {
-        return Err("outside every log file");
-    };
-    let end = off
-        .checked_add(ENTRY_HEADER + body)
-        .ok_or("outside every log file")?;
-    if off < f + X_DATA || end > f + size {
-        return Err("outside every log file's entries");
+
+    /// Whether an entry at pool offset `off`, its header and `body` more
+    /// bytes, lies on an entry boundary inside the entries of one file.
+    #[inline]
+    fn holds(&self, off: u64, body: u64) -> std::result::Result<(), &'static str> {
+        if !off.is_multiple_of(ENTRY_ALIGN) {
+            return Err("not on an entry boundary");
+        }
+        let u = off
+            .checked_sub(self.base)
+            .map(|d| (d / self.unit) as usize)
+            .and_then(|u| self.units.get(u))
+            .ok_or("outside every log file")?;
+        let end = off
+            .checked_add(ENTRY_HEADER + body)
+            .ok_or("outside every log file")?;
+        for &(f, size) in u {
+            if size != 0 && f <= off && off < f + size {
+                if off < f + X_DATA || end > f + size {
+                    return Err("outside every log file's entries");
+                }
+                return Ok(());
+            }
+        }
+        Err("outside every log file")
     }
-    Ok(())
 }
 
 /// `Ok` if a pool without a store root (aux root 0) may be formatted as a

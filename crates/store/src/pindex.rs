@@ -263,11 +263,178 @@ impl PIndex {
         }
     }
 
+    /// The open's check of every slot (index options b and c): each value
+    /// must have the form of an entry address in a live log file (on an
+    /// entry boundary, its header inside the file's data), and an overflow
+    /// entry must be a well-formed entry with an empty key whose pairs all
+    /// have that form and this slot's hash. For an evenly spread sample of
+    /// at most [`SAMPLE`] slots (all of them in a smaller index) the entry
+    /// itself is read too: its lengths must be valid, it must fit in its
+    /// file, its key must hash to the slot, and a lookup of the slot's hash
+    /// must find that slot. `files`: `(offset, size)` of every live file.
+    /// Reads only: one walk of the table, then the sampled entries.
+    /// `Err(Corrupt)` names the first bad slot. So an index of up to
+    /// [`SAMPLE`] keys never opens with a counted key silently missing, and
+    /// a larger one never opens with a slot that names anything but an
+    /// entry boundary in a live file.
+    pub fn check_slots(&self, files: &[(u64, u64)]) -> Result<()> {
+        let files = Files::new(files);
+        let stride = (self.engine.len() / SAMPLE).max(1);
+        let mut i = 0u64;
+        let mut first_bad: Option<(u64, u64, &'static str)> = None;
+        // Slots read whole after the walk: an engine's `for_each` may hold
+        // a lock its `get` takes.
+        let mut deep = Vec::new();
+        self.engine.for_each(&mut |h, v| {
+            if first_bad.is_some() {
+                return;
+            }
+            // Overflow entries exist only where 64-bit hashes collide:
+            // rare, so each is read whole.
+            if v & OVF_TAG != 0 || i.is_multiple_of(stride) {
+                deep.push((h, v));
+            } else if let Err(w) = files.holds(vaddr_off(v), 0) {
+                first_bad = Some((h, v, w));
+            }
+            i += 1;
+        });
+        if first_bad.is_none() {
+            first_bad = deep
+                .into_iter()
+                .find_map(|(h, v)| self.slot_ok(&files, h, v).err().map(|w| (h, v, w)));
+        }
+        match first_bad {
+            None => Ok(()),
+            Some((h, v, w)) => Err(Error::Corrupt(format!(
+                "hash index slot {h:#x} names {v:#x}, {w}; run `pmhash check` on the pool"
+            ))),
+        }
+    }
+
+    /// A slot of [`check_slots`](Self::check_slots) read whole.
+    fn slot_ok(&self, files: &Files, h: u64, v: u64) -> std::result::Result<(), &'static str> {
+        // The slot must be what a lookup of its hash finds: a damaged
+        // engine can list a slot that its get never reaches.
+        if self.engine.get(h) != Some(v) {
+            return Err("a slot that a lookup of its hash does not find");
+        }
+        if v & OVF_TAG != 0 {
+            let (off, _, vlen) = self.entry_at(v & !OVF_TAG)?;
+            files.holds(off, vlen as u64)?;
+            let pairs = self.ovf_pairs_checked(v)?;
+            if pairs.len() < 2 {
+                return Err("an overflow entry that lists fewer than two keys");
+            }
+            for (k, va) in &pairs {
+                if key_hash(k) != h {
+                    return Err("an overflow entry that lists a key of another slot");
+                }
+                self.entry_in_file(files, *va, Some(k))?;
+            }
+            return Ok(());
+        }
+        self.entry_in_file(files, v, None)?;
+        match self.key_at(v) {
+            Ok(k) if key_hash(&k) == h => Ok(()),
+            Ok(_) => Err("an entry of another slot's key"),
+            Err(w) => Err(w),
+        }
+    }
+
+    /// `va` is on an entry boundary in a live file and, read, an entry
+    /// that fits in that file (of `key`, if given).
+    fn entry_in_file(
+        &self,
+        files: &Files,
+        va: u64,
+        key: Option<&[u8]>,
+    ) -> std::result::Result<(), &'static str> {
+        let off = vaddr_off(va);
+        files.holds(off, 0)?;
+        let (_, klen, vlen) = self.entry_at(va)?;
+        files.holds(off, (klen + vlen) as u64)?;
+        if key.is_some_and(|k| !self.key_is(va, k)) {
+            return Err("an entry of another key");
+        }
+        Ok(())
+    }
+
     /// Every engine value (entries and tagged OVF entries).
     pub fn values(&self) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         self.engine.for_each(&mut |h, v| out.push((h, v)));
         out
+    }
+}
+
+/// How many slots an open reads the entry of (see
+/// [`PIndex::check_slots`]): every slot of an index this small, an evenly
+/// spread sample of a larger one. A sampled slot costs a lookup and a
+/// random read of its entry (about 1 µs on the AMD host of
+/// docs/benchmarks.md), so 8,192 cost about 8 ms; reading all 10M entries
+/// of a large store would cost seconds.
+pub const SAMPLE: u64 = 1 << 13;
+
+/// The live log files, found by offset in O(1): `units[i]` holds the
+/// (at most two, as files do not overlap) files that touch the
+/// `extent`-sized unit `i` of the pool from `base`.
+pub(crate) struct Files {
+    base: u64,
+    unit: u64,
+    units: Vec<[(u64, u64); 2]>,
+}
+
+impl Files {
+    /// `files`: `(offset, size)` of every live file.
+    pub(crate) fn new(files: &[(u64, u64)]) -> Files {
+        let base = files.iter().map(|f| f.0).min().unwrap_or(0);
+        let end = files.iter().map(|f| f.0 + f.1).max().unwrap_or(0);
+        let unit = files
+            .iter()
+            .map(|f| f.1)
+            .max()
+            .unwrap_or(1)
+            .max(ENTRY_ALIGN);
+        let n = (end - base).div_ceil(unit) as usize;
+        let mut units = vec![[(0, 0); 2]; n];
+        for &(off, size) in files {
+            if size == 0 {
+                continue;
+            }
+            let first = ((off - base) / unit) as usize;
+            let last = ((off + size - 1 - base) / unit) as usize;
+            for u in &mut units[first..=last] {
+                let k = usize::from(u[0].1 != 0);
+                u[k] = (off, size);
+            }
+        }
+        Files { base, unit, units }
+    }
+
+    /// Whether an entry at pool offset `off`, its header and `body` more
+    /// bytes, lies on an entry boundary inside the entries of one file.
+    #[inline]
+    fn holds(&self, off: u64, body: u64) -> std::result::Result<(), &'static str> {
+        if !off.is_multiple_of(ENTRY_ALIGN) {
+            return Err("not on an entry boundary");
+        }
+        let u = off
+            .checked_sub(self.base)
+            .map(|d| (d / self.unit) as usize)
+            .and_then(|u| self.units.get(u))
+            .ok_or("outside every log file")?;
+        let end = off
+            .checked_add(ENTRY_HEADER + body)
+            .ok_or("outside every log file")?;
+        for &(f, size) in u {
+            if size != 0 && f <= off && off < f + size {
+                if off < f + X_DATA || end > f + size {
+                    return Err("outside every log file's entries");
+                }
+                return Ok(());
+            }
+        }
+        Err("outside every log file")
     }
 }
 

@@ -201,12 +201,17 @@ fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>
     Ok((files, free))
 }
 
+/// `(offset, size)` of every file, as [`PIndex::check_slots`] takes them.
+fn file_ranges(files: &[Arc<Extent>]) -> Vec<(u64, u64)> {
+    files.iter().map(|f| (f.off, f.size)).collect()
+}
+
 /// Checks a read-only pool the way a writable open would, without building
 /// anything: the root, every file header, (options b and c) the hash
-/// engine's own open, and for a clean store with an image the image's
-/// records against the log. `Ok(true)` when that is every check the open
-/// makes; `Ok(false)` when the open will scan the log, which only a whole
-/// (read-only) open checks.
+/// engine's own open and the form of every index slot, and for a clean
+/// store with an image the image's records against the log. `Ok(true)`
+/// when that is every check the open makes; `Ok(false)` when the open will
+/// scan the log, which only a whole (read-only) open checks.
 pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<bool> {
     let root = pool.aux_root();
     if root == 0 {
@@ -215,7 +220,18 @@ pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<bool> {
     }
     let ri = read_root(&pool, root)?;
     let (files, _) = read_files(&pool, root, &ri)?;
-    let persistent = open_engine(&pool, &ri, opts)?.is_some();
+    let pidx = open_engine(&pool, &ri, opts)?;
+    let persistent = pidx.is_some();
+    if let Some(p) = &pidx {
+        // The writable open that follows skips this walk (it runs under
+        // the same lock).
+        p.check_slots(&file_ranges(&files))?;
+        if pool.was_clean() {
+            // A clean open of a persistent index is the engine's open: no
+            // log scan.
+            return Ok(true);
+        }
+    }
     let image = pool.load_u64(root + R_IMAGE);
     if !persistent && pool.was_clean() && image != 0 {
         // The clean open will load the image: its records must agree with
@@ -242,8 +258,9 @@ pub(crate) fn validate(pool: Arc<Pool>, opts: &Options) -> Result<bool> {
 
 /// Builds the store's DRAM state for the pool's root. Returns the state,
 /// how it was found and how many log entries were scanned. `image_checked`:
-/// [`validate`] has just checked the image's records against the log,
-/// under the pool's lock, so loading it need not again.
+/// [`validate`] has just checked the image's records against the log (or
+/// the hash index's slots), under the pool's lock, so the open need not
+/// again.
 pub(crate) fn open(
     pool: Arc<Pool>,
     root: u64,
@@ -290,7 +307,7 @@ pub(crate) fn open(
         return Ok((s, "created", 0));
     }
     if persistent {
-        return open_persistent(s, files, free, ri.clusters);
+        return open_persistent(s, files, free, ri.clusters, image_checked);
     }
     let mut from = "log scan";
     let mut entries = 0;
@@ -348,7 +365,9 @@ pub(crate) fn open(
     Ok((s, from, entries))
 }
 
-/// Open with a persistent point index: nothing to rebuild. Every file is
+/// Open with a persistent point index: nothing to rebuild but the check of
+/// the index's slots ([`PIndex::check_slots`]; `slots_checked`:
+/// [`validate`] ran it under the pool's lock). Every file is
 /// sealed (its tail is learned by the background accounting pass, which
 /// GC waits for), and version counters start at a fresh reserved range.
 fn open_persistent(
@@ -356,9 +375,16 @@ fn open_persistent(
     files: Vec<Arc<Extent>>,
     free: Vec<u64>,
     clusters: u32,
+    slots_checked: bool,
 ) -> Result<(Inner, &'static str, u64)> {
     let pool = &s.pool;
     let root = s.log.root;
+    if !slots_checked {
+        if let crate::index::Point::Engine(p) = s.index.point() {
+            // Before anything is written: a refused pool stays untouched.
+            p.check_slots(&file_ranges(&files))?;
+        }
+    }
     let base = pool.load_u64(root + R_VBASE).max(1);
     if base > VERSION_MASK - VBASE_STEP {
         return Err(corrupt("version base exhausted".into()));

@@ -1,9 +1,11 @@
 //! A corrupt persistent point index (index options b and c: `store-hash`,
-//! `store-both`) is never a panic: a hash slot that names an offset outside
-//! the pool or off an entry boundary is skipped by `for_each`, absent to
-//! `get`, reported by `check`, refused by a write to that key, and leaves
-//! the store's background thread (which builds the ordered tree from the
-//! index) running. A pool whose header lost its store root but that holds
+//! `store-both`) is never a panic and never a silently missing key: an open
+//! refuses, untouched, a pool whose hash slot names an offset outside the
+//! pool, off an entry boundary, outside every log file, or an entry of
+//! another key; a slot damaged after the open is skipped by `for_each`,
+//! absent to `get`, reported by `check`, refused by a write to that key,
+//! and leaves the store's background thread (which builds the ordered tree
+//! from the index) running. A pool whose header lost its store root but that holds
 //! data is refused, untouched, instead of being formatted anew.
 
 use std::collections::BTreeMap;
@@ -184,16 +186,135 @@ fn open_ok(dir: &Path, o: Options, what: &str) -> Store {
     })
 }
 
-#[test]
-fn an_index_value_outside_the_pool_is_skipped_reported_and_refused_for_writes() {
-    count_background_panics();
-    let dir = TempDir::new("store-pindex", "outside");
-    let (path, good, m) = built(&dir, hash_index());
-    let bad = with_victim_value(&good, 0x1aa0_c000);
-    std::fs::write(&path, &bad).unwrap();
+/// Opens of the pool file `path` holding `bad`, read-only and writable,
+/// must be refused with a message that holds each of `says` and points at
+/// `pmhash check`, and leave the file byte-for-byte as it was.
+fn refused(dir: &Path, path: &Path, bad: &[u8], index: IndexKind, name: &str, says: &[&str]) {
+    for read_only in [true, false] {
+        std::fs::write(path, bad).unwrap();
+        let what = format!(
+            "{name}, {}",
+            if read_only { "read-only" } else { "writable" }
+        );
+        let r = guarded(&format!("{what}: open"), || {
+            Store::open(dir, opts(index, read_only))
+        });
+        let msg = match r {
+            Ok(st) => {
+                let mut n = 0u64;
+                st.for_each(|_, _| n += 1);
+                panic!(
+                    "{what}: an open accepted a pool whose index names no entry of its key \
+                     (len() {}, for_each visits {n})",
+                    st.len()
+                )
+            }
+            Err(e) => e.to_string(),
+        };
+        for s in says.iter().chain(&["pmhash check"]) {
+            assert!(msg.contains(s), "{what}: the refusal says {s:?}: {msg}");
+        }
+        assert!(
+            std::fs::read(path).unwrap() == bad,
+            "{what}: the refused file changed"
+        );
+    }
+}
 
-    let what = "store-hash, read-only";
-    let st = open_ok(dir.path(), opts(hash_index(), true), what);
+#[test]
+fn an_open_refuses_an_index_value_outside_the_pool() {
+    for (name, index, v) in [
+        ("store-hash", hash_index(), 0x1aa0_c000u64),
+        ("store-both", both_index(), 0x1_0004_5940),
+    ] {
+        let dir = TempDir::new("store-pindex", "outside");
+        let (path, good, _) = built(&dir, index);
+        let bad = with_victim_value(&good, v);
+        let slot = format!("{:#x}", key_hash(VICTIM));
+        refused(
+            dir.path(),
+            &path,
+            &bad,
+            index,
+            name,
+            &[&format!("{v:#x}"), &slot],
+        );
+    }
+}
+
+#[test]
+fn an_open_refuses_an_index_value_off_an_entry_boundary() {
+    let dir = TempDir::new("store-pindex", "unaligned");
+    let (path, good, _) = built(&dir, hash_index());
+    let at = victim_value_word(&good);
+    // Inside the pool, inside the victim's entry, on no entry boundary.
+    let bad = with_victim_value(&good, word(&good, at) + 7);
+    refused(
+        dir.path(),
+        &path,
+        &bad,
+        hash_index(),
+        "store-hash",
+        &["entry boundary"],
+    );
+}
+
+#[test]
+fn an_open_refuses_an_index_value_that_names_another_keys_entry() {
+    // On an entry boundary, inside a live file, a well-formed entry: but
+    // of another key, so the victim would be silently missing (and the
+    // other key listed twice).
+    let dir = TempDir::new("store-pindex", "other-key");
+    let (path, good, _) = built(&dir, hash_index());
+    let lens = lens_word(key(3).len(), value(3).len());
+    let other = (0..good.len() - 64)
+        .step_by(64)
+        .find(|&o| word(&good, o + 8) == lens && good[o + 40..o + 40 + 8] == key(3)[..])
+        .expect("key 3's entry") as u64;
+    let bad = with_victim_value(&good, other);
+    refused(
+        dir.path(),
+        &path,
+        &bad,
+        hash_index(),
+        "store-hash",
+        &["another slot's key"],
+    );
+}
+
+#[test]
+fn an_open_refuses_an_index_value_between_the_log_files() {
+    // On an entry boundary and inside the pool, but in no log file (the
+    // index's own table, past every file's entries).
+    let dir = TempDir::new("store-pindex", "no-file");
+    let (path, good, _) = built(&dir, both_index());
+    let at = victim_value_word(&good) as u64;
+    let bad = with_victim_value(&good, at & !63);
+    refused(
+        dir.path(),
+        &path,
+        &bad,
+        both_index(),
+        "store-both",
+        &["outside every log file"],
+    );
+}
+
+/// Sets the victim's index value in the pool of the open store `st` (the
+/// damage a stray write after the open's check could do).
+fn damage_open_store(st: &Store, good: &[u8], v: u64) {
+    let at = victim_value_word(good) as u64;
+    st.pool().store_u64(at, v);
+}
+
+#[test]
+fn a_slot_damaged_after_the_open_is_skipped_reported_and_refused_for_writes() {
+    count_background_panics();
+    let dir = TempDir::new("store-pindex", "outside-live");
+    let (_, good, m) = built(&dir, hash_index());
+    let what = "store-hash, damaged while open";
+    let st = open_ok(dir.path(), opts(hash_index(), false), what);
+    damage_open_store(&st, &good, 0x1aa0_c000);
     reads(&st, &m, what);
     let err = guarded("check", || st.check()).expect_err("check must report the bad slot");
     let msg = err.to_string();
@@ -201,16 +322,6 @@ fn an_index_value_outside_the_pool_is_skipped_reported_and_refused_for_writes() 
         msg.contains("0x1aa0c000"),
         "{what}: check names the offset: {msg}"
     );
-    st.close().unwrap();
-    drop(st);
-    assert!(
-        std::fs::read(&path).unwrap() == bad,
-        "{what}: the file changed"
-    );
-
-    let what = "store-hash, writable";
-    let st = open_ok(dir.path(), opts(hash_index(), false), what);
-    reads(&st, &m, what);
     let err = guarded("put of the victim", || st.put(VICTIM, b"new"))
         .expect_err("a write to the corrupt slot must be refused");
     let msg = err.to_string();
@@ -226,75 +337,53 @@ fn an_index_value_outside_the_pool_is_skipped_reported_and_refused_for_writes() 
 }
 
 #[test]
-fn an_index_value_off_an_entry_boundary_is_never_read() {
+fn a_slot_damaged_off_an_entry_boundary_after_the_open_is_never_read() {
     count_background_panics();
-    let dir = TempDir::new("store-pindex", "unaligned");
-    let (path, good, m) = built(&dir, hash_index());
+    let dir = TempDir::new("store-pindex", "unaligned-live");
+    let (_, good, m) = built(&dir, hash_index());
     let at = victim_value_word(&good);
-    // Inside the pool, inside the victim's entry, on no entry boundary.
-    let bad = with_victim_value(&good, word(&good, at) + 7);
-    std::fs::write(&path, &bad).unwrap();
-    for read_only in [true, false] {
-        let what = if read_only {
-            "store-hash, read-only"
-        } else {
-            "store-hash, writable"
-        };
-        let st = open_ok(dir.path(), opts(hash_index(), read_only), what);
-        reads(&st, &m, what);
-        if !read_only {
-            let err = guarded("put of the victim", || st.put(VICTIM, b"new"))
-                .expect_err("a write to the corrupt slot must be refused");
-            assert!(
-                err.to_string().contains("entry boundary"),
-                "{what}: the refusal says what is wrong: {err}"
-            );
-            let del = guarded("delete of the victim", || st.delete(VICTIM));
-            assert!(
-                !matches!(del, Ok(true)),
-                "{what}: a delete cannot find a key the index does not name"
-            );
-        }
-        st.close().unwrap();
-        drop(st);
-        if read_only {
-            assert!(
-                std::fs::read(&path).unwrap() == bad,
-                "{what}: the file changed"
-            );
-        }
-        assert_no_background_panic(what);
-    }
+    let what = "store-hash, damaged while open";
+    let st = open_ok(dir.path(), opts(hash_index(), false), what);
+    damage_open_store(&st, &good, word(&good, at) + 7);
+    reads(&st, &m, what);
+    let err = guarded("put of the victim", || st.put(VICTIM, b"new"))
+        .expect_err("a write to the corrupt slot must be refused");
+    assert!(
+        err.to_string().contains("entry boundary"),
+        "{what}: the refusal says what is wrong: {err}"
+    );
+    let del = guarded("delete of the victim", || st.delete(VICTIM));
+    assert!(
+        !matches!(del, Ok(true)),
+        "{what}: a delete cannot find a key the index does not name"
+    );
+    st.close().unwrap();
+    assert_no_background_panic(what);
 }
 
 #[test]
-fn store_both_builds_its_tree_past_a_corrupt_slot() {
+fn store_both_builds_its_tree_past_a_slot_damaged_before_the_tree() {
     count_background_panics();
     let dir = TempDir::new("store-pindex", "both");
-    let (path, good, m) = built(&dir, both_index());
-    let bad = with_victim_value(&good, 0x1_0004_5940);
-    for read_only in [true, false] {
-        std::fs::write(&path, &bad).unwrap();
-        let what = if read_only {
-            "store-both, read-only"
-        } else {
-            "store-both, writable"
-        };
-        let st = Arc::new(open_ok(dir.path(), opts(both_index(), read_only), what));
-        let keys = scan_all(&st, what);
-        assert_eq!(
-            keys,
-            m.keys().cloned().collect::<Vec<_>>(),
-            "{what}: the scan lists every sound key"
-        );
-        reads(&st, &m, what);
-        assert!(
-            guarded("check", || st.check()).is_err(),
-            "{what}: check reports it"
-        );
-        st.close().unwrap();
-        assert_no_background_panic(what);
+    let (_, good, m) = built(&dir, both_index());
+    let what = "store-both, damaged while open";
+    let st = Arc::new(open_ok(dir.path(), opts(both_index(), false), what));
+    damage_open_store(&st, &good, 0x1_0004_5940);
+    let keys = scan_all(&st, what);
+    let mut want: Vec<Vec<u8>> = m.keys().cloned().collect();
+    if keys.len() == want.len() + 1 {
+        // The tree was built before the damage: it still lists the victim.
+        want.push(VICTIM.to_vec());
+        want.sort();
     }
+    assert_eq!(keys, want, "{what}: the scan lists every sound key");
+    reads(&st, &m, what);
+    assert!(
+        guarded("check", || st.check()).is_err(),
+        "{what}: check reports it"
+    );
+    st.close().unwrap();
+    assert_no_background_panic(what);
 }
 
 /// Zeroes the aux root (the store root) in both pool header state slots

@@ -6,13 +6,17 @@ use std::sync::atomic::Ordering;
 use engine::{CheckReport, Engine, Result, Stats};
 
 use crate::layout::*;
-use crate::{recover, wide_key, Key, Pass};
+use crate::{is_wide, recover, wide_key, Key, Pass};
 
 impl Pass {
     /// Inserts a byte-string key (bytes mode). `Ok(false)`: already present.
     pub fn insert_bytes(&self, key: &[u8], value: u64) -> Result<bool> {
         self.check_bytes_key(key)?;
-        self.insert_key(Key::Bytes(key), value)
+        let r = self.insert_key(Key::Bytes(key), value)?;
+        if r && !is_wide(key) {
+            self.odd.add(1);
+        }
+        Ok(r)
     }
 
     /// The value of a byte-string key (bytes mode).
@@ -31,7 +35,18 @@ impl Pass {
     /// absent.
     pub fn remove_bytes(&self, key: &[u8]) -> Result<bool> {
         self.check_bytes_key(key)?;
-        self.remove_key(Key::Bytes(key))
+        let r = self.remove_key(Key::Bytes(key))?;
+        if r && !is_wide(key) {
+            self.odd.add(-1);
+        }
+        Ok(r)
+    }
+
+    /// Every stored key, byte keys of any shape included (`Engine::len`
+    /// counts only the keys in the form of a u64 key, those `for_each`
+    /// visits). Exact when no writer runs.
+    pub fn len_bytes(&self) -> u64 {
+        self.len.get().max(0) as u64
     }
 
     /// Every stored pair of a bytes-mode table (not linearizable with
@@ -107,16 +122,21 @@ impl Engine for Pass {
         self.with_key(key, |k| self.remove_key(k))
     }
 
+    /// The keys `for_each` visits: in bytes mode, the stored keys in the
+    /// form of a u64 key ([`wide_key`]); other byte keys count in
+    /// [`Pass::len_bytes`] only.
     fn len(&self) -> u64 {
-        self.len.get().max(0) as u64
+        (self.len.get() - self.odd.get()).max(0) as u64
     }
 
     fn stats(&self) -> Stats {
         let len = self.len();
+        let stored = self.len_bytes();
         let first = self.first();
         let chains = self.t.chain_buckets.load(Ordering::Relaxed);
         let capacity = first * self.geo.seg_slots() + chains * SLOTS as u64;
-        let lf = len as f64 / capacity.max(1) as f64;
+        // The load factor counts every record (the slots they fill).
+        let lf = stored as f64 / capacity.max(1) as f64;
         let max_lf = f64::from_bits(self.t.max_lf_bits.load(Ordering::Relaxed)).max(lf);
         self.t
             .max_lf_bits
@@ -159,6 +179,7 @@ impl Engine for Pass {
                     }
                     .into(),
                 ),
+                ("stored keys".into(), stored.to_string()),
                 ("split load".into(), format!("{:.2}", self.split_load)),
                 ("splits".into(), c(&self.t.splits)),
                 ("records moved by splits".into(), c(&self.t.moved)),
@@ -219,7 +240,8 @@ impl Engine for Pass {
                 self.flush_meta(seg);
             }
         }
-        self.pool.store_u64(self.root + R_LEN, self.len());
+        // Every record counts (the clean open's walk finds them all).
+        self.pool.store_u64(self.root + R_LEN, self.len_bytes());
         // persist: every meta line and the item count before the clean
         // flag that makes them trusted (a clean open rebuilds nothing).
         self.pool.persist(self.root + R_LEN, 8);

@@ -121,6 +121,12 @@ pub fn wide_key(k: u64) -> [u8; 16] {
     b
 }
 
+/// Whether a byte key is the form of a u64 key ([`wide_key`]): the keys
+/// the u64 `Engine` calls of a bytes-mode table count and visit.
+pub fn is_wide(key: &[u8]) -> bool {
+    key.len() == 16 && key[..8].iter().zip(&key[8..]).all(|(&a, &b)| b == !a)
+}
+
 /// Create-time choices beyond [`EngineConfig`].
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -221,7 +227,14 @@ pub struct Pass {
     pub(crate) tables: [AtomicU64; 3],
     /// Segment arrays (DRAM copy of the root's directory).
     pub(crate) dir: Vec<AtomicU64>,
+    /// Every stored key (the zero-hash key in the root included).
     pub(crate) len: Counter,
+    /// Bytes mode: the stored keys that are not the form of a u64 key
+    /// (see [`is_wide`]), which the u64 `Engine` view neither counts nor
+    /// visits. Kept by `insert_bytes` and `remove_bytes`, recounted at
+    /// open (DRAM only: a clean close records `len`, and the clean-open
+    /// walk reads every key anyway).
+    pub(crate) odd: Counter,
     /// Split when len exceeds this.
     pub(crate) threshold: AtomicU64,
     pub(crate) split_load: f64,
@@ -387,6 +400,7 @@ impl Pass {
             tables: Default::default(),
             dir: (0..DIR_ENTRIES).map(|_| AtomicU64::new(0)).collect(),
             len: Counter::default(),
+            odd: Counter::default(),
             threshold: AtomicU64::new(0),
             split_load,
             split_mx: Mutex::new(()),

@@ -163,11 +163,20 @@ impl Pass {
     /// The hash of the record whose key word is `kw` (no copy of the key;
     /// an inline key word is the hash).
     pub(crate) fn hash_kw(&self, kw: u64) -> Result<u64> {
+        Ok(self.hash_kw_odd(kw)?.0)
+    }
+
+    /// The hash of the record whose key word is `kw`, and whether its key
+    /// is not the form of a u64 key (bytes mode; see [`crate::is_wide`]),
+    /// from one read of the key block.
+    pub(crate) fn hash_kw_odd(&self, kw: u64) -> Result<(u64, bool)> {
         if self.geo.bytes_keys {
             let (len, w) = self.key_block(kw)?;
-            Ok(self.hash_words(len, w.iter().map(|x| x.load(Ordering::Relaxed))))
+            let h = self.hash_words(len, w.iter().map(|x| x.load(Ordering::Relaxed)));
+            let odd = len != 16 || w[1].load(Ordering::Relaxed) != !w[0].load(Ordering::Relaxed);
+            Ok((h, odd))
         } else {
-            Ok(kw)
+            Ok((kw, false))
         }
     }
 

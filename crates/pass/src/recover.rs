@@ -101,7 +101,7 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
         // walk finds, and every record must be one that readers and
         // `for_each` reach (a page zeroed or overwritten since would
         // otherwise open with keys silently missing or invented).
-        let found = clean_walk(&ps, first)?;
+        let (found, odd) = clean_walk(&ps, first)?;
         if found != len {
             return Err(corrupt(format!(
                 "clean pool records {len} keys, its segments hold {found}: {}",
@@ -109,6 +109,7 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
             )));
         }
         ps.len.set(len as i64);
+        ps.odd.set(odd as i64);
     } else if !ps.pool.is_read_only() {
         let t0 = Instant::now();
         repair(&ps, first)?;
@@ -124,28 +125,40 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
         // included); `for_each` visits the same records.
         let st = ps.snap();
         let mut n = (ps.pool.load_u64(root + R_ZERO) == 1) as u64;
+        let mut odd = 0;
         for p in 0..first {
-            n += classify(&ps, p, &st)?
+            for r in classify(&ps, p, &st)?
                 .iter()
                 .filter(|r| r.fate == Fate::Keep)
-                .count() as u64;
+            {
+                n += 1;
+                odd += r.odd as u64;
+            }
         }
         ps.len.set(n as i64);
+        ps.odd.set(odd as i64);
     }
     Ok(ps)
 }
 
 /// The clean-open cross-check: walks every live segment (in parallel)
 /// with [`clean_segment`] and returns the number of keys, the zero-hash
-/// key in the root included. The first damage found (lowest segment) is
-/// an `Err` that points at `pmhash check`.
-fn clean_walk(ps: &Pass, first: u64) -> Result<u64> {
+/// key in the root included, and of those the keys not in the form of a
+/// u64 key (bytes mode). The first damage found (lowest segment) is an
+/// `Err` that points at `pmhash check`.
+fn clean_walk(ps: &Pass, first: u64) -> Result<(u64, u64)> {
     let st = ps.snap();
     let bad: std::sync::Mutex<Option<(u64, String)>> = std::sync::Mutex::new(None);
+    let odd = AtomicU64::new(0);
     let n = engine::par_sum(first as usize, |p| {
         let p = p as u64;
         match clean_segment(ps, &st, p) {
-            Ok(n) => n,
+            Ok((n, o)) => {
+                if o != 0 {
+                    odd.fetch_add(o, Ordering::Relaxed);
+                }
+                n
+            }
             Err(e) => {
                 let mut b = bad.lock().unwrap_or_else(|e| e.into_inner());
                 if b.as_ref().is_none_or(|(q, _)| p < *q) {
@@ -165,10 +178,12 @@ fn clean_walk(ps: &Pass, first: u64) -> Result<u64> {
             engine::damaged_after_close(&ps.pool)
         )));
     }
-    Ok(n + (ps.pool.load_u64(ps.root + R_ZERO) == 1) as u64)
+    let n = n + (ps.pool.load_u64(ps.root + R_ZERO) == 1) as u64;
+    Ok((n, odd.into_inner()))
 }
 
-/// Counts the records of live segment `p` of a cleanly closed table and
+/// Counts the records of live segment `p` of a cleanly closed table (and
+/// of those, in bytes mode, the keys not in the form of a u64 key) and
 /// checks what readers rely on there. A clean close writes every hint
 /// back, so each bucket's allocation bits must name exactly the slots
 /// whose key word is set (`for_each` and searches go by the bits, a
@@ -178,12 +193,13 @@ fn clean_walk(ps: &Pass, first: u64) -> Result<u64> {
 /// also reads every key block, so a damaged key (its hash no longer
 /// matches) is found. Reads only; the slot, meta and fingerprint lines it
 /// reads are the lines the count reads anyway.
-fn clean_segment(ps: &Pass, st: &crate::Snap, p: u64) -> Result<u64> {
+fn clean_segment(ps: &Pass, st: &crate::Snap, p: u64) -> Result<(u64, u64)> {
     let geo = ps.geo;
     let pool = &ps.pool;
     let seg = ps.seg_off(p).expect("validated");
     let normal = seg + geo.header();
     let mut n = 0u64;
+    let mut odd = 0u64;
     let mut bucket = |bo: u64, chain: Option<u64>| -> Result<()> {
         let meta = pool.load_u64(bo + B_META);
         let fps = [pool.load_u64(bo + B_FP), pool.load_u64(bo + B_FP + 8)];
@@ -194,7 +210,8 @@ fn clean_segment(ps: &Pass, st: &crate::Snap, p: u64) -> Result<u64> {
                 continue;
             }
             used |= 1 << s;
-            let h = ps.hash_kw(kw)?;
+            let (h, o) = ps.hash_kw_odd(kw)?;
+            odd += o as u64;
             let (fp, bix) = ps.fp_bix(h);
             let placed = match chain {
                 Some(g) => g == chain_group(bix),
@@ -243,7 +260,7 @@ fn clean_segment(ps: &Pass, st: &crate::Snap, p: u64) -> Result<u64> {
             cb = chain_next(pool.load_u64(cb + B_META));
         }
     }
-    Ok(n)
+    Ok((n, odd))
 }
 
 /// Whether the pool's root is a PASS root block whose create never
@@ -455,6 +472,7 @@ fn repair(ps: &Pass, first: u64) -> Result<()> {
         .min(first as usize)
         .max(1);
     let total = AtomicU64::new(0);
+    let odd = AtomicU64::new(0);
     let next = AtomicU64::new(0);
     let res: Vec<Result<()>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..threads)
@@ -465,8 +483,9 @@ fn repair(ps: &Pass, first: u64) -> Result<()> {
                         if p >= first {
                             return Ok(());
                         }
-                        let n = repair_segment(ps, p)?;
+                        let (n, o) = repair_segment(ps, p)?;
                         total.fetch_add(n, Ordering::Relaxed);
+                        odd.fetch_add(o, Ordering::Relaxed);
                     }
                 })
             })
@@ -487,6 +506,7 @@ fn repair(ps: &Pass, first: u64) -> Result<()> {
     let zero = ps.pool.load_u64(ps.root + R_ZERO) == 1;
     ps.len
         .set(total.load(Ordering::Relaxed) as i64 + zero as i64);
+    ps.odd.set(odd.load(Ordering::Relaxed) as i64);
     Ok(())
 }
 
@@ -522,6 +542,8 @@ pub(crate) struct Found {
     pub kw: u64,
     pub value: u64,
     pub h: u64,
+    /// Bytes mode: the key is not the form of a u64 key.
+    pub odd: bool,
     pub fate: Fate,
 }
 
@@ -534,7 +556,7 @@ pub(crate) fn classify(ps: &Pass, p: u64, st: &crate::Snap) -> Result<Vec<Found>
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for (loc, kw, value) in ps.slots_in_use(seg) {
-        let h = ps.hash_kw(kw)?;
+        let (h, odd) = ps.hash_kw_odd(kw)?;
         let (_, bix) = ps.fp_bix(h);
         // Only meaningful for normal buckets (chain buckets lie anywhere).
         let b = loc.bucket.wrapping_sub(seg + geo.header()) / BUCKET;
@@ -562,14 +584,16 @@ pub(crate) fn classify(ps: &Pass, p: u64, st: &crate::Snap) -> Result<Vec<Found>
             kw,
             value,
             h,
+            odd,
             fate,
         });
     }
     Ok(out)
 }
 
-/// Repairs live segment `p`; returns its record count.
-fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
+/// Repairs live segment `p`; returns its record count and, of those, the
+/// keys not in the form of a u64 key (bytes mode).
+fn repair_segment(ps: &Pass, p: u64) -> Result<(u64, u64)> {
     let geo = ps.geo;
     let seg = ps.seg_off(p).expect("validated");
     let st = ps.snap();
@@ -588,6 +612,7 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
         mw.store(mw.load(Ordering::Relaxed) & keep, Ordering::Relaxed);
     }
     let mut kept = 0;
+    let mut odd = 0;
     for f in found {
         let loc = f.loc;
         let so = slot_off(loc.bucket, loc.s);
@@ -622,12 +647,13 @@ fn repair_segment(ps: &Pass, p: u64) -> Result<u64> {
             .atomic_u8(loc.bucket + B_FP + loc.s as u64)
             .store(fp, Ordering::Relaxed);
         kept += 1;
+        odd += f.odd as u64;
     }
     ps.rebuild_hints(seg)?;
     let logical = logical_of(p, st.first);
     ps.pool.store_u64(seg + H_LOGICAL, logical);
     ps.flush_meta(seg);
-    Ok(kept)
+    Ok((kept, odd))
 }
 
 /// The active logical bucket that physical segment `p` serves.
@@ -674,6 +700,7 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
         }
     }
     let mut keys = HashSet::new();
+    let mut odd = 0u64;
     let mut blocks = HashSet::new();
     for p in 0..first {
         let seg = ps.seg_off(p).expect("validated");
@@ -695,7 +722,8 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
                     "segment {p}: a record without its allocation bit"
                 )));
             }
-            let h = ps.hash_kw(kw)?;
+            let (h, o) = ps.hash_kw_odd(kw)?;
+            odd += o as u64;
             let (fp, bix) = ps.fp_bix(h);
             if ps.phys_of(h, &st) != Some(p) {
                 return Err(corrupt(format!(
@@ -760,8 +788,16 @@ pub(crate) fn check(ps: &Pass) -> Result<CheckReport> {
             ps.len.get()
         )));
     }
+    if odd != ps.odd.get().max(0) as u64 {
+        return Err(corrupt(format!(
+            "walk found {odd} keys not in the form of a u64 key, the count says {}",
+            ps.odd.get()
+        )));
+    }
+    // The keys of the u64 view, as `len()` counts them and `for_each`
+    // visits them.
     Ok(CheckReport {
-        keys: n,
+        keys: n - odd,
         reachable_bytes: reachable,
     })
 }

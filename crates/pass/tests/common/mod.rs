@@ -96,10 +96,10 @@ pub fn verify(e: &Pass, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], 
 }
 
 /// The bytes-mode twin of [`verify`]: `for_each_bytes` visits each pair of
-/// `model` exactly once, `len`, `get_bytes` of every key, `None` for the
-/// `absent` keys the model lacks, `check()` with the model's count and no
-/// leaked byte. Also: the u64 `for_each` yields exactly the model's keys
-/// that have the shape of a `wide_key`.
+/// `model` exactly once, `len_bytes`, `get_bytes` of every key, `None` for
+/// the `absent` keys the model lacks, `check()` with no leaked byte. Also:
+/// the u64 `for_each` yields exactly the model's keys that have the shape
+/// of a `wide_key`, and `len()` and `check().keys` count those.
 pub fn verify_bytes(
     e: &Pass,
     pool: &Pool,
@@ -137,7 +137,7 @@ pub fn verify_bytes(
             model.len()
         );
     }
-    assert_eq!(e.len(), model.len() as u64, "{ctx}: len()");
+    assert_eq!(e.len_bytes(), model.len() as u64, "{ctx}: len_bytes()");
     for (k, &v) in model {
         assert_eq!(e.get_bytes(k).unwrap(), Some(v), "{ctx}: get_bytes({k:x?})");
     }
@@ -169,10 +169,15 @@ pub fn verify_bytes(
         .map(|(k, &v)| (u64::from_le_bytes(k[..8].try_into().unwrap()), v))
         .collect();
     assert_eq!(wide, want, "{ctx}: for_each (u64 view of bytes mode)");
+    assert_eq!(e.len(), want.len() as u64, "{ctx}: len() (the u64 view)");
     let r = e
         .check()
         .unwrap_or_else(|err| panic!("{ctx}: check() failed: {err}"));
-    assert_eq!(r.keys, model.len() as u64, "{ctx}: check().keys");
+    assert_eq!(
+        r.keys,
+        want.len() as u64,
+        "{ctx}: check().keys (the u64 view)"
+    );
     assert_eq!(
         r.reachable_bytes,
         pool.stats().bytes_in_use,

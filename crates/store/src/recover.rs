@@ -350,16 +350,7 @@ pub(crate) fn open(
     if image != 0 && !pool.is_read_only() {
         // persist: the image is unlinked durably before the first write,
         // so a crash from here on scans the log (F9).
-        let t = pool.begin_free(
-            image,
-            Link::Pointer {
-                owner: root + R_IMAGE,
-            },
-        )?;
-        pool.store_u64(root + R_IMAGE, 0);
-        pool.store_u64(root + R_IMAGE_LEN, 0);
-        pool.persist(root + R_IMAGE, 16);
-        pool.finish_free(t);
+        unlink_image(&pool, root, image)?;
     }
     s.keys.set(s.index.len() as i64);
     Ok((s, from, entries))
@@ -1243,16 +1234,25 @@ pub(crate) fn repair(pool: Arc<Pool>, dry: bool) -> Result<Vec<Dropped>> {
     if image != 0 && !dropped.is_empty() && !dry {
         // persist: the image (which may name dropped entries) is unlinked
         // durably before it is freed; the next open scans the log.
-        let t = pool.begin_free(
-            image,
-            Link::Pointer {
-                owner: root + R_IMAGE,
-            },
-        )?;
-        pool.store_u64(root + R_IMAGE, 0);
-        pool.store_u64(root + R_IMAGE_LEN, 0);
-        pool.persist(root + R_IMAGE, 16);
-        pool.finish_free(t);
+        unlink_image(&pool, root, image)?;
     }
     Ok(dropped)
+}
+
+/// Unlinks and frees the clean-shutdown image at `image`.
+// persist: the root's image words are cleared and persisted inside the
+// free's reservation, so a crash either keeps the image linked and
+// allocated or has it unlinked and free (never named and freed).
+fn unlink_image(pool: &Pool, root: u64, image: u64) -> Result<()> {
+    let t = pool.begin_free(
+        image,
+        Link::Pointer {
+            owner: root + R_IMAGE,
+        },
+    )?;
+    pool.store_u64(root + R_IMAGE, 0);
+    pool.store_u64(root + R_IMAGE_LEN, 0);
+    pool.persist(root + R_IMAGE, 16);
+    pool.finish_free(t);
+    Ok(())
 }

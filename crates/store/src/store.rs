@@ -1255,7 +1255,7 @@ impl Inner {
     /// sampled get, offering the value to the RAF cache. False if the entry
     /// cannot be read; an `Err` if it fails its checksum (when reads
     /// verify: `Options::verify_checksums`).
-    fn read_entry(
+    pub(crate) fn read_entry(
         &self,
         key: &[u8],
         hash: u64,
@@ -1312,7 +1312,7 @@ impl Inner {
     /// the entry holds `key`, so the caller's copy stands in for it).
     #[cold]
     #[inline(never)]
-    fn verify(
+    pub(crate) fn verify(
         &self,
         key: &[u8],
         e: &crate::nlog::Entry,

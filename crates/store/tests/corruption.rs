@@ -342,6 +342,16 @@ fn reads_of_a_corrupt_entry_are_errors_never_wrong_bytes() {
     assert!(s.get_in(&key, &mut [0u8; 16]).is_err());
     let mut out = Vec::new();
     assert!(s.get_many(&[&key[..]], &mut out).is_err());
+    // A scan that reaches it too (and one that does not, reads as usual).
+    let e = s.scan(&key, None, 4).unwrap_err().to_string();
+    assert!(e.contains(&format!("{:#x}", at.off)), "scan: {e}");
+    let mut after = key.clone();
+    after.push(0);
+    if after.len() <= store::MAX_KEY {
+        for (k, v) in s.scan(&after, None, 4).unwrap() {
+            assert_eq!(m.get(&k), Some(&v), "scan past the bad key");
+        }
+    }
     // Every other key reads its value.
     for (k, v) in &m {
         if *k != key {

@@ -316,6 +316,17 @@ impl Index {
         self.get_hashed(key, key_hash(key))
     }
 
+    /// [`get_hashed`](Self::get_hashed) as a read needs it: a persistent
+    /// index's slot that names no well-formed entry of its hash is an
+    /// `Err(Corrupt)`, not a miss (see [`PIndex::lookup`](crate::pindex::PIndex::lookup)).
+    #[inline]
+    pub fn lookup(&self, key: &[u8], hash: u64) -> engine::Result<Option<u64>> {
+        match &self.point {
+            Point::Dram(..) => Ok(self.get_hashed(key, hash)),
+            Point::Engine(p) => p.lookup(key, hash),
+        }
+    }
+
     /// Starts loading what a lookup of `hash` reads first (the DRAM point
     /// index's bucket), for a caller with other work to do before it.
     #[inline]
@@ -651,6 +662,19 @@ impl Index {
                 }
             }
             Point::Engine(p) => p.for_each(&mut f),
+        }
+    }
+
+    /// [`for_each`](Self::for_each) for a read that must not miss a key: a
+    /// persistent index's slot that names no well-formed entry is an
+    /// `Err(Corrupt)` (see [`PIndex::for_each_checked`](crate::pindex::PIndex::for_each_checked)).
+    pub fn for_each_checked(&self, mut f: impl FnMut(&[u8], u64)) -> engine::Result<()> {
+        match &self.point {
+            Point::Dram(..) => {
+                self.for_each(f);
+                Ok(())
+            }
+            Point::Engine(p) => p.for_each_checked(&mut f),
         }
     }
 

@@ -83,17 +83,24 @@ impl PIndex {
     /// Whether `va` names a well-formed entry of `key`.
     #[inline]
     fn key_is(&self, va: u64, key: &[u8]) -> bool {
-        match self.entry_at(va) {
-            Ok((off, klen, _)) if klen == key.len() => {
-                let mut k = [0u8; 64];
-                if klen <= 64 {
-                    self.pool.read(off + ENTRY_HEADER, &mut k[..klen]);
-                    &k[..klen] == key
-                } else {
-                    self.key_at(va).is_ok_and(|k| k == key)
-                }
-            }
-            _ => false,
+        self.names_key(va, key).unwrap_or(false)
+    }
+
+    /// Whether `va`, read from slot `h`, names an entry of `key`; `Err`
+    /// when it names no well-formed entry (bits no write produces: see
+    /// [`entry_at`](Self::entry_at)).
+    #[inline]
+    fn names_key(&self, va: u64, key: &[u8]) -> std::result::Result<bool, &'static str> {
+        let (off, klen, _) = self.entry_at(va)?;
+        if klen != key.len() {
+            return Ok(false);
+        }
+        let mut k = [0u8; 64];
+        if klen <= 64 {
+            self.pool.read(off + ENTRY_HEADER, &mut k[..klen]);
+            Ok(&k[..klen] == key)
+        } else {
+            Ok(self.key_at(va)? == key)
         }
     }
 
@@ -137,19 +144,51 @@ impl PIndex {
         })
     }
 
+    /// The `v_addr` of `key` (hash `h`), lenient: a slot that names no
+    /// well-formed entry is a miss (for GC and recovery, which compare
+    /// addresses; reads use [`lookup`](Self::lookup)).
     #[inline]
     pub fn get(&self, key: &[u8], h: u64) -> Option<u64> {
-        let v = self.engine.get(h)?;
-        if v & OVF_TAG == 0 {
-            return self.key_is(v, key).then_some(v);
+        self.lookup(key, h).unwrap_or(None)
+    }
+
+    /// The `v_addr` of `key` (hash `h`), as a read needs it: `Ok(None)`
+    /// when the slot is empty or holds other keys, `Err(Corrupt)` when it
+    /// holds bits no write produces (an address that is not a well-formed
+    /// entry, an overflow entry that is not one, or an entry whose key
+    /// belongs to another slot), so that a damaged slot is an error, never
+    /// a key silently absent.
+    #[inline]
+    pub fn lookup(&self, key: &[u8], h: u64) -> Result<Option<u64>> {
+        let bad = |va: u64, what: &str| {
+            Error::Corrupt(format!(
+                "hash index slot {h:#x} names {va:#x}, {what}; run `pmhash check` on the pool"
+            ))
+        };
+        let Some(v) = self.engine.get(h) else {
+            return Ok(None);
+        };
+        let va = if v & OVF_TAG == 0 {
+            v
+        } else {
+            // The pair's address is checked like the slot's own: only a
+            // well-formed entry of `key` is returned.
+            let pairs = self.ovf_pairs_checked(v).map_err(|w| bad(v, w))?;
+            match pairs.into_iter().find(|(k, _)| k == key) {
+                Some((_, va)) => va,
+                None => return Ok(None),
+            }
+        };
+        if self.names_key(va, key).map_err(|w| bad(va, w))? {
+            return Ok(Some(va));
         }
-        // The pair's address is checked like the slot's own: only a
-        // well-formed entry of `key` is returned.
-        self.ovf_pairs(v)
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, va)| va)
-            .filter(|&va| self.key_is(va, key))
+        // Another key's entry: a miss only if that key shares the slot
+        // (a 64-bit hash collision); one of another slot is damage.
+        match self.key_at(va) {
+            Ok(k) if key_hash(&k) == h => Ok(None),
+            Ok(_) => Err(bad(va, "an entry of another slot's key")),
+            Err(w) => Err(bad(va, w)),
+        }
     }
 
     /// Points `key` at `va`. `ovf` appends an OVF entry for slot `h` with
@@ -248,19 +287,49 @@ impl PIndex {
     /// corrupt pool's other slot values are skipped here, and `check`
     /// reports them).
     pub fn for_each(&self, f: &mut dyn FnMut(&[u8], u64)) {
-        let mut pairs = Vec::new();
-        self.engine.for_each(&mut |_, v| pairs.push(v));
-        for v in pairs {
+        let _ = self.walk(false, f);
+    }
+
+    /// [`for_each`](Self::for_each) for a read that must not miss a key:
+    /// the first slot that names no well-formed entry is an
+    /// `Err(Corrupt)` (as [`lookup`](Self::lookup)'s), after the pairs
+    /// before it were visited.
+    pub fn for_each_checked(&self, f: &mut dyn FnMut(&[u8], u64)) -> Result<()> {
+        self.walk(true, f)
+    }
+
+    fn walk(&self, strict: bool, f: &mut dyn FnMut(&[u8], u64)) -> Result<()> {
+        let mut slots = Vec::new();
+        self.engine.for_each(&mut |h, v| slots.push((h, v)));
+        for (h, v) in slots {
+            let bad = |va: u64, what: &str| {
+                Error::Corrupt(format!(
+                    "hash index slot {h:#x} names {va:#x}, {what}; run `pmhash check` on the pool"
+                ))
+            };
             if v & OVF_TAG != 0 {
-                for (k, va) in self.ovf_pairs(v) {
-                    if self.key_is(va, &k) {
-                        f(&k, va);
+                let pairs = match self.ovf_pairs_checked(v) {
+                    Ok(p) => p,
+                    Err(w) if strict => return Err(bad(v, w)),
+                    Err(_) => continue,
+                };
+                for (k, va) in pairs {
+                    match self.names_key(va, &k) {
+                        Ok(true) => f(&k, va),
+                        Ok(false) if strict => return Err(bad(va, "an entry of another key")),
+                        Err(w) if strict => return Err(bad(va, w)),
+                        _ => {}
                     }
                 }
-            } else if let Ok(k) = self.key_at(v) {
-                f(&k, v);
+            } else {
+                match self.key_at(v) {
+                    Ok(k) => f(&k, v),
+                    Err(w) if strict => return Err(bad(v, w)),
+                    Err(_) => {}
+                }
             }
         }
+        Ok(())
     }
 
     /// The open's check of every slot (index options b and c): each value

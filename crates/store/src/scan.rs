@@ -152,7 +152,7 @@ pub(crate) fn scan(
                 // bytes mapped): read it again where the index now names.
                 None => {
                     let hash = crate::layout::key_hash(key);
-                    if let Some(now) = s.index.get_hashed(key, hash) {
+                    if let Some(now) = s.index.lookup(key, hash)? {
                         let mut v = Vec::new();
                         if s.read_entry(key, hash, now, false, here, &mut v)? {
                             out[i].1 = v;

@@ -871,8 +871,12 @@ impl Store {
             Probe::Miss { sampled } => sampled,
             Probe::Off => false,
         };
-        let Some(va) = known.or_else(|| s.index.get_hashed(key, hash)) else {
-            return Ok(false);
+        let va = match known {
+            Some(va) => va,
+            None => match s.index.lookup(key, hash)? {
+                Some(va) => va,
+                None => return Ok(false),
+            },
         };
         s.read_entry(key, hash, va, sampled, here, out)
     }
@@ -930,8 +934,11 @@ impl Store {
         }
         let vas: Vec<Option<u64>> = todo
             .iter()
-            .map(|&(i, h, _, known)| known.or_else(|| s.index.get_hashed(keys[i], h)))
-            .collect();
+            .map(|&(i, h, _, known)| match known {
+                Some(va) => Ok(Some(va)),
+                None => s.index.lookup(keys[i], h),
+            })
+            .collect::<Result<_>>()?;
         for va in vas.iter().flatten() {
             s.log.touch(vaddr_off(*va));
         }
@@ -1078,30 +1085,41 @@ impl Store {
     /// written meanwhile may show its old or its new value). `f` may write
     /// to the store: the keys are listed first (about 32 bytes of DRAM
     /// per key), then visited with no lock held, each with its value at
-    /// that moment.
-    pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) {
+    /// that moment. Each value is read as [`get`](Self::get) reads it: an
+    /// entry that fails its checksum (when reads verify:
+    /// `Options::verify_checksums`) stops the walk with that `Err(Corrupt)`
+    /// naming the file and offset, and its bytes never reach `f`; so does
+    /// an index slot of a persistent index that names no well-formed entry.
+    pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) -> Result<()> {
         let s = &*self.inner;
         let mut keys = Vec::new();
-        s.index
-            .for_each(|k, _| keys.push(crate::index::IKey::new(k)));
+        {
+            // Pinned while the slots are read and their entries confirmed:
+            // no file they name is freed and reused meanwhile.
+            let _p = s.epochs.pin();
+            s.index
+                .for_each_checked(|k, _| keys.push(crate::index::IKey::new(k)))?;
+        }
+        let here = s.numa.current();
         let mut v = Vec::new();
         for k in keys {
+            let key = k.as_bytes();
+            let hash = key_hash(key);
             // The key's address now (it may have moved or gone since it was
             // listed), read under an epoch so its file stays mapped; `f`
             // runs unpinned.
-            {
+            let found = {
                 let _p = s.epochs.pin();
-                let Some(e) = s
-                    .index
-                    .get(k.as_bytes())
-                    .and_then(|va| s.log.header(vaddr_off(va)))
-                else {
-                    continue;
-                };
-                s.log.read_value(&e, &mut v);
+                match s.index.lookup(key, hash)? {
+                    Some(va) => s.read_entry(key, hash, va, false, here, &mut v)?,
+                    None => false,
+                }
+            };
+            if found {
+                f(key, &v);
             }
-            f(k.as_bytes(), &v);
         }
+        Ok(())
     }
 }
 
@@ -1286,7 +1304,7 @@ impl Inner {
                 // or went, and the index says where.
                 None if tries < 8 => {
                     tries += 1;
-                    match self.index.get_hashed(key, hash) {
+                    match self.index.lookup(key, hash)? {
                         Some(now) if now != va => va = now,
                         Some(_) => return Err(self.verify(key, &e, out, None).unwrap_err()),
                         None => return Ok(false),

@@ -79,7 +79,8 @@ fn contents(s: &Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut m = BTreeMap::new();
     s.for_each(|k, v| {
         m.insert(k.to_vec(), v.to_vec());
-    });
+    })
+    .expect("for_each");
     m
 }
 

@@ -116,7 +116,8 @@ fn contents(s: &Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut dup = false;
     s.for_each(|k, v| {
         dup |= m.insert(k.to_vec(), v.to_vec()).is_some();
-    });
+    })
+    .expect("for_each");
     assert!(!dup, "for_each visited a key twice");
     m
 }

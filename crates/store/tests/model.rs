@@ -926,7 +926,8 @@ fn crash_at_random_fences_keeps_acknowledged_writes() {
         let mut got = Model::new();
         s.for_each(|k, v| {
             got.insert(k.to_vec(), v.to_vec());
-        });
+        })
+        .unwrap_or_else(|e| panic!("{ctx}: for_each: {e}"));
         if got == after {
             verify(&s, &after, &ctx);
         } else {

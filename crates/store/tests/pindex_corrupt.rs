@@ -2,8 +2,9 @@
 //! `store-both`) is never a panic and never a silently missing key: an open
 //! refuses, untouched, a pool whose hash slot names an offset outside the
 //! pool, off an entry boundary, outside every log file, or an entry of
-//! another key; a slot damaged after the open is skipped by `for_each`,
-//! absent to `get`, reported by `check`, refused by a write to that key,
+//! another key; a slot damaged after the open is an error to `get` and
+//! to `for_each` (never a key silently absent), reported by `check`,
+//! refused by a write to that key,
 //! and leaves the store's background thread (which builds the ordered tree
 //! from the index) running. A pool whose header lost its store root but that holds
 //! data is refused, untouched, instead of being formatted anew.
@@ -132,28 +133,46 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> T {
 }
 
 /// What `for_each` visits, and `get` of every key and of the victim; all
-/// under a panic guard.
-fn reads(st: &Store, m: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
+/// under a panic guard. The victim's slot names no entry of its key: its
+/// reads are `Err(Corrupt)` naming the slot's value `bad` and pointing at
+/// `pmhash check`, never a key silently absent.
+fn reads(st: &Store, m: &BTreeMap<Vec<u8>, Vec<u8>>, bad: u64, what: &str) {
+    let says = |e: engine::Error, op: &str| {
+        let msg = e.to_string();
+        assert!(
+            matches!(e, engine::Error::Corrupt(_))
+                && msg.contains(&format!("{bad:#x}"))
+                && msg.contains("pmhash check"),
+            "{what}: {op} names the bad slot value and the way out: {msg}"
+        );
+    };
     let mut seen = BTreeMap::new();
-    guarded(&format!("{what}: for_each"), || {
+    let r = guarded(&format!("{what}: for_each"), || {
         st.for_each(|k, v| {
             seen.insert(k.to_vec(), v.to_vec());
         })
     });
-    assert_eq!(
-        &seen, m,
-        "{what}: for_each visits every sound key, not the victim"
+    says(
+        r.expect_err("for_each must report the victim's slot"),
+        "for_each",
     );
+    for (k, v) in &seen {
+        assert_eq!(m.get(k), Some(v), "{what}: for_each visits sound pairs");
+    }
     for (k, v) in m {
         let got = guarded(&format!("{what}: get"), || st.get(k)).unwrap();
         assert_eq!(got.as_ref(), Some(v), "{what}: get of a sound key");
     }
     let got = guarded(&format!("{what}: get of the victim"), || st.get(VICTIM));
-    assert_eq!(
-        got.unwrap(),
-        None,
-        "{what}: the victim's slot names no entry"
+    says(
+        got.expect_err("get of the victim must be an error, not absent"),
+        "get",
     );
+    let mut out = Vec::new();
+    let got = guarded(&format!("{what}: get_many"), || {
+        st.get_many(&[VICTIM], &mut out)
+    });
+    says(got.expect_err("get_many of the victim"), "get_many");
 }
 
 /// Waits (bounded) for the store's ordered tree: a scan of every key.
@@ -202,7 +221,7 @@ fn refused(dir: &Path, path: &Path, bad: &[u8], index: IndexKind, name: &str, sa
         let msg = match r {
             Ok(st) => {
                 let mut n = 0u64;
-                st.for_each(|_, _| n += 1);
+                let _ = st.for_each(|_, _| n += 1);
                 panic!(
                     "{what}: an open accepted a pool whose index names no entry of its key \
                      (len() {}, for_each visits {n})",
@@ -315,7 +334,7 @@ fn a_slot_damaged_after_the_open_is_skipped_reported_and_refused_for_writes() {
     let what = "store-hash, damaged while open";
     let st = open_ok(dir.path(), opts(hash_index(), false), what);
     damage_open_store(&st, &good, 0x1aa0_c000);
-    reads(&st, &m, what);
+    reads(&st, &m, 0x1aa0_c000, what);
     let err = guarded("check", || st.check()).expect_err("check must report the bad slot");
     let msg = err.to_string();
     assert!(
@@ -345,7 +364,7 @@ fn a_slot_damaged_off_an_entry_boundary_after_the_open_is_never_read() {
     let what = "store-hash, damaged while open";
     let st = open_ok(dir.path(), opts(hash_index(), false), what);
     damage_open_store(&st, &good, word(&good, at) + 7);
-    reads(&st, &m, what);
+    reads(&st, &m, word(&good, at) + 7, what);
     let err = guarded("put of the victim", || st.put(VICTIM, b"new"))
         .expect_err("a write to the corrupt slot must be refused");
     assert!(
@@ -377,7 +396,7 @@ fn store_both_builds_its_tree_past_a_slot_damaged_before_the_tree() {
         want.sort();
     }
     assert_eq!(keys, want, "{what}: the scan lists every sound key");
-    reads(&st, &m, what);
+    reads(&st, &m, 0x1_0004_5940, what);
     assert!(
         guarded("check", || st.check()).is_err(),
         "{what}: check reports it"
@@ -455,5 +474,59 @@ fn a_pool_with_data_but_no_store_root_is_refused_not_formatted() {
             "{name}: open_pool formatted a pool that holds data"
         );
         assert_eq!(pool.aux_root(), 0, "{name}: open_pool linked a new root");
+    }
+}
+
+#[test]
+fn a_get_through_a_damaged_slot_is_an_error_not_a_missing_key() {
+    // Bits no write produces in the victim's slot, written after the open's
+    // check: outside the pool, off an entry boundary, and a well-formed
+    // entry of a key of another slot. Every read of the victim is an
+    // `Err(Corrupt)` that names the value and points at `pmhash check`.
+    let dir = TempDir::new("store-pindex", "get-damaged");
+    let (_, good, m) = built(&dir, hash_index());
+    let at = victim_value_word(&good);
+    let lens = lens_word(key(3).len(), value(3).len());
+    let other = (0..good.len() - 64)
+        .step_by(64)
+        .find(|&o| word(&good, o + 8) == lens && good[o + 40..o + 40 + 8] == key(3)[..])
+        .expect("key 3's entry") as u64;
+    for (name, v) in [
+        ("outside the pool", 0x1aa0_c000u64),
+        ("off an entry boundary", word(&good, at) + 7),
+        ("another slot's key", other),
+    ] {
+        let what = format!("store-hash, victim's slot {name}");
+        std::fs::write(dir.path().join(POOL_FILE), &good).unwrap();
+        let st = open_ok(dir.path(), opts(hash_index(), false), &what);
+        damage_open_store(&st, &good, v);
+        let expect = |r: Result<bool, engine::Error>, op: &str| match r {
+            Ok(found) => panic!("{what}: {op} of the victim returned Ok (found: {found})"),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(
+                    matches!(e, engine::Error::Corrupt(_))
+                        && msg.contains(&format!("{v:#x}"))
+                        && msg.contains("pmhash check"),
+                    "{what}: {op} names the slot's value and the way out: {msg}"
+                );
+            }
+        };
+        expect(st.get(VICTIM).map(|g| g.is_some()), "get");
+        expect(st.get_into(VICTIM, &mut Vec::new()), "get_into");
+        expect(
+            st.get_in(VICTIM, &mut [0u8; 32]).map(|g| g.is_some()),
+            "get_in",
+        );
+        let mut out = Vec::new();
+        expect(st.get_many(&[VICTIM], &mut out).map(|_| true), "get_many");
+        for (k, want) in &m {
+            assert_eq!(
+                st.get(k).unwrap().as_ref(),
+                Some(want),
+                "{what}: a sound key"
+            );
+        }
+        drop(st);
     }
 }

@@ -290,7 +290,8 @@ fn child_round(dir: &Path, round: u64, wait_ms: u64) -> (Vec<String>, u64) {
 
 fn check_store(s: &Store, m: &Model, ctx: &str) {
     let mut seen = Vec::new();
-    s.for_each(|k, v| seen.push((k.to_vec(), v.to_vec())));
+    s.for_each(|k, v| seen.push((k.to_vec(), v.to_vec())))
+        .unwrap_or_else(|e| panic!("{ctx}: for_each: {e}"));
     seen.sort();
     let want: Vec<(Vec<u8>, Vec<u8>)> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     if seen != want {

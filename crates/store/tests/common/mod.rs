@@ -17,7 +17,8 @@ pub fn contents(s: &Store) -> Model {
     let mut m = Model::new();
     s.for_each(|k, v| {
         assert!(m.insert(k.to_vec(), v.to_vec()).is_none(), "key twice");
-    });
+    })
+    .expect("for_each");
     m
 }
 
@@ -43,7 +44,8 @@ pub fn small_opts() -> Options {
 /// model's key count and every PM byte in use reachable (no leak).
 pub fn verify(s: &Store, m: &Model, ctx: &str) {
     let mut seen: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(m.len());
-    s.for_each(|k, v| seen.push((k.to_vec(), v.to_vec())));
+    s.for_each(|k, v| seen.push((k.to_vec(), v.to_vec())))
+        .unwrap_or_else(|e| panic!("{ctx}: for_each: {e}"));
     // for_each visits in no particular order; each key once.
     seen.sort();
     let dups = seen.windows(2).filter(|w| w[0].0 == w[1].0).count();

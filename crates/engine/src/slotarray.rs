@@ -12,8 +12,17 @@
 //! ```text
 //! 0   magic  u64  "SLOTARR1"
 //! 8   cap    u64  number of slots, a power of two
+//! 16  count  u64  0, or 1 + the number of valid slots, written by a clean close
 //! 64  slots  cap × 32 bytes: meta u64 (0 empty, 1 valid, 2 deleted), key u64, value u64, 0
 //! ```
+//!
+//! # Clean open
+//!
+//! A pool the pool layer reports cleanly closed, whose count word is not 0,
+//! must hold exactly that many valid slots: otherwise it was damaged after
+//! its clean close, and the open is refused (reading only) with an error
+//! that points at `pmhash check`. A count word of 0 (a table never closed
+//! cleanly, or one made before the word existed) is not checked.
 //!
 //! # Persist orders
 //!
@@ -23,6 +32,7 @@
 //!   key/value, pattern 1 of CRASH-PATTERNS.md.)
 //! - update: one 8-byte store of the value, persisted: failure-atomic.
 //! - remove: meta = 2, persisted.
+//! - close: count word, persisted → the pool layer's clean flag.
 //! - growth: reserve the new block (link: root = new) → copy and persist it
 //!   → begin_free(old, link: root = old) → set_root(new) (the one atomic
 //!   switch) → commit(new), finish_free(old). The allocator's link rule
@@ -43,6 +53,8 @@ const EMPTY: u64 = 0;
 const VALID: u64 = 1;
 const DELETED: u64 = 2;
 const MIN_CAP: u64 = 8;
+/// The table header's count word (see "Clean open").
+const COUNT: u64 = 16;
 
 pub const LAYOUT: &str = "slotarray";
 
@@ -191,6 +203,14 @@ impl SlotArray {
                 DELETED => used += 1,
                 m => return Err(Error::Corrupt(format!("slot {i} has meta {m}"))),
             }
+        }
+        let recorded = pool.load_u64(table + COUNT);
+        if pool.was_clean() && recorded != 0 && recorded - 1 != len {
+            return Err(Error::Corrupt(format!(
+                "clean pool records {} keys, its table holds {len}: {}",
+                recorded - 1,
+                crate::damaged_after_close(&pool)
+            )));
         }
         Ok(Self::handle(
             pool,
@@ -412,6 +432,14 @@ impl Engine for SlotArray {
     }
 
     fn close(&self) -> Result<()> {
+        let inner = self.inner.lock().expect("slotarray lock");
+        let at = inner.table + COUNT;
+        if !self.pool.is_read_only() && self.pool.load_u64(at) != inner.len + 1 {
+            self.pool.store_u64(at, inner.len + 1);
+            // persist: the count before the clean flag (set by the pool's
+            // close) that makes the open trust it.
+            self.pool.persist(at, 8);
+        }
         self.pool.close().map_err(Error::from)
     }
 }

@@ -438,6 +438,50 @@ impl Hmeh {
             }
     }
 
+    /// Whether a slot is an item a lookup of its hash finds: valid at its
+    /// position, and where the search looks (DECIDE 4 with the search's
+    /// shortcut): its home bucket, a later bucket of its window only with
+    /// the home's spill bit set in `spill`, the stash only with the home's
+    /// stash bit set in `stash_bits`, or an overflow block. What
+    /// `for_each` lists and what a clean open counts, so that an accepted
+    /// open never lists a key its `get` cannot find. In a sound table
+    /// every valid slot is listed (an insert sets the bit before it places
+    /// the item; recovery recomputes the bits; `check` reports a valid
+    /// slot without its bit).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn listed(
+        &self,
+        id: Ident,
+        w0: u64,
+        w1: u64,
+        bucket: Option<u64>,
+        stash: bool,
+        spill: u64,
+        stash_bits: u64,
+    ) -> bool {
+        if !self.valid(id, w0, w1, bucket) {
+            return false;
+        }
+        let home = self.geo.home(decode_slot(w0, w1).0);
+        match bucket {
+            Some(b) => b == home || spill & Geometry::spill_bit(home) != 0,
+            None if stash => stash_bits & Geometry::spill_bit(home) != 0,
+            None => true,
+        }
+    }
+
+    /// A segment's spill and stash bits, as [`listed`](Self::listed) takes
+    /// them.
+    #[inline]
+    fn search_bits(&self, seg: u64) -> (u64, u64) {
+        let hw = self.words(seg);
+        (
+            hw[W_SPILL].load(Ordering::Relaxed),
+            hw[W_STASH_BITS].load(Ordering::Relaxed),
+        )
+    }
+
     /// The segment the current directory names for `h`.
     #[inline]
     fn locate(&self, h: u64) -> (&Dir, u64) {

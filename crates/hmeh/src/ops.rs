@@ -862,8 +862,17 @@ impl Engine for Hmeh {
         }
         let Ok(segs) = self.segments() else { return };
         for (s, id) in segs {
-            self.each_valid(s, id, &mut |h, w0, w1| {
-                f(self.hasher.key(h), decode_slot(w0, w1).1)
+            // What a lookup finds (`listed`): a damaged slot that is valid
+            // but outside the search's reach is not a key of this table.
+            let (spill, stash_bits) = self.search_bits(s);
+            self.each_slot(s, &mut |line, slot, bucket, stash| {
+                let w = self.words(line);
+                let w0 = w[2 * slot].load(Ordering::Relaxed);
+                let w1 = w[2 * slot + 1].load(Ordering::Relaxed);
+                if self.listed(id, w0, w1, bucket, stash, spill, stash_bits) {
+                    let (h, v) = decode_slot(w0, w1);
+                    f(self.hasher.key(h), v);
+                }
             });
         }
     }

@@ -184,18 +184,20 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         if segs.iter().any(|&(s, _)| pool.load_u64(s + H_BACKUP) != 0) {
             return Err(corrupt("a cleanly closed pool still holds backups".into()));
         }
-        // The count a clean close recorded must match the valid slots (a
-        // page zeroed or overwritten since would otherwise open with keys
-        // silently missing).
+        // The count a clean close recorded must match the slots `for_each`
+        // lists (`listed`: valid and within the search's reach), so a page
+        // zeroed or overwritten since, or a slot moved out of its search's
+        // reach, would otherwise open with keys silently missing.
         let found = zero
             + engine::par_sum(segs.len(), |i| {
                 let (s, id) = segs[i];
+                let (spill, stash_bits) = hm.search_bits(s);
                 let mut n = 0;
-                hm.each_slot(s, &mut |line, slot, bucket, _| {
+                hm.each_slot(s, &mut |line, slot, bucket, stash| {
                     let w = hm.words(line);
                     let w0 = w[2 * slot].load(Ordering::Relaxed);
                     let w1 = w[2 * slot + 1].load(Ordering::Relaxed);
-                    if hm.valid(id, w0, w1, bucket) {
+                    if hm.listed(id, w0, w1, bucket, stash, spill, stash_bits) {
                         n += 1;
                     }
                 });

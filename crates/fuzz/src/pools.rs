@@ -383,17 +383,22 @@ fn unchanged(path: &Path, want: &[u8], what: &str) -> Result<(), Failure> {
 
 /// Reads everything an engine reaches, as `pmhash check` and `inspect` do.
 /// `Some`: the open was accepted, yet the key count it serves and the keys
-/// it visits disagree (keys silently missing or invented).
-fn read_all(e: &dyn Engine) -> Option<String> {
+/// it visits disagree (keys silently missing or invented). `hidden`: the
+/// engine form of a store, whose reads of an entry that fails its checksum
+/// are errors the trait cannot carry (its get reads the key as absent, its
+/// for_each stops there): a disagreement that `check` reports is then the
+/// damage reported, not a key silently missing.
+fn read_all(e: &dyn Engine, hidden: bool) -> Option<String> {
     let len = e.len();
     let _ = e.stats();
-    let _ = e.check();
+    let checked = e.check();
     let mut n = 0u64;
     e.for_each(&mut |_, _| n += 1);
     for k in [0, 1, 42, u64::MAX, 7, n] {
         let _ = e.get(k);
     }
-    (len != n).then(|| format!("len() says {len} keys, for_each visits {n}"))
+    (len != n && !(hidden && checked.is_err()))
+        .then(|| format!("len() says {len} keys, for_each visits {n}"))
 }
 
 /// [`read_all`] for a store.
@@ -424,6 +429,7 @@ fn run_engine(s: &EngineSpec, path: &Path, image: &[u8]) -> Result<(), Failure> 
     let EngineKind::Persistent { open, .. } = s.kind else {
         return Ok(());
     };
+    let hidden = s.name.starts_with("store");
     let opts = |read_only| PoolOptions {
         mode: Mode::Mapped,
         read_only,
@@ -433,7 +439,7 @@ fn run_engine(s: &EngineSpec, path: &Path, image: &[u8]) -> Result<(), Failure> 
     let wrong = guarded("a read-only open and check", || {
         let pool = Arc::new(Pool::open(path, &opts(true)).ok()?);
         let _ = pool.stats();
-        read_all(open(pool.clone(), &cfg()).ok()?.as_ref())
+        read_all(open(pool.clone(), &cfg()).ok()?.as_ref(), hidden)
     })?;
     unchanged(path, image, "a read-only open")?;
     if let Some(w) = wrong {
@@ -447,7 +453,7 @@ fn run_engine(s: &EngineSpec, path: &Path, image: &[u8]) -> Result<(), Failure> 
         match engine::open_file(open, path, &opts(false), &cfg()) {
             Err(e) => (Some(format!("it was refused ({e})")), None),
             Ok((_pool, e)) => {
-                let wrong = read_all(e.as_ref());
+                let wrong = read_all(e.as_ref(), hidden);
                 write_some(e.as_ref());
                 (None, wrong)
             }

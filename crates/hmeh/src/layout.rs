@@ -105,6 +105,9 @@ pub struct Geometry {
     pub stash: u64,
     /// Largest local depth; beyond it a full segment chains overflow blocks.
     pub max_depth: u32,
+    /// Fill policy (`Options::stash_before_split`): a full window goes to
+    /// the stash and a long displacement search before the segment splits.
+    pub stash_first: bool,
 }
 
 impl Geometry {
@@ -127,18 +130,24 @@ impl Geometry {
             buckets: lines - 1 - stash,
             stash,
             max_depth,
+            stash_first: false,
         })
     }
 
+    /// The root's geometry word: lines | max depth << 16 | stash first << 24.
     pub fn encode(&self) -> u64 {
-        self.lines | (self.max_depth as u64) << 16
+        self.lines | (self.max_depth as u64) << 16 | (self.stash_first as u64) << 24
     }
 
     pub fn decode(w: u64) -> Option<Geometry> {
-        if w >> 24 != 0 {
+        if w >> 25 != 0 {
             return None;
         }
-        Geometry::new(w & 0xffff, ((w >> 16) & 0xff) as u32)
+        let g = Geometry::new(w & 0xffff, ((w >> 16) & 0xff) as u32)?;
+        Some(Geometry {
+            stash_first: w >> 24 & 1 == 1,
+            ..g
+        })
     }
 
     pub fn bytes(&self) -> u64 {
@@ -178,7 +187,23 @@ impl Geometry {
     /// whose home bucket is `home`.
     #[inline]
     pub fn in_window(&self, home: u64, b: u64) -> bool {
-        (b + self.buckets - home) % self.buckets < PROBE
+        // `(b - home) mod buckets < PROBE`, without a division: both are
+        // below `buckets`, so one conditional subtraction reduces it (a
+        // `%` here cost a divide per probed slot).
+        let d = b + self.buckets - home;
+        let d = if d >= self.buckets { d - self.buckets } else { d };
+        d < PROBE
+    }
+
+    /// Bucket `home + j` of the ring of normal buckets (`j < buckets`).
+    #[inline]
+    pub fn ring(&self, home: u64, j: u64) -> u64 {
+        let b = home + j;
+        if b >= self.buckets {
+            b - self.buckets
+        } else {
+            b
+        }
     }
 }
 

@@ -71,6 +71,13 @@ pub struct Options {
     /// blocks instead of splitting.
     pub max_depth: u32,
     pub hash: HashKind,
+    /// Fill a segment through its stash and a long displacement search
+    /// before it splits: the highest load factor before a split reaches
+    /// 0.95 (the paper's Fig. 11), but a growing insert is about 2x slower
+    /// and a grown table's misses read the stash. Off by default: a full
+    /// window splits after a displacement search, and the stash is used
+    /// only at the depth cap. Kept in the pool (the root's geometry word).
+    pub stash_before_split: bool,
 }
 
 impl Default for Options {
@@ -79,6 +86,7 @@ impl Default for Options {
             segment_bytes: None,
             max_depth: DEFAULT_MAX_DEPTH,
             hash: HashKind::Mixed,
+            stash_before_split: false,
         }
     }
 }
@@ -225,7 +233,7 @@ impl Hmeh {
                 .next_power_of_two()
                 .clamp(16, 256),
         };
-        let geo = Geometry::new(lines, opts.max_depth).ok_or_else(|| {
+        let mut geo = Geometry::new(lines, opts.max_depth).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "segment of {} bytes / depth cap {} (want a power of two from {} to {} bytes, cap 1..=32)",
                 lines * LINE,
@@ -234,6 +242,7 @@ impl Hmeh {
                 MAX_LINES * LINE
             ))
         })?;
+        geo.stash_first = opts.stash_before_split;
         let want = (cfg.initial_capacity.max(1) as f64 / (geo.slots() as f64 * 0.75)).max(1.0);
         let d0 = (want.log2().ceil() as u32).clamp(1, geo.max_depth);
         // Refuse at once what cannot fit: 2^d0 segments and their nodes.
@@ -404,6 +413,28 @@ impl Hmeh {
     /// Bytes per segment.
     pub fn segment_bytes(&self) -> u64 {
         self.geo.bytes()
+    }
+
+    /// Items that live in a stash, counted by a walk of every segment (a
+    /// read of the whole table: for tests and `inspect`, not a hot path).
+    pub fn stash_items(&self) -> Result<u64> {
+        let mut n = 0;
+        for (seg, id) in self.segments()? {
+            self.each_slot(seg, &mut |line, s, bucket, stash| {
+                let w = self.words(line);
+                if stash
+                    && self.valid(
+                        id,
+                        w[2 * s].load(Ordering::Relaxed),
+                        w[2 * s + 1].load(Ordering::Relaxed),
+                        bucket,
+                    )
+                {
+                    n += 1;
+                }
+            });
+        }
+        Ok(n)
     }
 
     // ----- helpers ---------------------------------------------------------------
@@ -660,13 +691,17 @@ impl Hmeh {
             if j > 0 && !spilled && !(want_free && out.free.is_none()) {
                 break;
             }
-            let b = (home + j) % self.geo.buckets;
+            let b = self.geo.ring(home, j);
             if look(self.geo.bucket(seg, b), Some(b), false, &mut out) {
                 return out;
             }
         }
+        // The stash is read for the key only where the home's stash bit
+        // says it may be there; an insert looks there for a free slot only
+        // after displacement fails (`stash_free`), so a full window does
+        // not cost every insert 16 stash lines.
         let stashed = hw[W_STASH_BITS].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
-        if stashed || (want_free && out.free.is_none()) {
+        if stashed || (want == Want::Both && out.free.is_none()) {
             for i in 0..self.geo.stash {
                 if look(self.geo.stash_bucket(seg, i), None, true, &mut out) {
                     return out;
@@ -761,12 +796,17 @@ impl Hmeh {
         // A short search on every full window; a long one (rare: the
         // window and the stash are full) before giving up for a split.
         let (move_depth, max_nodes) = if deep { (16, 247) } else { (3, 48) };
-        let n = self.geo.buckets;
         // BFS over buckets: (bucket, parent node index, slot in the parent
         // whose item moves into this bucket, depth).
         let mut nodes: Vec<(u64, usize, usize, usize)> = Vec::with_capacity(max_nodes);
+        // Buckets already in the BFS, one bit each: a linear search of
+        // `nodes` made the deep search quadratic (up to 247 x 16 x 247
+        // compares before each split, the largest cost of a growing insert).
+        let mut seen = Seen::new(self.geo.buckets);
         for j in 0..PROBE {
-            nodes.push(((home + j) % n, usize::MAX, 0, 0));
+            let b = self.geo.ring(home, j);
+            seen.insert(b);
+            nodes.push((b, usize::MAX, 0, 0));
         }
         let free_in = |b: u64| -> Option<usize> {
             let w = self.words(self.geo.bucket(seg, b));
@@ -792,8 +832,8 @@ impl Hmeh {
                     .0;
                     let hx_home = self.geo.home(hx);
                     for k in 0..PROBE {
-                        let t = (hx_home + k) % n;
-                        if nodes.iter().any(|nd| nd.0 == t) {
+                        let t = self.geo.ring(hx_home, k);
+                        if !seen.insert(t) {
                             continue;
                         }
                         if nodes.len() >= max_nodes {
@@ -809,6 +849,29 @@ impl Hmeh {
             i += 1;
         }
         None
+    }
+
+    /// A free slot in the stash of a locked segment.
+    fn stash_free(&self, seg: u64, id: Ident) -> Option<Slot> {
+        (0..self.geo.stash).find_map(|i| {
+            let line = self.geo.stash_bucket(seg, i);
+            let w = self.words(line);
+            (0..SLOTS)
+                .find(|&s| {
+                    !self.valid(
+                        id,
+                        w[2 * s].load(Ordering::Relaxed),
+                        w[2 * s + 1].load(Ordering::Relaxed),
+                        None,
+                    )
+                })
+                .map(|s| Slot {
+                    line,
+                    s,
+                    bucket: None,
+                    stash: true,
+                })
+        })
     }
 
     /// Executes the chain ending at the last BFS node (whose bucket has the
@@ -871,6 +934,36 @@ impl Hmeh {
         self.t
             .min_split_lf_bits
             .fetch_min(lf.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// A set of bucket numbers below a segment's bucket count, one bit each.
+struct Seen {
+    bits: [u64; 8],
+    more: Vec<u64>,
+}
+
+impl Seen {
+    fn new(buckets: u64) -> Seen {
+        let words = buckets.div_ceil(64) as usize;
+        Seen {
+            bits: [0; 8],
+            more: if words > 8 { vec![0; words] } else { Vec::new() },
+        }
+    }
+
+    /// Adds `b`; false if it was there.
+    #[inline]
+    fn insert(&mut self, b: u64) -> bool {
+        let w = if self.more.is_empty() {
+            &mut self.bits[(b / 64) as usize]
+        } else {
+            &mut self.more[(b / 64) as usize]
+        };
+        let m = 1u64 << (b % 64);
+        let new = *w & m == 0;
+        *w |= m;
+        new
     }
 }
 

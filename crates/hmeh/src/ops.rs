@@ -456,7 +456,7 @@ impl Hmeh {
     fn place_fresh(&self, seg: u64, h: u64) -> Option<(u64, usize, bool)> {
         let home = self.geo.home(h);
         let lines = (0..PROBE)
-            .map(|j| (self.geo.bucket(seg, (home + j) % self.geo.buckets), false))
+            .map(|j| (self.geo.bucket(seg, self.geo.ring(home, j)), false))
             .chain((0..self.geo.stash).map(|i| (self.geo.stash_bucket(seg, i), true)));
         for (line, stash) in lines {
             let w = self.words(line);
@@ -640,15 +640,23 @@ impl Engine for Hmeh {
                 self.unlock(seg);
                 return Ok(false);
             }
-            // Window, then a displacement chain, then the stash (kept for
-            // what displacement cannot place: a stash item costs every
-            // later miss in this segment a stash read).
+            // Window, then a displacement chain (breadth first, up to 16
+            // moves), then a split. The stash and overflow blocks take items
+            // only at the depth cap, where a segment cannot split: a stashed
+            // item costs every later miss of its home a read of all the
+            // stash lines, and filling a segment's last slots through the
+            // stash made a growing insert 2x slower (docs/engines/hmeh.md,
+            // "Growth"). `stash_first` pools fill the stash before a split.
             let home = self.geo.home(h);
             let free = match sc.free {
-                Some(f) if !f.stash => Some(f),
+                Some(f) if f.bucket.is_some() => Some(f),
+                _ if id.ld < self.geo.max_depth && !self.geo.stash_first => {
+                    self.displace(seg, id, home, true)
+                }
                 other => self
                     .displace(seg, id, home, false)
                     .or(other)
+                    .or_else(|| self.stash_free(seg, id))
                     .or_else(|| self.displace(seg, id, home, true)),
             };
             if let Some(f) = free {
@@ -899,3 +907,4 @@ impl Engine for Hmeh {
         Ok(())
     }
 }
+

@@ -70,6 +70,7 @@ fn fresh(d: Durability, hash: HashKind, tag: u64) -> (Arc<Pool>, Hmeh) {
         segment_bytes: Some(SEG_BYTES),
         max_depth: DEFAULT_MAX_DEPTH,
         hash,
+        stash_before_split: false,
     };
     let hm = Hmeh::create_with(pool.clone(), &ecfg(d), &opts).unwrap();
     assert_eq!(hm.segment_bytes(), SEG_BYTES);
@@ -1412,6 +1413,7 @@ fn identity_4k(d: Durability) -> (Arc<Pool>, Hmeh) {
         segment_bytes: Some(4096),
         max_depth: DEFAULT_MAX_DEPTH,
         hash: HashKind::Identity,
+        stash_before_split: false,
     };
     let hm = Hmeh::create_with(pool.clone(), &cfg, &opts).unwrap();
     assert_eq!((hm.geo.buckets, hm.geo.stash, hm.geo.slots()), (59, 4, 252));
@@ -1419,24 +1421,29 @@ fn identity_4k(d: Durability) -> (Arc<Pool>, Hmeh) {
 }
 
 /// A merge whose items do not fit: buddies 00 and 01 (local depth 2) hold
-/// 20 keys each, all of home bucket 0. After one remove (39 items, within
-/// the 252/4 = 63 a merge tries) the merged segment offers that home its
-/// window and stash only, 32 slots: the merge fails. It must give back
+/// 20 keys each, 16 of home bucket 0 (its window, buckets 0..3, full) and
+/// 4 of home bucket 1 (in bucket 4). After one remove (39 items, within
+/// the 252/4 = 63 a merge tries) the merged segment offers those homes
+/// buckets 0..4 and the stash, 36 slots: the merge fails. It must give back
 /// its new segment M unlocked: before the fix M was cancelled with its
 /// lock held, and the next `init_segment` of that block (the next merge
 /// attempt, or a split) spun forever. Here the block M used is the next
 /// one a 4 KiB reservation gets: its lock word moved (the attempt
 /// happened, and wrote M's identity) and is free; a split then takes that
-/// block; once the buddies hold 32 items they merge.
+/// block; once the buddies hold 36 items they merge.
 #[test]
 fn failed_merge_unlocks_and_gives_back_its_new_segment() {
     let (pool, hm) = identity_4k(Durability::Strict);
-    let key = |top: u64, i: u64| ((top << 30 | i) << 32) | 7;
-    let a: Vec<u64> = (1..=20).map(|i| key(0, i)).collect();
-    let b: Vec<u64> = (1..=20).map(|i| key(1, i)).collect();
+    // Low words of home bucket 0 and 1: home = low * 59 >> 32.
+    let key = |top: u64, i: u64, low: u64| ((top << 30 | i) << 32) | low;
+    let low1 = (1u64 << 32).div_ceil(59);
+    let a: Vec<u64> = (1..=16).map(|i| key(0, i, 7)).collect();
+    let b: Vec<u64> = (1..=16).map(|i| key(1, i, 7)).collect();
+    let a1: Vec<u64> = (17..=20).map(|i| key(0, i, low1)).collect();
+    let b1: Vec<u64> = (17..=20).map(|i| key(1, i, low1)).collect();
     let mut model = HashMap::new();
-    for &k in a.iter().chain(&b) {
-        assert_eq!(hm.geo.home(k), 0);
+    for &k in a.iter().chain(&b).chain(&a1).chain(&b1) {
+        assert_eq!(hm.geo.home(k), u64::from(k & 0xffff_ffff != 7));
         assert!(hm.insert(k, k ^ 0xff).unwrap());
         model.insert(k, k ^ 0xff);
     }
@@ -1456,7 +1463,7 @@ fn failed_merge_unlocks_and_gives_back_its_new_segment() {
 
     assert!(hm.remove(a[0]).unwrap());
     model.remove(&a[0]);
-    assert_eq!(tally(&hm.t.merges), 0, "39 items of one home cannot merge");
+    assert_eq!(tally(&hm.t.merges), 0, "39 items in 36 slots cannot merge");
     assert_eq!(
         hm.segments().unwrap(),
         segs,
@@ -1497,11 +1504,11 @@ fn failed_merge_unlocks_and_gives_back_its_new_segment() {
         hm.segments().unwrap().iter().any(|(s, _)| *s == m),
         "the split's new segment is the block M had"
     );
-    // More failed attempts (38..33 items), then the merge at 32.
-    for (j, k) in a[1..8].iter().enumerate() {
+    // More failed attempts (38 and 37 items), then the merge at 36.
+    for (j, k) in a[1..4].iter().enumerate() {
         assert!(hm.remove(*k).unwrap());
         model.remove(k);
-        let want = if j == 6 { 1 } else { 0 };
+        let want = if j == 2 { 1 } else { 0 };
         assert_eq!(tally(&hm.t.merges), want, "after {} removes", j + 2);
     }
     assert_eq!(contents(&hm).unwrap(), model);

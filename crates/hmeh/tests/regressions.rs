@@ -49,6 +49,7 @@ fn opts(segment_bytes: u64, hash: HashKind) -> Options {
         segment_bytes: Some(segment_bytes),
         max_depth: hmeh::DEFAULT_MAX_DEPTH,
         hash,
+        stash_before_split: false,
     }
 }
 
@@ -295,11 +296,15 @@ fn failed_merge_leaves_its_block_usable() {
                 )
                 .unwrap(),
             );
-            // 600 keys at 3/4 load of 252 slots: 4 segments of depth 2.
+            // 600 keys at 3/4 load of 252 slots: 4 segments of depth 2,
+            // whose full windows go to the stash (not to a split).
             let hm = Hmeh::create_with(
                 pool.clone(),
                 &cfg(Durability::Strict, 600),
-                &opts(4096, HashKind::Identity),
+                &Options {
+                    stash_before_split: true,
+                    ..opts(4096, HashKind::Identity)
+                },
             )
             .unwrap();
             assert_eq!(detail(&hm, "segments"), 4);
@@ -945,6 +950,7 @@ fn overflow_block_in_two_chains_is_refused() {
         segment_bytes: Some(1024),
         max_depth: 2,
         hash: HashKind::Identity,
+        stash_before_split: false,
     };
     let hm = Hmeh::create_with(pool.clone(), &cfg(Durability::Strict, 16), &o).unwrap();
     let mut rng = Rng(9);

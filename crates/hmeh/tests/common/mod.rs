@@ -68,6 +68,7 @@ pub fn identity_capped(max_depth: u32) -> Options {
         segment_bytes: Some(1024),
         max_depth,
         hash: HashKind::Identity,
+        stash_before_split: false,
     }
 }
 

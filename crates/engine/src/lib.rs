@@ -106,8 +106,8 @@ pub struct Stats {
     /// Structural changes since the engine was created or opened: the
     /// operations that reshape the table rather than store a key (splits,
     /// merges, directory doublings, overflow blocks, level resizes,
-    /// expansions, rehashes, filter rebuilds). Each engine's docs and its
-    /// `stats()` say which it counts; 0 for structures that never reshape.
+    /// expansions, rehashes, filter rebuilds). `docs/benchmarks.md` lists
+    /// what each engine counts; 0 for structures that never reshape.
     pub structural_changes: u64,
     /// Wall time spent inside those changes, in nanoseconds, summed over
     /// the threads that made them (see [`StructuralClock`]).

@@ -10,7 +10,8 @@
 #
 # WORKLOADS (comma-separated, default insert,get-pos), THREADS (space-
 # separated, default "1 2"), KEYS (default 2M) and PMHASH (default
-# target/release/pmhash) narrow the run. Writes OUTDIR/round-R-W-tT.json
+# target/release/pmhash) narrow the run; SIZING (default --presized: tables
+# sized for KEYS; empty: grown from the engines' default) sizes the tables. Writes OUTDIR/round-R-W-tT.json
 # and .txt per cell, then prints each cell's A/B ratios, median and
 # minimum (from the JSONs' throughput).
 set -euo pipefail
@@ -23,6 +24,7 @@ bin=${PMHASH:-target/release/pmhash}
 workloads=${WORKLOADS:-insert,get-pos}
 threads=${THREADS:-1 2}
 keys=${KEYS:-2M}
+sizing=${SIZING---presized}
 mkdir -p "$out"
 
 for r in $(seq 1 "$rounds"); do
@@ -32,7 +34,7 @@ for r in $(seq 1 "$rounds"); do
         for t in $threads; do
             base="$out/round-$r-$w-t$t"
             "$bin" bench --engine "$order" --workload "$w" --keys "$keys" --threads "$t" \
-                --json "$base.json" >"$base.txt" 2>&1
+                $sizing --json "$base.json" >"$base.txt" 2>&1
         done
     done
 done

@@ -6,7 +6,8 @@
 #
 # PMHASH defaults to target/release/pmhash, OUTDIR to docs/bench/scaling;
 # THREADS, KEYS and ENGINES (space-separated; "store" for the store) narrow
-# the run.
+# the run; SIZING (default --presized: tables sized for KEYS; empty: grown
+# from the engines' default) sizes the tables.
 # One JSON and one text table per engine, written as each finishes, so a
 # run cut short keeps what it measured. Pools go to /dev/shm when it has
 # 16 GiB free, else to the temporary directory.
@@ -16,6 +17,7 @@ bin=${1:-target/release/pmhash}
 out=${2:-docs/bench/scaling}
 threads=${THREADS:-1,2,4,8,16}
 keys=${KEYS:-10M}
+sizing=${SIZING---presized}
 mkdir -p "$out"
 
 pool=${TMPDIR:-/tmp}
@@ -34,7 +36,7 @@ run() {
     local name=$1
     shift
     local t0=$SECONDS
-    if "$bin" bench --pool "$pool" --keys "$keys" --threads "$threads" \
+    if "$bin" bench --pool "$pool" --keys "$keys" --threads "$threads" $sizing \
         --json "$out/$name.json" "$@" > "$out/$name.txt" 2>&1; then
         echo "$name: $((SECONDS - t0)) s" >> "$out/log.txt"
     else

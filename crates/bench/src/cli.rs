@@ -3,13 +3,13 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use engine::{Durability, EngineSpec};
+use engine::{Durability, EngineConfig, EngineSpec};
 
 use crate::chart;
 use crate::dist::Dist;
 use crate::progress::Progress;
 use crate::report::Report;
-use crate::runner::{self, BenchConfig};
+use crate::runner::{self, BenchConfig, Sizing};
 use crate::workload::Workload;
 
 /// Options of `pmhash bench` (embed with `#[command(flatten)]` or as a
@@ -97,10 +97,16 @@ pub struct BenchArgs {
     #[arg(long, value_name = "R", default_value_t = 1)]
     pub repeat: usize,
 
-    /// Keys the engines are sized for at creation (default: --keys). A
-    /// small value makes the insert workload grow the table.
+    /// Keys the engines (and the store's point index) are sized for at
+    /// creation [default: each engine's default, 1024 keys, so the tables
+    /// grow as a user's would]
     #[arg(long, value_name = "N", value_parser = parse_count)]
     pub initial_capacity: Option<u64>,
+
+    /// Size the engines, the store and the pool files for --keys at
+    /// creation, so that loading them never grows a table
+    #[arg(long, conflicts_with = "initial_capacity")]
+    pub presized: bool,
 
     /// Bytes per key in the store engine's runs (Viper's setup: 16)
     #[arg(long, value_name = "BYTES", default_value_t = 8)]
@@ -187,6 +193,12 @@ impl BenchArgs {
         if self.repeat == 0 {
             return Err("--repeat must be at least 1".to_string());
         }
+        let sizing = match (self.presized, self.initial_capacity) {
+            (true, _) => Sizing::Presized,
+            (false, Some(0)) => return Err("--initial-capacity must be at least 1".to_string()),
+            (false, Some(n)) => Sizing::Grown(n),
+            (false, None) => Sizing::Grown(EngineConfig::default().initial_capacity),
+        };
         let has_store = engines.iter().any(crate::store_run::is_store);
         if let Some(w) = workloads.iter().find(|w| w.store_only()) {
             if !has_store {
@@ -245,7 +257,7 @@ impl BenchArgs {
             pool_dir,
             seed: self.seed,
             repeat: self.repeat,
-            initial_capacity: self.initial_capacity,
+            sizing,
             key_size: self.key_size,
             value_size: self.value_size,
             numa_emulate: self.numa_emulate,
@@ -397,10 +409,23 @@ mod tests {
         assert!(err(&["--mode", "nvram"]).contains("--mode"));
         assert!(err(&["--durability", "maybe"]).contains("--durability"));
         assert!(err(&["--repeat", "0"]).contains("--repeat"));
+        assert!(err(&["--initial-capacity", "0"]).contains("--initial-capacity"));
+        assert!(
+            BenchArgs::parse_from(["--presized", "--initial-capacity", "5"])
+                .err()
+                .unwrap_or_default()
+                .contains("cannot be used with")
+        );
         assert!(err(&["--pool", "/no/such/dir"]).contains("not a directory"));
         assert!(err(&["--workload", "put100"]).contains("only on the store engine"));
         assert!(err(&["--key-size", "16"]).contains("only to the store engine"));
         assert!(err(&["--numa-emulate", "2"]).contains("only to the store engine"));
+        assert_eq!(with(&[]).unwrap().sizing, Sizing::Grown(1024));
+        assert_eq!(
+            with(&["--initial-capacity", "5k"]).unwrap().sizing,
+            Sizing::Grown(5000)
+        );
+        assert_eq!(with(&["--presized"]).unwrap().sizing, Sizing::Presized);
         let cfg = with(&["--engine", "dashmap,hashbrown,dashmap"]).unwrap();
         let names: Vec<&str> = cfg.engines.iter().map(|s| s.name).collect();
         assert_eq!(names, ["dashmap", "hashbrown"]);

@@ -24,6 +24,13 @@ pub struct Machine {
     pub durability: String,
     /// Emulated PM write latency per flushed line.
     pub pm_write_latency_ns: u64,
+    /// `grown` (engines created for `initial_capacity` keys, their
+    /// default unless `--initial-capacity` is given: the tables and pool
+    /// files grow during the run) or `pre-sized` (`--presized`: created
+    /// for `--keys`).
+    pub sizing: String,
+    /// Keys the engines were created for.
+    pub initial_capacity: u64,
     /// When the report was made, UTC, ISO 8601.
     pub date: String,
 }
@@ -43,7 +50,32 @@ impl Machine {
             mode: mode.to_string(),
             durability: durability.to_string(),
             pm_write_latency_ns,
+            sizing: "pre-sized".to_string(),
+            initial_capacity: 0,
             date: utc_now_iso8601(),
+        }
+    }
+
+    /// The same, with the run's sizing (`"grown"` or `"pre-sized"`) and
+    /// the keys the engines were created for.
+    pub fn with_sizing(mut self, sizing: &str, initial_capacity: u64) -> Machine {
+        self.sizing = sizing.to_string();
+        self.initial_capacity = initial_capacity;
+        self
+    }
+
+    /// The report's first line: how the tables were sized.
+    pub fn sizing_line(&self) -> String {
+        if self.sizing == "grown" {
+            format!(
+                "tables grown from {} keys (their pool files from the default size); --presized sizes them for --keys",
+                self.initial_capacity
+            )
+        } else {
+            format!(
+                "tables and pool files pre-sized for {} keys",
+                self.initial_capacity
+            )
         }
     }
 }

@@ -58,8 +58,25 @@ pub struct RunResult {
     pub flushes_per_op: f64,
     pub fences_per_op: f64,
     pub load_factor: f64,
+    /// PM and DRAM bytes the engine (or the store) holds after the run
+    /// (`Stats::pm_bytes`, `Stats::dram_bytes`).
     pub pm_bytes: u64,
     pub dram_bytes: u64,
+    /// `pm_bytes` and `dram_bytes` over the keys held after the run
+    /// (null when it holds none).
+    pub pm_bytes_per_key: Option<f64>,
+    pub dram_bytes_per_key: Option<f64>,
+    /// Keys the engine was created for (`--keys` when pre-sized).
+    pub initial_capacity: u64,
+    /// Structural changes (splits, merges, doublings, expansions,
+    /// rehashes: `Stats::structural_changes`) during the timed section.
+    pub structural_changes: u64,
+    /// Milliseconds spent in them (`Stats::structural_nanos`), summed over
+    /// the threads.
+    pub structural_ms: f64,
+    /// `structural_ms` as a percentage of the timed section's thread time
+    /// (wall time × threads).
+    pub structural_pct: f64,
     /// The engine's own figures after the run (`Stats::detail`): levels,
     /// resizes, movements, the highest load factor reached.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -151,6 +168,31 @@ pub struct Report {
     pub runs: Vec<RunResult>,
 }
 
+impl RunResult {
+    /// Sets the structural figures from the timed section's `changes` and
+    /// `nanos` (needs `seconds` and `threads`).
+    pub fn set_structural(&mut self, changes: u64, nanos: u64) {
+        self.structural_changes = changes;
+        self.structural_ms = nanos as f64 / 1e6;
+        let thread_ns = self.seconds * 1e9 * self.threads.max(1) as f64;
+        self.structural_pct = if thread_ns > 0.0 {
+            100.0 * nanos as f64 / thread_ns
+        } else {
+            0.0
+        };
+    }
+
+    /// Sets the memory figures from the bytes held after the run (needs
+    /// `len_after`).
+    pub fn set_memory(&mut self, pm_bytes: u64, dram_bytes: u64) {
+        self.pm_bytes = pm_bytes;
+        self.dram_bytes = dram_bytes;
+        let per_key = |b: u64| (self.len_after > 0).then(|| b as f64 / self.len_after as f64);
+        self.pm_bytes_per_key = per_key(pm_bytes);
+        self.dram_bytes_per_key = per_key(dram_bytes);
+    }
+}
+
 impl Report {
     /// Builds the report from the repetitions of each run: keeps the median
     /// by Mops/s (the lower one for an even count) and fills in the ratios
@@ -204,6 +246,11 @@ impl Report {
             "flush/op",
             "fence/op",
             "load",
+            "struct ms",
+            "struct %",
+            "changes",
+            "PM B/key",
+            "DRAM B/key",
             "reopen ms",
         ];
         let rows: Vec<Vec<String>> = self
@@ -223,11 +270,19 @@ impl Report {
                     format!("{:.2}", r.flushes_per_op),
                     format!("{:.2}", r.fences_per_op),
                     format!("{:.3}", r.load_factor),
+                    format!("{:.1}", r.structural_ms),
+                    format!("{:.1}", r.structural_pct),
+                    r.structural_changes.to_string(),
+                    r.pm_bytes_per_key
+                        .map_or("-".to_string(), |x| format!("{x:.1}")),
+                    r.dram_bytes_per_key
+                        .map_or("-".to_string(), |x| format!("{x:.1}")),
                     r.reopen_ms.map_or("-".to_string(), |x| format!("{x:.1}")),
                 ]
             })
             .collect();
-        let mut out = render(&head, &rows);
+        let mut out = self.machine.sizing_line() + "\n";
+        out += &render(&head, &rows);
         let store: Vec<Vec<String>> = self
             .runs
             .iter()
@@ -326,6 +381,12 @@ mod tests {
             load_factor: 0.5,
             pm_bytes: 0,
             dram_bytes: 0,
+            pm_bytes_per_key: None,
+            dram_bytes_per_key: None,
+            initial_capacity: 10,
+            structural_changes: 0,
+            structural_ms: 0.0,
+            structural_pct: 0.0,
             detail: Default::default(),
             ratio_to_hashbrown: None,
             reopen_ms: None,
@@ -387,7 +448,8 @@ mod tests {
         assert_eq!(json["runs"][1]["repeats"].as_array().unwrap().len(), 3);
         assert!(json["runs"][0].get("len_after").is_none());
         let table = r.table();
-        assert_eq!(table.lines().count(), 5);
+        assert_eq!(table.lines().count(), 6);
+        assert!(table.starts_with("tables and pool files pre-sized"));
         assert!(table.contains("0.50") && table.contains("hashbrown"));
     }
 }

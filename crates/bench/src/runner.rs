@@ -69,8 +69,8 @@ pub struct BenchConfig {
     pub seed: u64,
     /// Repetitions of each run; the report keeps the median.
     pub repeat: usize,
-    /// Keys the engines are sized for (`None`: `keys`).
-    pub initial_capacity: Option<u64>,
+    /// What the engines, the store and the pool files are sized for.
+    pub sizing: Sizing,
     /// Bytes per key of the store's runs (8 or more).
     pub key_size: usize,
     /// Bytes per value of the store's runs (8 or more).
@@ -81,6 +81,46 @@ pub struct BenchConfig {
     pub inline_values: bool,
     /// The store's `Options::verify_checksums`.
     pub verify_checksums: bool,
+}
+
+/// How a run's engine (or store) and its pool file are sized at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sizing {
+    /// Created for this many keys (the engines' default, 1024, unless
+    /// `--initial-capacity` says otherwise): the load or the insert
+    /// workload grows the table, and the pool file starts at the default
+    /// size and grows with it.
+    Grown(u64),
+    /// Created for `--keys` (`--presized`): no table grows while the keys
+    /// go in, and the pool file is made big enough up front.
+    Presized,
+}
+
+impl Sizing {
+    /// The `initial_capacity` an engine is created with.
+    pub fn initial_capacity(self, keys: u64) -> u64 {
+        match self {
+            Sizing::Grown(n) => n,
+            Sizing::Presized => keys,
+        }
+    }
+
+    /// `"grown"` or `"pre-sized"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sizing::Grown(_) => "grown",
+            Sizing::Presized => "pre-sized",
+        }
+    }
+
+    /// One line for the report: "grown from 1024 keys" or "pre-sized for
+    /// 2000000 keys".
+    pub fn describe(self, keys: u64) -> String {
+        match self {
+            Sizing::Grown(n) => format!("grown from {n} keys"),
+            Sizing::Presized => format!("pre-sized for {keys} keys"),
+        }
+    }
 }
 
 impl BenchConfig {
@@ -186,7 +226,8 @@ pub fn run(cfg: &BenchConfig, progress: &mut Progress) -> Result<Report, String>
         effective_mode.unwrap_or(cfg.mode).name(),
         cfg.durability.name(),
         pmem::persist::write_latency_ns(),
-    );
+    )
+    .with_sizing(cfg.sizing.name(), cfg.sizing.initial_capacity(cfg.keys));
     Ok(Report::from_repetitions(machine, groups))
 }
 
@@ -232,6 +273,27 @@ pub fn pool_sizes(keys: u64) -> (u64, u64) {
     (size, size.saturating_mul(16).min(MAX_POOL).max(size))
 }
 
+/// The pool file of a run that will hold `keys` keys: (size at create,
+/// largest size).
+///
+/// Pre-sized: [`pool_sizes`], so the file never grows. Grown: the size a
+/// pool gets when its user sizes nothing (`PoolOptions::default().size`,
+/// 64 MiB), so a
+/// grown run also pays for growing the file (extension and remap) as
+/// the tables grow. Its largest size is the pre-sized rule's: the default
+/// options (`max_size` 0) would not let the pool grow at all, and a run
+/// that stops with a full pool measures nothing.
+pub fn pool_file_sizes(sizing: Sizing, keys: u64) -> (u64, u64) {
+    let (size, max_size) = pool_sizes(keys);
+    match sizing {
+        Sizing::Presized => (size, max_size),
+        Sizing::Grown(_) => {
+            let first = pmem::PoolOptions::default().size;
+            (first, max_size.max(first))
+        }
+    }
+}
+
 fn instantiate(
     cfg: &BenchConfig,
     spec: &EngineSpec,
@@ -240,7 +302,7 @@ fn instantiate(
 ) -> Result<Instance, String> {
     let ecfg = EngineConfig {
         durability: cfg.durability,
-        initial_capacity: cfg.initial_capacity.unwrap_or(cfg.keys),
+        initial_capacity: cfg.sizing.initial_capacity(cfg.keys),
         threads,
     };
     match spec.kind {
@@ -268,7 +330,7 @@ fn instantiate(
             // A file of ours left by a failed earlier run of this process.
             let _ = std::fs::remove_file(&path);
             let file = PoolFile(path);
-            let (size, max_size) = pool_sizes(capacity_keys);
+            let (size, max_size) = pool_file_sizes(cfg.sizing, capacity_keys);
             let opts = pmem::PoolOptions {
                 mode: cfg.mode,
                 size,
@@ -506,6 +568,12 @@ pub(crate) fn new_result(
         load_factor: 0.0,
         pm_bytes: 0,
         dram_bytes: 0,
+        pm_bytes_per_key: None,
+        dram_bytes_per_key: None,
+        initial_capacity: 0,
+        structural_changes: 0,
+        structural_ms: 0.0,
+        structural_pct: 0.0,
         detail: Default::default(),
         ratio_to_hashbrown: None,
         reopen_ms: None,
@@ -547,6 +615,7 @@ fn run_one(
     if workload.preloads() {
         load(&target, &inputs.keys.loaded).map_err(ctx)?;
     }
+    let before = engine.stats();
     let m = measure(&target, cfg, workload, threads, inputs, rep).map_err(ctx)?;
     let stats = engine.stats();
     let len_after = m.len_after;
@@ -561,6 +630,16 @@ fn run_one(
     } = inst;
     drop(engine);
     let mut result = new_result(spec.name, workload, threads, cfg.keys, m);
+    result.initial_capacity = cfg.sizing.initial_capacity(cfg.keys);
+    result.set_structural(
+        stats
+            .structural_changes
+            .saturating_sub(before.structural_changes),
+        stats
+            .structural_nanos
+            .saturating_sub(before.structural_nanos),
+    );
+    result.set_memory(stats.pm_bytes, stats.dram_bytes);
     if let (EngineKind::Persistent { open, layout, .. }, Some(m), Some(f)) =
         (spec.kind, mode, &_file)
     {
@@ -576,8 +655,6 @@ fn run_one(
     } else {
         0.0
     };
-    result.pm_bytes = stats.pm_bytes;
-    result.dram_bytes = stats.dram_bytes;
     result.detail = stats.detail.into_iter().collect();
     Ok((result, mode, fallback))
 }
@@ -605,7 +682,7 @@ fn reopen(
     let pool = Arc::new(pmem::Pool::open(path, &opts).map_err(|e| format!("reopen: {e}"))?);
     let ecfg = EngineConfig {
         durability: cfg.durability,
-        initial_capacity: cfg.initial_capacity.unwrap_or(cfg.keys),
+        initial_capacity: cfg.sizing.initial_capacity(cfg.keys),
         threads,
     };
     let t = Instant::now();

@@ -34,7 +34,7 @@ use store::{GcMode, Options, Store, StoreStats};
 use crate::keys::load_value;
 use crate::report::{Recovery, StoreFigures};
 use crate::rng::GAMMA;
-use crate::runner::{self, BenchConfig, Inputs, Measured, Ran};
+use crate::runner::{self, BenchConfig, Inputs, Measured, Ran, Sizing};
 use crate::target::{Scanned, Target};
 use crate::workload::Workload;
 
@@ -240,10 +240,20 @@ fn options(cfg: &BenchConfig, writes: u64, gc: GcMode, recovery_threads: usize) 
         .saturating_add(image)
         .div_ceil(MIB)
         * MIB;
+    let max_size = size.saturating_mul(4).min(MAX_POOL).max(size);
+    // Pre-sized: a pool that holds the whole run. Grown: the pool a user
+    // who sizes nothing gets (`Options::default().pool_size`, as `pmhash
+    // serve` opens it), so the run also pays for growing the file; it may
+    // grow as far as a pre-sized run's (the default, 16 × its size, could
+    // be too small for a big run).
+    let first = match cfg.sizing {
+        Sizing::Presized => size,
+        Sizing::Grown(_) => Options::default().pool_size,
+    };
     Options {
         mode: cfg.mode,
-        pool_size: size,
-        max_pool_size: size.saturating_mul(4).min(MAX_POOL).max(size),
+        pool_size: first,
+        max_pool_size: max_size.max(first),
         clusters: CLUSTERS,
         extent_size: extent,
         nodes: cfg.numa_emulate,
@@ -251,8 +261,8 @@ fn options(cfg: &BenchConfig, writes: u64, gc: GcMode, recovery_threads: usize) 
         durability: cfg.durability,
         gc,
         recovery_threads,
-        // Sizes the point index, as `--initial-capacity` sizes the engines.
-        expected_keys: cfg.initial_capacity.unwrap_or(cfg.keys),
+        // Sizes the point index, as the engines are sized.
+        expected_keys: cfg.sizing.initial_capacity(cfg.keys),
         inline_values: cfg.inline_values,
         verify_checksums: cfg.verify_checksums,
         ..Options::default()
@@ -360,6 +370,14 @@ pub(crate) fn run_one(
         r.reopen_detail.insert("opened_from".into(), "image".into());
     }
     fill(&mut r, cfg, &stats, opts.extent_size);
+    r.set_structural(
+        stats
+            .structural_changes
+            .saturating_sub(loaded.structural_changes),
+        stats
+            .structural_nanos
+            .saturating_sub(loaded.structural_nanos),
+    );
     if let Some(f) = r.store.as_mut() {
         // The timed section's accesses, not the load's.
         f.local_reads = f.local_reads.saturating_sub(loaded.local_reads);
@@ -376,7 +394,8 @@ pub(crate) fn run_one(
 
 fn fill(r: &mut crate::RunResult, cfg: &BenchConfig, stats: &StoreStats, extent: u64) {
     r.load_factor = 1.0;
-    r.pm_bytes = stats.pm_bytes;
+    r.initial_capacity = cfg.sizing.initial_capacity(cfg.keys);
+    r.set_memory(stats.pm_bytes, stats.index_dram_bytes);
     r.detail = detail(stats, extent).into_iter().collect();
     r.store = Some(figures(cfg, stats));
 }
@@ -515,6 +534,7 @@ fn overwrite(
     };
     let mut r = runner::new_result(spec.name, workload, threads, keys, m);
     fill(&mut r, cfg, &stats, opts.extent_size);
+    r.initial_capacity = keys;
     let list: Vec<String> = mops.iter().map(|m| format!("{m:.3}")).collect();
     r.detail.insert("mops_by_tenth".into(), list.join(","));
     let worst = mops.iter().copied().fold(f64::INFINITY, f64::min);

@@ -337,6 +337,9 @@ impl Engine for Filtered {
         let mut s = self.inner.stats();
         let f = self.filter.get();
         s.dram_bytes += f.bytes() + self.stripes.bytes();
+        // The engine's own changes plus the filter's doublings (rebuilds).
+        s.structural_changes += self.growths();
+        s.structural_nanos += self.grow_ns.load(Ordering::Relaxed);
         let ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6);
         s.detail.extend([
             ("filter buckets".to_string(), f.buckets().to_string()),

@@ -103,8 +103,52 @@ pub struct Stats {
     pub pm_bytes: u64,
     /// Bytes of DRAM the engine holds beyond the pool (directories, filters).
     pub dram_bytes: u64,
+    /// Structural changes since the engine was created or opened: the
+    /// operations that reshape the table rather than store a key (splits,
+    /// merges, directory doublings, overflow blocks, level resizes,
+    /// expansions, rehashes, filter rebuilds). `docs/benchmarks.md` lists
+    /// what each engine counts; 0 for structures that never reshape.
+    pub structural_changes: u64,
+    /// Wall time spent inside those changes, in nanoseconds, summed over
+    /// the threads that made them (see [`StructuralClock`]).
+    pub structural_nanos: u64,
     /// Engine-specific figures (levels, segments, resizes, ...), for `inspect`.
     pub detail: Vec<(String, String)>,
+}
+
+/// Counts an engine's structural changes and the time spent in them, for
+/// [`Stats::structural_changes`] and [`Stats::structural_nanos`]. Meant
+/// for rare events only: a change costs two clock reads and two relaxed
+/// atomic adds, and nothing on the per-operation path.
+#[derive(Debug, Default)]
+pub struct StructuralClock {
+    changes: std::sync::atomic::AtomicU64,
+    nanos: std::sync::atomic::AtomicU64,
+}
+
+impl StructuralClock {
+    /// Records one change that began at `start` and ends now.
+    pub fn record(&self, start: std::time::Instant) {
+        self.record_n(1, start);
+    }
+
+    /// Records `n` changes (made in one go) that began at `start`.
+    pub fn record_n(&self, n: u64, start: std::time::Instant) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.changes.fetch_add(n, Relaxed);
+        self.nanos.fetch_add(ns, Relaxed);
+    }
+
+    /// Changes recorded so far.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Nanoseconds recorded so far.
+    pub fn nanos(&self) -> u64 {
+        self.nanos.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// What `check()` found: a read-only walk of the whole structure.

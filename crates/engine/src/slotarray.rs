@@ -106,6 +106,8 @@ pub struct SlotArray {
     pool: Arc<Pool>,
     misordered: bool,
     inner: Mutex<Inner>,
+    /// Table doublings and the time spent in them (`Stats::structural_*`).
+    structural: crate::StructuralClock,
 }
 
 fn hash(key: u64) -> u64 {
@@ -138,6 +140,7 @@ impl SlotArray {
             pool,
             misordered,
             inner: Mutex::new(inner),
+            structural: Default::default(),
         }
     }
 
@@ -309,7 +312,9 @@ impl Engine for SlotArray {
             return Ok(false);
         }
         if (inner.used + 1) * 4 > inner.cap * 3 {
+            let start = std::time::Instant::now();
             self.grow(&mut inner)?;
+            self.structural.record(start);
         }
         let Probe::Absent(Some(s)) = self.probe(&inner, key) else {
             return Err(Error::Corrupt("no free slot after growth".into()));
@@ -382,6 +387,8 @@ impl Engine for SlotArray {
             load_factor: inner.len as f64 / inner.cap as f64,
             pm_bytes: HEADER + inner.cap * SLOT,
             dram_bytes: std::mem::size_of::<Self>() as u64,
+            structural_changes: self.structural.changes(),
+            structural_nanos: self.structural.nanos(),
             detail: vec![("tombstones".into(), (inner.used - inner.len).to_string())],
         }
     }

@@ -143,6 +143,9 @@ struct Tallies {
     max_lf_bits: AtomicU64,
     /// Lowest load factor at which a split was needed (f64 bits).
     min_split_lf_bits: AtomicU64,
+    /// Splits (with any doublings they need), overflow blocks and merges,
+    /// and the time spent in them (`Stats::structural_*`).
+    structural: engine::StructuralClock,
 }
 
 /// The OP-HMEH engine.
@@ -914,6 +917,7 @@ impl Hmeh {
     /// Makes room in a locked, full segment: split, or chain an overflow
     /// block at the depth cap. Releases the lock.
     fn grow(&self, seg: u64, id: Ident) -> Result<()> {
+        let start = std::time::Instant::now();
         let r = if id.ld >= self.geo.max_depth {
             self.add_overflow(seg)
         } else {
@@ -921,6 +925,8 @@ impl Hmeh {
         };
         if r.is_err() {
             self.unlock(seg);
+        } else {
+            self.t.structural.record(start);
         }
         r
     }

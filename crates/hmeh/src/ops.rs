@@ -334,7 +334,14 @@ impl Hmeh {
                 .load(Ordering::Relaxed)
                 .saturating_add(bw[W_COUNT].load(Ordering::Relaxed))
                 <= self.geo.slots() / 4;
-        let done = ok && self.merge(seg, id, bseg, bid).is_ok();
+        let done = ok && {
+            let start = std::time::Instant::now();
+            let merged = self.merge(seg, id, bseg, bid).is_ok();
+            if merged {
+                self.t.structural.record(start);
+            }
+            merged
+        };
         if !done {
             self.unlock(bseg);
             self.unlock(seg);
@@ -827,6 +834,8 @@ impl Engine for Hmeh {
                 + (self.t.nodes.load(Ordering::Relaxed) + 1) * LINE
                 + self.t.overflow_blocks.load(Ordering::Relaxed) * self.geo.bytes(),
             dram_bytes: std::mem::size_of::<Self>() as u64 + self.dir.bytes(),
+            structural_changes: self.t.structural.changes(),
+            structural_nanos: self.t.structural.nanos(),
             detail: vec![
                 ("segment bytes".into(), self.geo.bytes().to_string()),
                 ("segments".into(), segs.to_string()),

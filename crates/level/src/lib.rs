@@ -175,6 +175,10 @@ pub struct Level {
     min_top: u64,
     expansions: AtomicU64,
     shrinks: AtomicU64,
+    /// Expansions and shrinks (each with its rehash of the interim level),
+    /// and the time spent in them from closing the writers' gate
+    /// (`Stats::structural_*`).
+    structural: engine::StructuralClock,
     moves: AtomicU64,
     b2t_moves: AtomicU64,
     logfree_updates: AtomicU64,
@@ -217,6 +221,7 @@ impl Level {
             min_top,
             expansions: AtomicU64::new(0),
             shrinks: AtomicU64::new(0),
+            structural: Default::default(),
             moves: AtomicU64::new(0),
             b2t_moves: AtomicU64::new(0),
             logfree_updates: AtomicU64::new(0),
@@ -1109,6 +1114,7 @@ impl Level {
     /// Expands the table if its geometry is still `seen` (another writer may
     /// have done it already). Writers are excluded, readers are not.
     fn expand(&self, seen: u64) -> Result<()> {
+        let start = std::time::Instant::now();
         let _w = self.gate.close();
         let g = self.geo_fields();
         if g.seq != seen {
@@ -1144,12 +1150,17 @@ impl Level {
         };
         let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
         self.expansions.fetch_add(1, Ordering::Relaxed);
-        self.start_resize(r, &rec, [0, t, b])
+        let done = self.start_resize(r, &rec, [0, t, b]);
+        if done.is_ok() {
+            self.structural.record(start);
+        }
+        done
     }
 
     /// Shrinks the table if its geometry is still `seen` and it is still
     /// sparse enough.
     fn shrink(&self, seen: u64) -> Result<()> {
+        let start = std::time::Instant::now();
         let _w = self.gate.close();
         let g = self.geo_fields();
         let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as u64;
@@ -1175,7 +1186,11 @@ impl Level {
         };
         let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
         self.shrinks.fetch_add(1, Ordering::Relaxed);
-        self.start_resize(r, &rec, [b, 0, t])
+        let done = self.start_resize(r, &rec, [b, 0, t]);
+        if done.is_ok() {
+            self.structural.record(start);
+        }
+        done
     }
 
     /// Makes `rec` (a resize with its new level reserved in `r`) current,
@@ -1532,6 +1547,8 @@ impl Engine for Level {
             load_factor: len as f64 / capacity.max(1) as f64,
             pm_bytes: pm,
             dram_bytes: std::mem::size_of::<Self>() as u64 + self.stripes.bytes(),
+            structural_changes: self.structural.changes(),
+            structural_nanos: self.structural.nanos(),
             detail: vec![
                 ("top buckets".into(), g.lv[TOP].n.to_string()),
                 ("bottom buckets".into(), g.lv[BOT].n.to_string()),

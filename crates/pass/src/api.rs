@@ -161,6 +161,8 @@ impl Engine for Pass {
             load_factor: lf,
             pm_bytes: ROOT_BYTES + arrays + tables + chains * BUCKET,
             dram_bytes: std::mem::size_of::<Self>() as u64 + 8 * DIR_ENTRIES as u64,
+            structural_changes: self.t.structural.changes(),
+            structural_nanos: self.t.structural.nanos(),
             detail: vec![
                 ("segments".into(), first.to_string()),
                 ("segment bytes".into(), self.geo.seg_bytes().to_string()),

@@ -161,6 +161,9 @@ impl Default for Options {
 #[derive(Default)]
 pub(crate) struct Tallies {
     pub splits: AtomicU64,
+    /// Splits (with the mapping-table octaves they build), and the time
+    /// spent in them (`Stats::structural_*`).
+    pub structural: engine::StructuralClock,
     pub split_failures: AtomicU64,
     pub moved: AtomicU64,
     pub displacements: AtomicU64,

@@ -1067,8 +1067,9 @@ impl Pass {
             return;
         };
         while (self.len.get().max(0) as u64) > self.threshold.load(Ordering::Relaxed) {
+            let start = std::time::Instant::now();
             match self.split_one() {
-                Ok(true) => {}
+                Ok(true) => self.t.structural.record(start),
                 Ok(false) => break,
                 Err(_) => {
                     self.t.split_failures.fetch_add(1, Ordering::Relaxed);

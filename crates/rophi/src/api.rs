@@ -59,6 +59,8 @@ impl Engine for Rophi {
             load_factor: len as f64 / capacity.max(1) as f64,
             pm_bytes: ROOT_BYTES + t.bytes() + slab_bytes,
             dram_bytes: f.bytes() + 8 * LOCKS as u64 + 8 * free,
+            structural_changes: self.t.structural.changes(),
+            structural_nanos: self.t.structural.nanos(),
             detail: vec![
                 ("head buckets".into(), format!("2^{}", t.k)),
                 ("chain buckets in use".into(), chain.to_string()),

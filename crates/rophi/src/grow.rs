@@ -188,6 +188,7 @@ impl Rophi {
     /// Doubles the filter, rebuilt from PM, if it is still the one of
     /// `seen` buckets (a failed insert saw it full) or over its load.
     pub(crate) fn grow_filter(&self, seen: Option<usize>) -> Result<()> {
+        let start = Instant::now();
         let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
         let _closed = self.gate.close();
         let (buckets, seed) = {
@@ -204,6 +205,7 @@ impl Rophi {
         let nf = self.build_filter(self.table(), buckets * 2, seed);
         self.filter.replace(nf);
         self.t.filter_growths.fetch_add(1, Ordering::Relaxed);
+        self.t.structural.record(start);
         Ok(())
     }
 
@@ -285,6 +287,7 @@ impl Rophi {
         self.t
             .resize_us
             .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.t.structural.record(start);
         Ok(())
     }
 

@@ -54,6 +54,9 @@ pub fn spec() -> EngineSpec {
 #[derive(Default)]
 pub(crate) struct Tallies {
     pub resizes: AtomicU64,
+    /// Head-array doublings and filter doublings (each a rebuild), and
+    /// the time spent in them (`Stats::structural_*`).
+    pub structural: engine::StructuralClock,
     pub filter_growths: AtomicU64,
     pub filter_full: AtomicU64,
     pub chain_inserts: AtomicU64,

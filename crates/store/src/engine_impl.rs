@@ -214,7 +214,9 @@ impl Engine for StoreEngine {
             capacity: s.keys,
             load_factor: 1.0,
             pm_bytes: s.pm_bytes,
-            dram_bytes: 0,
+            dram_bytes: s.index_dram_bytes,
+            structural_changes: s.structural_changes,
+            structural_nanos: s.structural_nanos,
             detail: vec![
                 ("files".into(), s.files.to_string()),
                 ("log_bytes".into(), s.log_bytes.to_string()),

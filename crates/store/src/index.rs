@@ -302,6 +302,22 @@ impl Index {
         &self.point
     }
 
+    /// The point index's structural changes, the nanoseconds spent in
+    /// them, and its DRAM bytes: the DRAM map's table rebuilds and tables,
+    /// or the persistent engine's own figures (`Stats`).
+    pub fn structural(&self) -> (u64, u64, u64) {
+        match &self.point {
+            Point::Dram(m, _) => {
+                let (n, ns) = m.structural();
+                (n, ns, m.table_bytes())
+            }
+            Point::Engine(p) => {
+                let s = p.engine.stats();
+                (s.structural_changes, s.structural_nanos, s.dram_bytes)
+            }
+        }
+    }
+
     pub fn is_persistent(&self) -> bool {
         matches!(self.point, Point::Engine(_))
     }

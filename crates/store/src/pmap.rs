@@ -499,8 +499,10 @@ impl Reserved<'_> {
         if !empty || c.used < tab.max_used {
             tab.fill(b, s, self.h, word, val);
         } else {
+            let start = std::time::Instant::now();
             let bigger = map.rebuild(self.shard, c, &self.pin, c.live + 1);
             bigger.place(self.h, word, val);
+            map.structural.record(start);
             c.used = c.live;
         }
         c.used += empty as usize;
@@ -545,6 +547,9 @@ pub struct PointMap {
     epochs: Arc<Epochs>,
     /// Replaced tables, freed by [`collect`](Self::collect).
     retired: Mutex<Vec<Retired>>,
+    /// Table rebuilds (growths and tombstone purges) and the time spent in
+    /// them.
+    structural: engine::StructuralClock,
 }
 
 /// A table no longer linked from its shard.
@@ -593,7 +598,23 @@ impl PointMap {
             writers: (0..SHARDS).map(|_| Writer::default()).collect(),
             epochs,
             retired: Mutex::new(Vec::new()),
+            structural: Default::default(),
         }
+    }
+
+    /// Table rebuilds so far (a shard's table grown, or rebuilt without
+    /// its tombstones) and the nanoseconds spent in them.
+    pub fn structural(&self) -> (u64, u64) {
+        (self.structural.changes(), self.structural.nanos())
+    }
+
+    /// Bytes of the shards' current tables (replaced tables waiting for
+    /// [`collect`](Self::collect) not counted).
+    pub fn table_bytes(&self) -> u64 {
+        let p = self.epochs.pin();
+        (0..SHARDS)
+            .map(|i| (self.table(i, &p).1.len() * BUCKET_WORDS * 8) as u64)
+            .sum()
     }
 
     /// The shard of hash `h`.

@@ -196,6 +196,15 @@ pub struct StoreStats {
     pub open_ms: f64,
     /// Log entries the last recovery scanned.
     pub recovered_entries: u64,
+    /// The point index's structural changes since open: table rebuilds
+    /// of the DRAM index, or the persistent engine's splits and merges.
+    pub structural_changes: u64,
+    /// Nanoseconds spent in those changes.
+    pub structural_nanos: u64,
+    /// DRAM bytes of the point index (its tables, or the persistent
+    /// engine's directory); the ordered tree and the RAF cache are not
+    /// counted.
+    pub index_dram_bytes: u64,
 }
 
 pub(crate) struct Inner {
@@ -1043,6 +1052,7 @@ impl Store {
         let live = log_bytes.saturating_sub(dead);
         let (lr, rr, lw, rw) = s.numa.counts();
         let (hits, items) = s.raf.stats();
+        let (changes, nanos, index_dram) = s.index.structural();
         StoreStats {
             keys: self.len(),
             files: files.len() as u64,
@@ -1071,6 +1081,9 @@ impl Store {
             opened_from: s.opened_from,
             open_ms: s.open_ms,
             recovered_entries: s.recovered_entries,
+            structural_changes: changes,
+            structural_nanos: nanos,
+            index_dram_bytes: index_dram,
         }
     }
 

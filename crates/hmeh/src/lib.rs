@@ -65,7 +65,7 @@ fn open_boxed(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
     /// Segment size in bytes (a power of two, 1 KiB..32 KiB). `None`: 16 KiB,
-    /// or smaller for an initial capacity under 2048 keys.
+    /// or smaller for an initial capacity under 1024 keys (the default capacity gets 16 KiB).
     pub segment_bytes: Option<u64>,
     /// Local depth cap (1..=32); a full segment at the cap chains overflow
     /// blocks instead of splitting.
@@ -232,9 +232,13 @@ impl Hmeh {
                 }
                 b / LINE
             }
-            None => (cfg.initial_capacity / 8)
-                .next_power_of_two()
-                .clamp(16, 256),
+            // Full-size segments from the default capacity (1024) up: a
+            // table grown from the default keeps its segment size, and 8
+            // KiB segments split twice as often and read slower. Smaller
+            // ones only for tables sized under that (tests, the crash
+            // checker).
+            None if cfg.initial_capacity >= 1024 => 256,
+            None => (cfg.initial_capacity / 8).next_power_of_two().clamp(16, 256),
         };
         let mut geo = Geometry::new(lines, opts.max_depth).ok_or_else(|| {
             Error::InvalidArgument(format!(

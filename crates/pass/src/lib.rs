@@ -131,7 +131,7 @@ pub fn is_wide(key: &[u8]) -> bool {
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
     /// Normal buckets per segment (4..=1024). `None`: 56 (a 15 KiB
-    /// segment), or 4 for an initial capacity under 2048 keys.
+    /// segment), or 4 for an initial capacity under 1024 keys.
     pub normal_buckets: Option<u64>,
     /// Stash buckets per segment (1..=4). `None`: 4, or 2 with 4 normal.
     pub stash_buckets: Option<u64>,
@@ -290,7 +290,10 @@ impl Pass {
                 opts.split_load
             )));
         }
-        let small = cfg.initial_capacity < 2048;
+        // Full-size segments from the default capacity (1024) up: a table
+        // keeps its geometry as it grows, and small segments split ten
+        // times as often.
+        let small = cfg.initial_capacity < 1024;
         let n = opts.normal_buckets.unwrap_or(if small { 4 } else { 56 });
         let m = opts.stash_buckets.unwrap_or(if n <= 4 { 2 } else { 4 });
         let room = pool.max_size().max(pool.size());

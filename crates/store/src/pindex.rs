@@ -289,7 +289,10 @@ impl PIndex {
             .map_or(1, |n| n.get())
             .clamp(1, 8);
         type Bad = (u64, u64, &'static str);
-        let walked: Vec<(Option<Bad>, Vec<(u64, u64)>)> = std::thread::scope(|sc| {
+        // Per part: its first slot of a bad form, and its slots to read
+        // whole.
+        type Walked = (Option<Bad>, Vec<(u64, u64)>);
+        let walked: Vec<Walked> = std::thread::scope(|sc| {
             let files = &files;
             let walks: Vec<_> = (0..parts)
                 .map(|part| {

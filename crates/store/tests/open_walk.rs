@@ -54,7 +54,8 @@ fn a_slot_damaged_in_any_part_of_the_walk_is_refused_untouched() {
     let dir = TempDir::new("store-open-walk", "parts");
     let st = Store::open(dir.path(), opts(false)).unwrap();
     for i in 0..3000u32 {
-        st.put(format!("key-{i:05}").as_bytes(), &[i as u8; 40]).unwrap();
+        st.put(format!("key-{i:05}").as_bytes(), &[i as u8; 40])
+            .unwrap();
     }
     st.close().unwrap();
     drop(st);
@@ -93,7 +94,10 @@ fn a_slot_damaged_in_any_part_of_the_walk_is_refused_untouched() {
                     );
                 }
             }
-            assert!(std::fs::read(&path).unwrap() == bad, "{what}: the file changed");
+            assert!(
+                std::fs::read(&path).unwrap() == bad,
+                "{what}: the file changed"
+            );
         }
     }
     std::fs::write(&path, &good).unwrap();

@@ -212,6 +212,16 @@ pub trait Engine: Send + Sync {
     /// Calls `f` for every stored pair, straight from the structure: a key
     /// stored twice is visited twice. Not linearizable with writers.
     fn for_each(&self, f: &mut dyn FnMut(u64, u64));
+    /// [`for_each`](Self::for_each) split into `parts` parts: calls `f` for
+    /// the pairs of part `part` (`0..parts`), so that the parts, run on
+    /// threads at once, together visit what one `for_each` visits. The
+    /// default puts every pair in part 0.
+    fn for_each_part(&self, part: usize, parts: usize, f: &mut dyn FnMut(u64, u64)) {
+        let _ = parts;
+        if part == 0 {
+            self.for_each(f);
+        }
+    }
     /// Read-only verification of the whole structure.
     fn check(&self) -> Result<CheckReport>;
     /// Clean shutdown: persists everything and marks the pool clean so the
@@ -291,8 +301,10 @@ impl EngineSpec {
 /// every check of the header, the allocator and the engine's structure
 /// (the clean-shutdown cross-checks included), and in-memory recovery.
 /// Only when that succeeds does it open the pool writable under the same
-/// lock and run `open` again, this time for real. A clean open is cheap
-/// to do twice; a crash recovery is done twice (once in memory).
+/// lock and run `open` again, this time for real; that second open is
+/// told the checks passed ([`Pool::prechecked`]), so a clean open reads
+/// the whole table once, not twice. A crash recovery is done twice (once
+/// in memory).
 /// A read-only or in-memory open runs `open` once.
 pub fn open_file(
     open: OpenFn,
@@ -314,7 +326,9 @@ pub fn open_file(
         let probe = Arc::new(Pool::open(path, &ro)?);
         drop(open(probe, cfg)?);
     }
-    let pool = Arc::new(Pool::open_locked(lock, popts)?);
+    // The probe passed under this lock: the writable open may skip the
+    // walks that only check (`Pool::prechecked`).
+    let pool = Arc::new(Pool::open_locked_checked(lock, popts)?);
     let e = open(pool.clone(), cfg)?;
     Ok((pool, e))
 }

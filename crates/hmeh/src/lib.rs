@@ -138,6 +138,8 @@ struct Tallies {
     backups_made: AtomicU64,
     backups_merged: AtomicU64,
     duplicates_removed: AtomicU64,
+    /// Slots the clean open's count read (0: no walk at this open).
+    clean_walk_slots: AtomicU64,
     segments: AtomicU64,
     nodes: AtomicU64,
     max_lf_bits: AtomicU64,

@@ -849,6 +849,7 @@ impl Engine for Hmeh {
                 ("backups made".into(), c(&self.t.backups_made)),
                 ("backup items merged".into(), c(&self.t.backups_merged)),
                 ("duplicates removed".into(), c(&self.t.duplicates_removed)),
+                ("clean-open slots read".into(), c(&self.t.clean_walk_slots)),
                 ("special-case writes".into(), c(&self.t.special_writes)),
                 ("displacements".into(), c(&self.t.displacements)),
                 ("in-place updates".into(), c(&self.t.inplace_updates)),
@@ -892,6 +893,10 @@ impl Engine for Hmeh {
                 }
             });
         }
+    }
+
+    fn for_each_part(&self, part: usize, parts: usize, f: &mut dyn FnMut(u64, u64)) {
+        recover::for_each_part(self, part, parts, f)
     }
 
     fn check(&self) -> Result<CheckReport> {

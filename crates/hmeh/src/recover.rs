@@ -83,6 +83,81 @@ fn validate_chains(
     Ok(())
 }
 
+/// Calls `f(hash, w0, w1)` for every slot of segment `s` (identity `id`)
+/// and of its overflow chain that `for_each` lists ([`Hmeh::listed`]:
+/// valid, and within its search's reach), in [`Hmeh::each_valid`]'s
+/// order, applied to each block's words taken once, with no dynamic call
+/// and no division per slot: the clean open's count and the store's slot
+/// check read every slot of the table.
+fn valid_slots(hm: &Hmeh, s: u64, id: Ident, mut f: impl FnMut(u64, u64, u64)) {
+    let geo = hm.geo;
+    let per_line = (LINE / 8) as usize;
+    let (spill, stash_bits) = hm.search_bits(s);
+    // One block: `normal` buckets (a slot counts in its home's probe
+    // window only, and past its home only with the home's spill bit),
+    // then stash lines (with the home's stash bit; `stash` false: an
+    // overflow block, where any slot of the segment's hashes counts).
+    let mut block = |off: u64, normal: u64, stash: bool| {
+        let words = hm.pool.words(off, (geo.lines * LINE / 8) as usize);
+        for (l, line) in words.chunks_exact(per_line).enumerate().skip(1) {
+            let bucket = l as u64 - 1;
+            for slot in 0..SLOTS {
+                let w0 = line[2 * slot].load(Ordering::Relaxed);
+                let w1 = line[2 * slot + 1].load(Ordering::Relaxed);
+                let h = decode_slot(w0, w1).0;
+                if h == 0 || !id.owns(h) {
+                    continue;
+                }
+                let home = geo.home(h);
+                if bucket < normal {
+                    // `Geometry::in_window`: home and bucket are both below
+                    // `buckets`, so the distance takes one subtraction at
+                    // most, not a division.
+                    let d = bucket + geo.buckets - home;
+                    let d = if d >= geo.buckets { d - geo.buckets } else { d };
+                    if d >= PROBE || (d > 0 && spill & Geometry::spill_bit(home) == 0) {
+                        continue;
+                    }
+                } else if stash && stash_bits & Geometry::spill_bit(home) == 0 {
+                    continue;
+                }
+                f(h, w0, w1);
+            }
+        }
+    };
+    block(s, geo.buckets, true);
+    let mut ovf = hm.pool.load_u64(s + H_OVERFLOW);
+    let mut hops = 0u64;
+    while ovf != 0 && hops < 1 << 20 {
+        block(ovf, 0, false);
+        ovf = hm.pool.load_u64(ovf + H_OVERFLOW);
+        hops += 1;
+    }
+}
+
+/// The valid slots of segment `s` and its overflow chain.
+fn count_valid(hm: &Hmeh, s: u64, id: Ident) -> u64 {
+    let mut n = 0;
+    valid_slots(hm, s, id, |_, _, _| n += 1);
+    n
+}
+
+/// `Engine::for_each_part`: part `part` of `parts` visits the zero-hash
+/// key (part 0) and an equal share of the live segments, as `for_each`
+/// visits them.
+pub(crate) fn for_each_part(hm: &Hmeh, part: usize, parts: usize, f: &mut dyn FnMut(u64, u64)) {
+    if part == 0 && hm.pool.load_u64(hm.root + R_ZERO_PRESENT) == 1 {
+        f(hm.hasher.key(0), hm.pool.load_u64(hm.root + R_ZERO_VALUE));
+    }
+    let Ok(segs) = hm.segments() else { return };
+    let per = segs.len().div_ceil(parts.max(1));
+    for &(s, id) in segs.iter().skip(part.saturating_mul(per)).take(per) {
+        valid_slots(hm, s, id, |h, w0, w1| {
+            f(hm.hasher.key(h), decode_slot(w0, w1).1)
+        });
+    }
+}
+
 pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     let root = pool.root();
     if root == 0 {
@@ -162,9 +237,9 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     // Every chained block must be what its link says, before anything
     // follows a chain (a garbage pointer would be read as slots).
     let live: std::collections::HashSet<u64> = segs.iter().map(|&(s, _)| s).collect();
-    let mut backups = std::collections::HashSet::new();
+    let mut chained = std::collections::HashSet::new();
     for &(s, id) in &segs {
-        validate_chains(&pool, &geo, s, id, &live, &mut backups)?;
+        validate_chains(&pool, &geo, s, id, &live, &mut chained)?;
     }
     let dir = FsDir::build(gd, |i| table[i]);
     let hm = Hmeh::handle(
@@ -187,28 +262,24 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         // The count a clean close recorded must match the slots `for_each`
         // lists (`listed`: valid and within the search's reach), so a page
         // zeroed or overwritten since, or a slot moved out of its search's
-        // reach, would otherwise open with keys silently missing.
-        let found = zero
-            + engine::par_sum(segs.len(), |i| {
-                let (s, id) = segs[i];
-                let (spill, stash_bits) = hm.search_bits(s);
-                let mut n = 0;
-                hm.each_slot(s, &mut |line, slot, bucket, stash| {
-                    let w = hm.words(line);
-                    let w0 = w[2 * slot].load(Ordering::Relaxed);
-                    let w1 = w[2 * slot + 1].load(Ordering::Relaxed);
-                    if hm.listed(id, w0, w1, bucket, stash, spill, stash_bits) {
-                        n += 1;
-                    }
-                });
-                n
-            });
-        let recorded = pool.load_u64(root + R_COUNT);
-        if recorded != found {
-            return Err(corrupt(format!(
-                "clean pool records {recorded} keys, its segments hold {found}: {}",
-                engine::damaged_after_close(&pool)
-            )));
+        // reach, would otherwise open with keys silently missing. One read of the table, on all threads; a
+        // writable open after a read-only one that passed this walk under
+        // the same lock (`Pool::prechecked`) does not read it again.
+        if !pool.prechecked() {
+            let found =
+                zero + engine::par_sum(segs.len(), |i| count_valid(&hm, segs[i].0, segs[i].1));
+            // Live segments and their overflow blocks (a clean pool holds
+            // no backups: `chained` is the overflow blocks).
+            let blocks = (segs.len() + chained.len()) as u64;
+            hm.t.clean_walk_slots
+                .store(blocks * (geo.lines - 1) * SLOTS as u64, Ordering::Relaxed);
+            let recorded = pool.load_u64(root + R_COUNT);
+            if recorded != found {
+                return Err(corrupt(format!(
+                    "clean pool records {recorded} keys, its segments hold {found}: {}",
+                    engine::damaged_after_close(&pool)
+                )));
+            }
         }
     }
     // Every check passed. The lock word and the retired flag have DRAM

@@ -174,6 +174,8 @@ pub struct Level {
     logs: SlotSet,
     min_top: u64,
     expansions: AtomicU64,
+    /// Buckets the clean open's count read (0: no scan at this open).
+    clean_scan_buckets: AtomicU64,
     shrinks: AtomicU64,
     /// Expansions and shrinks (each with its rehash of the interim level),
     /// and the time spent in them from closing the writers' gate
@@ -220,6 +222,7 @@ impl Level {
             logs: SlotSet::default(),
             min_top,
             expansions: AtomicU64::new(0),
+            clean_scan_buckets: AtomicU64::new(0),
             shrinks: AtomicU64::new(0),
             structural: Default::default(),
             moves: AtomicU64::new(0),
@@ -354,10 +357,20 @@ impl Level {
         if lv.pool.was_clean() && rec.phase == Phase::Normal {
             // A clean close recorded each level's count; the buckets must
             // still hold that many items (a page zeroed or overwritten
-            // since would otherwise open with keys silently missing).
-            let found = lv.scan_counts(&g);
+            // since would otherwise open with keys silently missing). A
+            // writable open after a read-only one that passed this scan
+            // under the same lock (`Pool::prechecked`) does not scan again.
+            let recorded: [u64; 3] =
+                std::array::from_fn(|i| lv.pool.load_u64(root + R_COUNTS + i as u64 * 8));
+            let found = if lv.pool.prechecked() {
+                recorded
+            } else {
+                let buckets: u64 = g.lv.iter().map(|l| l.n).sum();
+                lv.clean_scan_buckets.store(buckets, Ordering::Relaxed);
+                lv.scan_counts(&g)
+            };
             for (i, c) in lv.counts.iter().enumerate() {
-                let recorded = lv.pool.load_u64(root + R_COUNTS + i as u64 * 8);
+                let recorded = recorded[i];
                 if recorded != found[i] {
                     return Err(corrupt(format!(
                         "clean pool records {recorded} items in level {i}, its buckets hold {}: {}",
@@ -1555,6 +1568,10 @@ impl Engine for Level {
                 ("top items".into(), self.counts[TOP].get().to_string()),
                 ("bottom items".into(), self.counts[BOT].get().to_string()),
                 ("expansions".into(), c(&self.expansions)),
+                (
+                    "clean-open buckets read".into(),
+                    c(&self.clean_scan_buckets),
+                ),
                 ("shrinks".into(), c(&self.shrinks)),
                 ("movements".into(), c(&self.moves)),
                 ("b2t movements".into(), c(&self.b2t_moves)),

@@ -129,6 +129,8 @@ pub struct Pool {
     root: AtomicU64,
     aux: AtomicU64,
     was_clean: bool,
+    /// Opened by [`open_locked_checked`](Pool::open_locked_checked).
+    prechecked: bool,
     sim: Option<Mutex<Sim>>,
     pub(crate) heap: Heap,
     grow_lock: Mutex<()>,
@@ -329,6 +331,7 @@ impl Pool {
             root: AtomicU64::new(0),
             aux: AtomicU64::new(0),
             was_clean: false,
+            prechecked: false,
             sim,
             heap: Heap::empty(),
             grow_lock: Mutex::new(()),
@@ -431,6 +434,20 @@ impl Pool {
         Self::open_file(file, &path, opts, false)
     }
 
+    /// [`open_locked`](Self::open_locked) for a caller that has already
+    /// opened this file read-only under the same lock and run the same
+    /// engine (or store) open on it, with success: every check of the
+    /// bytes passed, and no writer can have changed them since (the lock
+    /// has been held throughout). [`prechecked`](Self::prechecked) tells
+    /// the engine's open so; a clean open may then skip the walks that
+    /// only check (the clean-shutdown cross-checks) instead of reading the
+    /// whole table a second time.
+    pub fn open_locked_checked(lock: PoolLock, opts: &PoolOptions) -> Result<Pool> {
+        let mut pool = Self::open_locked(lock, opts)?;
+        pool.prechecked = true;
+        Ok(pool)
+    }
+
     fn open_file(file: File, path: &Path, opts: &PoolOptions, writer_active: bool) -> Result<Pool> {
         let writable = !opts.read_only && opts.mode.uses_file();
         let len = file
@@ -490,6 +507,7 @@ impl Pool {
             root: AtomicU64::new(state.root),
             aux: AtomicU64::new(state.aux),
             was_clean: state.clean == 1,
+            prechecked: false,
             sim: None,
             heap: Heap::empty(),
             grow_lock: Mutex::new(()),
@@ -585,6 +603,7 @@ impl Pool {
             root: AtomicU64::new(state.root),
             aux: AtomicU64::new(state.aux),
             was_clean: state.clean == 1,
+            prechecked: false,
             sim: None,
             heap: Heap::empty(),
             grow_lock: Mutex::new(()),
@@ -666,6 +685,15 @@ impl Pool {
     /// to skip crash recovery.
     pub fn was_clean(&self) -> bool {
         self.was_clean
+    }
+
+    /// Whether this open's checks already ran, and passed, on a read-only
+    /// open of the same bytes under the lock this pool holds
+    /// ([`open_locked_checked`](Self::open_locked_checked)). An engine's
+    /// clean open may skip a walk that only checks; it must still do every
+    /// walk that builds DRAM state or writes.
+    pub fn prechecked(&self) -> bool {
+        self.prechecked
     }
 
     /// Offset of the engine's root block (0 before the engine set one).

@@ -341,7 +341,8 @@ impl PIndex {
     /// itself is read too: its lengths must be valid, it must fit in its
     /// file, its key must hash to the slot, and a lookup of the slot's hash
     /// must find that slot. `files`: `(offset, size)` of every live file.
-    /// Reads only: one walk of the table, then the sampled entries.
+    /// Reads only: one walk of the table, then the sampled entries, each
+    /// split over the machine's threads (up to 8).
     /// `Err(Corrupt)` names the first bad slot. So an index of up to
     /// [`SAMPLE`] keys never opens with a counted key silently missing, and
     /// a larger one never opens with a slot that names anything but an
@@ -349,28 +350,69 @@ impl PIndex {
     pub fn check_slots(&self, files: &[(u64, u64)]) -> Result<()> {
         let files = Files::new(files);
         let stride = (self.engine.len() / SAMPLE).max(1);
-        let mut i = 0u64;
-        let mut first_bad: Option<(u64, u64, &'static str)> = None;
-        // Slots read whole after the walk: an engine's `for_each` may hold
-        // a lock its `get` takes.
-        let mut deep = Vec::new();
-        self.engine.for_each(&mut |h, v| {
-            if first_bad.is_some() {
-                return;
-            }
-            // Overflow entries exist only where 64-bit hashes collide:
-            // rare, so each is read whole.
-            if v & OVF_TAG != 0 || i.is_multiple_of(stride) {
-                deep.push((h, v));
-            } else if let Err(w) = files.holds(vaddr_off(v), 0) {
-                first_bad = Some((h, v, w));
-            }
-            i += 1;
-        });
-        if first_bad.is_none() {
-            first_bad = deep
+        // The walk runs on the machine's threads, one part of the table
+        // each (`Engine::for_each_part`). Slots read whole run after every
+        // part's walk: an engine's `for_each` may hold a lock its `get`
+        // takes.
+        let parts = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8);
+        type Bad = (u64, u64, &'static str);
+        // Per part: its first slot of a bad form, and its slots to read
+        // whole.
+        type Walked = (Option<Bad>, Vec<(u64, u64)>);
+        let walked: Vec<Walked> = std::thread::scope(|sc| {
+            let files = &files;
+            let walks: Vec<_> = (0..parts)
+                .map(|part| {
+                    sc.spawn(move || {
+                        // Slots left before the next sampled one (a
+                        // count down, not a division per slot).
+                        let mut next = 0u64;
+                        let mut first_bad: Option<Bad> = None;
+                        let mut deep = Vec::new();
+                        self.engine.for_each_part(part, parts, &mut |h, v| {
+                            if first_bad.is_some() {
+                                return;
+                            }
+                            // Overflow entries exist only where 64-bit
+                            // hashes collide: rare, so each is read whole.
+                            let sampled = next == 0;
+                            next = if sampled { stride - 1 } else { next - 1 };
+                            if v & OVF_TAG != 0 || sampled {
+                                deep.push((h, v));
+                            } else if let Err(w) = files.holds(vaddr_off(v), 0) {
+                                first_bad = Some((h, v, w));
+                            }
+                        });
+                        (first_bad, deep)
+                    })
+                })
+                .collect();
+            walks
                 .into_iter()
-                .find_map(|(h, v)| self.slot_ok(&files, h, v).err().map(|w| (h, v, w)));
+                .map(|w| w.join().expect("a slot-check thread panicked"))
+                .collect()
+        });
+        let mut first_bad = walked.iter().find_map(|w| w.0);
+        if first_bad.is_none() {
+            first_bad = std::thread::scope(|sc| {
+                let files = &files;
+                let checks: Vec<_> = walked
+                    .iter()
+                    .map(|(_, deep)| {
+                        sc.spawn(move || {
+                            deep.iter().find_map(|&(h, v)| {
+                                self.slot_ok(files, h, v).err().map(|w| (h, v, w))
+                            })
+                        })
+                    })
+                    .collect();
+                checks
+                    .into_iter()
+                    .map(|c| c.join().expect("a slot-check thread panicked"))
+                    .find_map(|bad| bad)
+            });
         }
         match first_bad {
             None => Ok(()),
@@ -445,11 +487,13 @@ impl PIndex {
 pub const SAMPLE: u64 = 1 << 13;
 
 /// The live log files, found by offset in O(1): `units[i]` holds the
-/// (at most two, as files do not overlap) files that touch the
-/// `extent`-sized unit `i` of the pool from `base`.
+/// (at most two, as files do not overlap) files that touch unit `i` of the
+/// pool from `base`, a unit being the largest file's size rounded up to a
+/// power of two (found by a shift: the open's walk asks once per slot).
 pub(crate) struct Files {
     base: u64,
-    unit: u64,
+    /// log2 of the unit's size.
+    shift: u32,
     units: Vec<[(u64, u64); 2]>,
 }
 
@@ -463,21 +507,23 @@ impl Files {
             .map(|f| f.1)
             .max()
             .unwrap_or(1)
-            .max(ENTRY_ALIGN);
+            .max(ENTRY_ALIGN)
+            .next_power_of_two();
+        let shift = unit.trailing_zeros();
         let n = (end - base).div_ceil(unit) as usize;
         let mut units = vec![[(0, 0); 2]; n];
         for &(off, size) in files {
             if size == 0 {
                 continue;
             }
-            let first = ((off - base) / unit) as usize;
-            let last = ((off + size - 1 - base) / unit) as usize;
+            let first = ((off - base) >> shift) as usize;
+            let last = ((off + size - 1 - base) >> shift) as usize;
             for u in &mut units[first..=last] {
                 let k = usize::from(u[0].1 != 0);
                 u[k] = (off, size);
             }
         }
-        Files { base, unit, units }
+        Files { base, shift, units }
     }
 
     /// Whether an entry at pool offset `off`, its header and `body` more
@@ -489,7 +535,7 @@ impl Files {
         }
         let u = off
             .checked_sub(self.base)
-            .map(|d| (d / self.unit) as usize)
+            .map(|d| (d >> self.shift) as usize)
             .and_then(|u| self.units.get(u))
             .ok_or("outside every log file")?;
         let end = off

@@ -370,6 +370,11 @@ fn open_persistent(
 ) -> Result<(Inner, &'static str, u64)> {
     let pool = &s.pool;
     let root = s.log.root;
+    // A clean pool opened after a read-only open of it passed, under the
+    // same lock (`Pool::prechecked`), has had this walk over the same
+    // bytes (after a crash the writable open's index may differ: merged
+    // backups).
+    let slots_checked = slots_checked || (pool.was_clean() && pool.prechecked());
     if !slots_checked {
         if let crate::index::Point::Engine(p) = s.index.point() {
             // Before anything is written: a refused pool stays untouched.

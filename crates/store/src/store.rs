@@ -340,7 +340,10 @@ impl Store {
                     let dry = Store::open_pool_with(probe, ro_opts, false)?;
                     let _ = dry.close();
                 }
-                let pool = Pool::open_locked(lock, &opts.pool_options())?;
+                // Every check passed on the read-only open, under the lock
+                // held since: the writable open's engine skips the walks
+                // that only check (`Pool::prechecked`).
+                let pool = Pool::open_locked_checked(lock, &opts.pool_options())?;
                 // The image's records were checked by `validate`, under
                 // the lock held since.
                 let mut s = Store::open_pool_with(Arc::new(pool), opts, true)?;

@@ -1,0 +1,95 @@
+//! The clean open's walk of the table: a writable open through
+//! `engine::open_file` reads the table once (in its read-only check, not
+//! again in the writable open), and `Engine::for_each_part` splits exactly
+//! what `for_each` visits.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::{cfg, detail_u, identity_capped, pool_opts, Rng, Table, TempPath, MIB};
+use engine::{Durability, Engine, EngineKind};
+use pmem::{Mode, Pool, PoolOptions};
+
+#[test]
+fn a_clean_open_through_open_file_reads_the_table_once() {
+    let EngineKind::Persistent { create, open, .. } = hmeh::spec().kind else {
+        unreachable!("hmeh is persistent")
+    };
+    let tmp = TempPath::new("open-once");
+    let popts = pool_opts(Mode::Mapped, 4 * MIB, 64 * MIB, None);
+    let c = cfg(Durability::Strict, 20_000, 1);
+    let n = 5000u64;
+    {
+        let pool = Arc::new(Pool::create(tmp.path(), &popts).unwrap());
+        let e = create(pool, &c).unwrap();
+        for k in 0..n {
+            assert!(e.insert(common::fmix(k), k).unwrap());
+        }
+        e.close().unwrap();
+    }
+    // A read-only open walks every slot of the table.
+    let ro = PoolOptions {
+        read_only: true,
+        ..popts.clone()
+    };
+    let pool = Arc::new(Pool::open(tmp.path(), &ro).unwrap());
+    assert!(!pool.prechecked());
+    let e = open(pool, &c).unwrap();
+    let slots = detail_u(e.as_ref(), "clean-open slots read");
+    assert!(slots >= n, "the read-only open read {slots} slots");
+    drop(e);
+    // `open_file` runs that open read-only first, then the writable one,
+    // which is told so and reads no slot again.
+    let (pool, e) = engine::open_file(open, tmp.path(), &popts, &c).unwrap();
+    assert!(pool.prechecked());
+    assert_eq!(detail_u(e.as_ref(), "clean-open slots read"), 0);
+    assert_eq!(e.len(), n);
+    for k in (0..n).step_by(7) {
+        assert_eq!(e.get(common::fmix(k)), Some(k));
+    }
+    e.close().unwrap();
+    drop((pool, e));
+    // A plain writable open (no read-only check before it) walks.
+    let pool = Arc::new(Pool::open(tmp.path(), &popts).unwrap());
+    assert!(!pool.prechecked());
+    let e = open(pool, &c).unwrap();
+    assert_eq!(detail_u(e.as_ref(), "clean-open slots read"), slots);
+    e.close().unwrap();
+}
+
+/// Every pair `for_each` visits, with its multiplicity.
+fn pairs(visit: impl FnOnce(&mut dyn FnMut(u64, u64))) -> HashMap<(u64, u64), u32> {
+    let mut m = HashMap::new();
+    visit(&mut |k, v| *m.entry((k, v)).or_insert(0) += 1);
+    m
+}
+
+#[test]
+fn for_each_parts_visit_what_for_each_visits() {
+    // Identity hash with a depth cap: keys that share their top bits pile
+    // into a segment that chains overflow blocks; key 0 is the zero-hash
+    // key kept in the root.
+    let c = cfg(Durability::Strict, 16, 1);
+    let t = Table::create(Mode::Volatile, 64 * MIB, &c, &identity_capped(2), 11);
+    let e = t.e();
+    let mut keys: Vec<u64> = (0..3000u64).map(|i| i << 20).collect();
+    let mut rng = Rng::new(5);
+    keys.extend((0..2000).map(|_| rng.next() | 1 << 40));
+    for (i, &k) in keys.iter().enumerate() {
+        e.insert(k, i as u64).unwrap();
+    }
+    assert!(detail_u(e, "overflow blocks") > 0, "no overflow chain made");
+    let whole = pairs(|f| e.for_each(f));
+    assert_eq!(whole.values().sum::<u32>() as u64, e.len());
+    assert!(whole.contains_key(&(0, 0)), "the zero-hash key");
+    for parts in [1, 2, 3, 8, 1000] {
+        let split = pairs(|f| {
+            for p in 0..parts {
+                e.for_each_part(p, parts, f);
+            }
+        });
+        assert_eq!(split, whole, "{parts} parts");
+    }
+}

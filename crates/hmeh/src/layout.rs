@@ -191,7 +191,11 @@ impl Geometry {
         // below `buckets`, so one conditional subtraction reduces it (a
         // `%` here cost a divide per probed slot).
         let d = b + self.buckets - home;
-        let d = if d >= self.buckets { d - self.buckets } else { d };
+        let d = if d >= self.buckets {
+            d - self.buckets
+        } else {
+            d
+        };
         d < PROBE
     }
 

@@ -240,7 +240,9 @@ impl Hmeh {
             // ones only for tables sized under that (tests, the crash
             // checker).
             None if cfg.initial_capacity >= 1024 => 256,
-            None => (cfg.initial_capacity / 8).next_power_of_two().clamp(16, 256),
+            None => (cfg.initial_capacity / 8)
+                .next_power_of_two()
+                .clamp(16, 256),
         };
         let mut geo = Geometry::new(lines, opts.max_depth).ok_or_else(|| {
             Error::InvalidArgument(format!(
@@ -960,7 +962,11 @@ impl Seen {
         let words = buckets.div_ceil(64) as usize;
         Seen {
             bits: [0; 8],
-            more: if words > 8 { vec![0; words] } else { Vec::new() },
+            more: if words > 8 {
+                vec![0; words]
+            } else {
+                Vec::new()
+            },
         }
     }
 

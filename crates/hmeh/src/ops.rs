@@ -921,4 +921,3 @@ impl Engine for Hmeh {
         Ok(())
     }
 }
-

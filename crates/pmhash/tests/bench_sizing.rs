@@ -3,19 +3,12 @@
 //! every run reports its structural changes and bytes per key.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::Value;
 
-fn pmhash(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pmhash"))
-        .args(args)
-        .output()
-        .expect("runs pmhash");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
-}
+#[path = "support/run.rs"]
+mod run;
+use run::pmhash;
 
 /// A JSON report path, removed when dropped.
 struct Json(PathBuf);

@@ -8,15 +8,9 @@ use std::sync::Arc;
 use engine::{slotarray, EngineConfig, EngineKind};
 use pmem::{Mode, Pool, PoolOptions};
 
-fn pmhash(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pmhash"))
-        .args(args)
-        .output()
-        .expect("runs pmhash");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
-}
+#[path = "support/run.rs"]
+mod run;
+use run::pmhash;
 
 fn temp(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);

@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -371,14 +370,13 @@ fn concurrent_pass_dense() {
     }
 }
 
+#[path = "support/run.rs"]
+mod run;
+
+/// `pmhash ARGS`: whether it succeeded, and its output.
 fn pmhash(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pmhash"))
-        .args(args)
-        .output()
-        .expect("runs pmhash");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+    let (code, text) = run::pmhash(args);
+    (code == 0, text)
 }
 
 /// The binary lists the filtered engines, and its tools open a pool made by

@@ -371,15 +371,7 @@ fn reads_of_a_corrupt_entry_are_errors_never_wrong_bytes() {
     assert!(s.check().is_err());
     drop(s);
     // With verification off the read returns the stored bytes as they are.
-    std::fs::write(pool_file(&dir), &bad).unwrap();
-    let s = Store::open(
-        dir.path(),
-        Options {
-            verify_checksums: false,
-            ..opts()
-        },
-    )
-    .unwrap();
+    let s = reopen_unverified(&dir, &bad);
     let got = s.get(&key).unwrap().unwrap();
     assert_ne!(&got, &m[&key]);
     assert_eq!(got.len(), m[&key].len());
@@ -413,15 +405,7 @@ fn for_each_over_a_corrupt_entry_is_an_error_never_wrong_bytes() {
     );
     assert!(e.contains("Nlog file"), "the error names the file: {e}");
     drop(s);
-    std::fs::write(pool_file(&dir), &bad).unwrap();
-    let s = Store::open(
-        dir.path(),
-        Options {
-            verify_checksums: false,
-            ..opts()
-        },
-    )
-    .unwrap();
+    let s = reopen_unverified(&dir, &bad);
     // With verification off the walk hands over the stored bytes.
     let mut got = None;
     s.for_each(|k, v| {
@@ -432,4 +416,18 @@ fn for_each_over_a_corrupt_entry_is_an_error_never_wrong_bytes() {
     .unwrap();
     let got = got.expect("the key, unverified");
     assert_ne!(&got, &m[&key]);
+}
+
+/// The damaged image `bad` written back and opened with checksum
+/// verification off.
+fn reopen_unverified(dir: &TempDir, bad: &[u8]) -> Store {
+    std::fs::write(pool_file(dir), bad).unwrap();
+    Store::open(
+        dir.path(),
+        Options {
+            verify_checksums: false,
+            ..opts()
+        },
+    )
+    .unwrap()
 }

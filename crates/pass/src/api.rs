@@ -195,6 +195,7 @@ impl Engine for Pass {
                 ("stale copies removed".into(), c(&self.t.stale_removed)),
                 ("duplicates removed".into(), c(&self.t.duplicates_removed)),
                 ("recovery us".into(), c(&self.t.recovery_us)),
+                ("clean-open segments walked".into(), c(&self.t.clean_walked)),
                 ("max load factor".into(), format!("{max_lf:.4}")),
             ],
         }

@@ -175,6 +175,9 @@ pub(crate) struct Tallies {
     pub stale_removed: AtomicU64,
     pub duplicates_removed: AtomicU64,
     pub recovery_us: AtomicU64,
+    /// Segments the clean open's cross-check walked (0 when a read-only
+    /// open already ran it: `Pool::prechecked`).
+    pub clean_walked: AtomicU64,
     pub max_lf_bits: AtomicU64,
 }
 

@@ -101,13 +101,23 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
         // walk finds, and every record must be one that readers and
         // `for_each` reach (a page zeroed or overwritten since would
         // otherwise open with keys silently missing or invented).
-        let (found, odd) = clean_walk(&ps, first)?;
-        if found != len {
-            return Err(corrupt(format!(
-                "clean pool records {len} keys, its segments hold {found}: {}",
-                engine::damaged_after_close(&ps.pool)
-            )));
-        }
+        // A writable open after a read-only one that passed this walk
+        // under the same lock (`Pool::prechecked`) does not walk again,
+        // unless it needs the walk's count of keys not in u64 form (bytes
+        // mode: nothing records it at close).
+        let odd = if ps.pool.prechecked() && !ps.geo.bytes_keys {
+            0
+        } else {
+            let (found, odd) = clean_walk(&ps, first)?;
+            ps.t.clean_walked.store(first, Ordering::Relaxed);
+            if found != len {
+                return Err(corrupt(format!(
+                    "clean pool records {len} keys, its segments hold {found}: {}",
+                    engine::damaged_after_close(&ps.pool)
+                )));
+            }
+            odd
+        };
         ps.len.set(len as i64);
         ps.odd.set(odd as i64);
     } else if !ps.pool.is_read_only() {

@@ -6,57 +6,31 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use common::{cfg, detail_u, identity_capped, pool_opts, Rng, Table, TempPath, MIB};
-use engine::{Durability, Engine, EngineKind};
-use pmem::{Mode, Pool, PoolOptions};
+use engine::{Durability, Engine};
+use pmem::Mode;
 
 #[test]
 fn a_clean_open_through_open_file_reads_the_table_once() {
-    let EngineKind::Persistent { create, open, .. } = hmeh::spec().kind else {
-        unreachable!("hmeh is persistent")
-    };
     let tmp = TempPath::new("open-once");
     let popts = pool_opts(Mode::Mapped, 4 * MIB, 64 * MIB, None);
     let c = cfg(Durability::Strict, 20_000, 1);
-    let n = 5000u64;
-    {
-        let pool = Arc::new(Pool::create(tmp.path(), &popts).unwrap());
-        let e = create(pool, &c).unwrap();
-        for k in 0..n {
-            assert!(e.insert(common::fmix(k), k).unwrap());
-        }
-        e.close().unwrap();
-    }
-    // A read-only open walks every slot of the table.
-    let ro = PoolOptions {
-        read_only: true,
-        ..popts.clone()
-    };
-    let pool = Arc::new(Pool::open(tmp.path(), &ro).unwrap());
-    assert!(!pool.prechecked());
-    let e = open(pool, &c).unwrap();
-    let slots = detail_u(e.as_ref(), "clean-open slots read");
-    assert!(slots >= n, "the read-only open read {slots} slots");
-    drop(e);
-    // `open_file` runs that open read-only first, then the writable one,
-    // which is told so and reads no slot again.
-    let (pool, e) = engine::open_file(open, tmp.path(), &popts, &c).unwrap();
-    assert!(pool.prechecked());
-    assert_eq!(detail_u(e.as_ref(), "clean-open slots read"), 0);
-    assert_eq!(e.len(), n);
-    for k in (0..n).step_by(7) {
-        assert_eq!(e.get(common::fmix(k)), Some(k));
-    }
-    e.close().unwrap();
-    drop((pool, e));
-    // A plain writable open (no read-only check before it) walks.
-    let pool = Arc::new(Pool::open(tmp.path(), &popts).unwrap());
-    assert!(!pool.prechecked());
-    let e = open(pool, &c).unwrap();
-    assert_eq!(detail_u(e.as_ref(), "clean-open slots read"), slots);
-    e.close().unwrap();
+    let keys: Vec<u64> = (0..5000).map(common::fmix).collect();
+    // A read-only open walks every slot of the table; `open_file` runs
+    // that open read-only first, then the writable one, which is told so
+    // and reads no slot again; a plain writable open walks.
+    let w = engine::testkit::clean_open_walks(
+        &hmeh::spec(),
+        tmp.path(),
+        &popts,
+        &c,
+        &keys,
+        "clean-open slots read",
+    );
+    assert!(w.read_only >= 5000, "the read-only open read {w:?}");
+    assert_eq!(w.prechecked, 0);
+    assert_eq!(w.plain, w.read_only);
 }
 
 /// Every pair `for_each` visits, with its multiplicity.

@@ -5,52 +5,26 @@
 
 mod common;
 
-use std::sync::Arc;
+use common::{cfg, fmix, pool_opts, Rng, TempPath, MIB};
+use engine::EngineSpec;
+use pmem::Mode;
 
-use common::{cfg, detail_u, fmix, pool_opts, Rng, TempPath, MIB};
-use engine::{EngineKind, EngineSpec};
-use pmem::{Mode, Pool, PoolOptions};
-
-/// Builds a cleanly closed pool of `spec` with 5000 keys, then returns
-/// the segments walked by a read-only open, a writable open through
-/// `open_file` (checking it serves the keys), and a plain writable open.
+/// The segments walked by a read-only open of a cleanly closed pool of
+/// `spec` with 5000 keys, by the writable open of `open_file` after it,
+/// and by a plain writable open.
 fn walks(spec: EngineSpec, tag: &str) -> (u64, u64, u64) {
-    let EngineKind::Persistent { create, open, .. } = spec.kind else {
-        unreachable!("pass is persistent")
-    };
     let tmp = TempPath::new(tag);
-    let popts = pool_opts(Mode::Mapped, 8 * MIB, 64 * MIB, 5);
-    let c = cfg(20_000, 1);
     let mut rng = Rng::new(3);
     let keys: Vec<u64> = (0..5000).map(|_| fmix(rng.next())).collect();
-    {
-        let pool = Arc::new(Pool::create(tmp.path(), &popts).unwrap());
-        let e = create(pool, &c).unwrap();
-        for (i, &k) in keys.iter().enumerate() {
-            assert!(e.insert(k, i as u64).unwrap());
-        }
-        e.close().unwrap();
-    }
-    let ro = PoolOptions {
-        read_only: true,
-        ..popts.clone()
-    };
-    let e = open(Arc::new(Pool::open(tmp.path(), &ro).unwrap()), &c).unwrap();
-    let read_only = detail_u(e.as_ref(), "clean-open segments walked");
-    drop(e);
-    let (pool, e) = engine::open_file(open, tmp.path(), &popts, &c).unwrap();
-    assert!(pool.prechecked());
-    let checked = detail_u(e.as_ref(), "clean-open segments walked");
-    assert_eq!(e.len(), keys.len() as u64);
-    for (i, &k) in keys.iter().enumerate().step_by(7) {
-        assert_eq!(e.get(k), Some(i as u64));
-    }
-    e.close().unwrap();
-    drop((pool, e));
-    let e = open(Arc::new(Pool::open(tmp.path(), &popts).unwrap()), &c).unwrap();
-    let plain = detail_u(e.as_ref(), "clean-open segments walked");
-    e.close().unwrap();
-    (read_only, checked, plain)
+    let w = engine::testkit::clean_open_walks(
+        &spec,
+        tmp.path(),
+        &pool_opts(Mode::Mapped, 8 * MIB, 64 * MIB, 5),
+        &cfg(20_000, 1),
+        &keys,
+        "clean-open segments walked",
+    );
+    (w.read_only, w.prechecked, w.plain)
 }
 
 #[test]

@@ -813,7 +813,7 @@ impl Hmeh {
         // Buckets already in the BFS, one bit each: a linear search of
         // `nodes` made the deep search quadratic (up to 247 x 16 x 247
         // compares before each split, the largest cost of a growing insert).
-        let mut seen = Seen::new(self.geo.buckets);
+        let mut seen = Seen::new();
         for j in 0..PROBE {
             let b = self.geo.ring(home, j);
             seen.insert(b);
@@ -952,32 +952,18 @@ impl Hmeh {
 }
 
 /// A set of bucket numbers below a segment's bucket count, one bit each.
-struct Seen {
-    bits: [u64; 8],
-    more: Vec<u64>,
-}
+struct Seen([u64; (MAX_LINES / 64) as usize]);
 
 impl Seen {
-    fn new(buckets: u64) -> Seen {
-        let words = buckets.div_ceil(64) as usize;
-        Seen {
-            bits: [0; 8],
-            more: if words > 8 {
-                vec![0; words]
-            } else {
-                Vec::new()
-            },
-        }
+    /// An empty set: a segment has fewer than `MAX_LINES` buckets.
+    fn new() -> Seen {
+        Seen([0; (MAX_LINES / 64) as usize])
     }
 
     /// Adds `b`; false if it was there.
     #[inline]
     fn insert(&mut self, b: u64) -> bool {
-        let w = if self.more.is_empty() {
-            &mut self.bits[(b / 64) as usize]
-        } else {
-            &mut self.more[(b / 64) as usize]
-        };
+        let w = &mut self.0[(b / 64) as usize];
         let m = 1u64 << (b % 64);
         let new = *w & m == 0;
         *w |= m;

@@ -67,22 +67,19 @@ pub const PROBE: u64 = 4;
 pub const NODE_FANOUT: u64 = 8;
 pub const NODE_BITS: u32 = 3;
 
-/// Header words, as byte offsets (`H_`) and word indices (`W_`).
-pub const H_LOCK: u64 = 0;
+/// PM header words, as byte offsets (`H_`) and word indices (`W_`). Words
+/// 0 and 6 (lock and retired flag in older builds) are written 0: the lock
+/// and the flag live in the segment's DRAM head (`head.rs`), as do count,
+/// spill and stash bits while the table is open (a clean close writes
+/// those three here).
 pub const H_IDENT: u64 = 8;
-pub const H_COUNT: u64 = 16;
 pub const H_BACKUP: u64 = 32;
 pub const H_OVERFLOW: u64 = 40;
-pub const H_SPILL: u64 = 56;
-pub const H_RETIRED: u64 = 48;
-pub const W_LOCK: usize = 0;
 pub const W_IDENT: usize = 1;
 pub const W_COUNT: usize = 2;
 pub const W_STASH_BITS: usize = 3;
-pub const H_STASH_BITS: u64 = 24;
 pub const W_BACKUP: usize = 4;
 pub const W_OVERFLOW: usize = 5;
-pub const W_RETIRED: usize = 6;
 pub const W_SPILL: usize = 7;
 
 const SEG_MAGIC: u64 = 0x4853; // "HS"
@@ -175,6 +172,17 @@ impl Geometry {
     #[inline]
     pub fn home(&self, h: u64) -> u64 {
         ((h & 0xffff_ffff) * self.buckets) >> 32
+    }
+
+    /// How many buckets past `home` bucket `b` is (0..buckets).
+    #[inline]
+    pub fn dist(&self, home: u64, b: u64) -> u64 {
+        let d = b + self.buckets - home;
+        if d >= self.buckets {
+            d - self.buckets
+        } else {
+            d
+        }
     }
 
     /// The spill bit of home bucket `home`.

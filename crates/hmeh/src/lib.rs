@@ -25,6 +25,7 @@ use pmem::{Link, Pool, Reservation};
 
 mod dir;
 mod hash;
+mod head;
 mod layout;
 mod recover;
 mod rt;
@@ -32,6 +33,7 @@ mod rt;
 use dir::{Dir, FsDir};
 pub use hash::HashKind;
 use hash::Hasher;
+use head::*;
 use layout::*;
 
 /// Layout id written in the pool header.
@@ -160,6 +162,8 @@ pub struct Hmeh {
     durability: Durability,
     lock: LineLock,
     dir: FsDir,
+    /// Every segment's header words in DRAM (`head.rs`).
+    heads: Heads,
     len: Counter,
     /// Bumped before any segment block is freed: an optimistic reader that
     /// sees it move retries (its segment may have been reused).
@@ -189,6 +193,7 @@ impl Hmeh {
         dir: FsDir,
     ) -> Hmeh {
         let lock = LineLock::new(pool.header_state().opens);
+        let heads = Heads::new(geo.bytes(), pool.max_size().max(pool.size()));
         let t = Tallies::default();
         t.min_split_lf_bits
             .store(f64::MAX.to_bits(), Ordering::Relaxed);
@@ -201,6 +206,7 @@ impl Hmeh {
             durability,
             lock,
             dir,
+            heads,
             len: Counter::default(),
             frees: AtomicU64::new(0),
             zero: Mutex::new(()),
@@ -290,10 +296,9 @@ impl Hmeh {
         pool.store_u64(root + R_SEED, seed);
         pool.store_u64(root + R_HASH, opts.hash as u64);
         pool.store_u64(root + R_GEOMETRY, geo.encode());
-        let lock = LineLock::new(pool.header_state().opens);
         let mut segs = Vec::new();
         let mut committed = Vec::new();
-        let built = Self::build_tree(&pool, &geo, &lock, rt_root, d0, &mut segs, &mut committed);
+        let built = Self::build_tree(&pool, &geo, rt_root, d0, &mut segs, &mut committed);
         if let Err(e) = built {
             // Nothing links these blocks durably (the pool has no root):
             // give every one back, so a refused create leaves the pool as
@@ -322,6 +327,9 @@ impl Hmeh {
         let dir = FsDir::build(d0, |i| segs[i]);
         let hm = Hmeh::handle(pool, root, rt_root, geo, hasher, cfg.durability, dir);
         hm.t.segments.store(segs.len() as u64, Ordering::Relaxed);
+        for &s in &segs {
+            hm.load_head(s);
+        }
         Ok(hm)
     }
 
@@ -330,7 +338,6 @@ impl Hmeh {
     fn build_tree(
         pool: &Pool,
         geo: &Geometry,
-        lock: &LineLock,
         rt_root: u64,
         d0: u32,
         segs: &mut Vec<u64>,
@@ -365,9 +372,7 @@ impl Hmeh {
                         ld: d0,
                         prefix: ((idx << (32 - d0)) & 0xffff_ffff) as u32,
                     };
-                    init_segment(pool, geo, r.offset(), id, lock, false);
-                    // A fresh table: nobody holds these locks.
-                    pool.store_u64(r.offset() + H_LOCK, 0);
+                    init_segment_pm(pool, geo, r.offset(), id, false);
                     pool.flush(r.offset(), geo.bytes() as usize);
                     for j in i..i + len {
                         entries[j as usize] = r.offset();
@@ -455,6 +460,80 @@ impl Hmeh {
         self.pool.words(off, 8)
     }
 
+    /// Segment `seg`'s header words in DRAM (`head.rs`): lock, identity,
+    /// count, spill and stash bits, retired flag, and copies of the chain
+    /// pointers.
+    #[inline]
+    fn head(&self, seg: u64) -> &[AtomicU64; HEAD_WORDS] {
+        self.heads.get(seg)
+    }
+
+    /// Fills segment `seg`'s head from its PM header (at open and create):
+    /// lock free, not retired.
+    pub(crate) fn load_head(&self, seg: u64) {
+        let hw = self.head(seg);
+        let pw = self.words(seg);
+        for (h, w) in [
+            (HD_IDENT, W_IDENT),
+            (HD_COUNT, W_COUNT),
+            (HD_STASH, W_STASH_BITS),
+            (HD_BACKUP, W_BACKUP),
+            (HD_OVERFLOW, W_OVERFLOW),
+        ] {
+            hw[h].store(pw[w].load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        Spill::expand(pw[W_SPILL].load(Ordering::Relaxed)).store(hw);
+        hw[HD_RETIRED].store(0, Ordering::Relaxed);
+        hw[HD_LOCK].store(0, Ordering::Release);
+    }
+
+    /// Writes a persistent header word (identity, backup or overflow
+    /// pointer) to PM and to the head. The caller persists the PM line.
+    fn set_header(&self, seg: u64, w: usize, v: u64) {
+        self.words(seg)[w].store(v, Ordering::Release);
+        let h = match w {
+            W_IDENT => HD_IDENT,
+            W_BACKUP => HD_BACKUP,
+            W_OVERFLOW => HD_OVERFLOW,
+            _ => unreachable!("header word {w} is not persistent"),
+        };
+        self.head(seg)[h].store(v, Ordering::Release);
+    }
+
+    /// Segment `seg`'s DRAM-meaning words (count, stash and spill bits)
+    /// written back to its PM header, where a clean open reads them. The
+    /// caller flushes the line.
+    fn store_head(&self, seg: u64) {
+        let hw = self.head(seg);
+        let pw = self.words(seg);
+        for (h, w) in [(HD_COUNT, W_COUNT), (HD_STASH, W_STASH_BITS)] {
+            pw[w].store(hw[h].load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        pw[W_SPILL].store(Spill::load(hw).fold(), Ordering::Relaxed);
+    }
+
+    /// Formats the block at `off` as an empty segment `id` (PM header and
+    /// zeroed buckets, see [`init_segment_pm`]) and takes its head's lock:
+    /// the caller holds it until the segment is published.
+    ///
+    /// The lock is taken, not stored: a writer that read this block's
+    /// offset before it was freed may still be locking it (it then finds
+    /// the directory no longer names the block and lets go), and the two
+    /// must not both hold it. The head's old lock word is a segment's (same
+    /// block size), so it is free or about to be.
+    fn init_segment(&self, off: u64, id: Ident, nt: bool) {
+        let hw = self.head(off);
+        self.lock.lock(&hw[HD_LOCK]);
+        fence(Ordering::Release);
+        for (i, x) in hw.iter().enumerate().skip(1) {
+            x.store(
+                if i == HD_IDENT { id.encode() } else { 0 },
+                Ordering::Relaxed,
+            );
+        }
+        init_segment_pm(&self.pool, &self.geo, off, id, nt);
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::InvalidArgument("the table was closed".into()));
@@ -499,7 +578,7 @@ impl Hmeh {
         w1: u64,
         bucket: Option<u64>,
         stash: bool,
-        spill: u64,
+        spill: &Spill,
         stash_bits: u64,
     ) -> bool {
         if !self.valid(id, w0, w1, bucket) {
@@ -507,7 +586,7 @@ impl Hmeh {
         }
         let home = self.geo.home(decode_slot(w0, w1).0);
         match bucket {
-            Some(b) => b == home || spill & Geometry::spill_bit(home) != 0,
+            Some(b) => self.geo.dist(home, b) < spill.reach(home),
             None if stash => stash_bits & Geometry::spill_bit(home) != 0,
             None => true,
         }
@@ -516,12 +595,9 @@ impl Hmeh {
     /// A segment's spill and stash bits, as [`listed`](Self::listed) takes
     /// them.
     #[inline]
-    fn search_bits(&self, seg: u64) -> (u64, u64) {
-        let hw = self.words(seg);
-        (
-            hw[W_SPILL].load(Ordering::Relaxed),
-            hw[W_STASH_BITS].load(Ordering::Relaxed),
-        )
+    fn search_bits(&self, seg: u64) -> (Spill, u64) {
+        let hw = self.head(seg);
+        (Spill::load(hw), hw[HD_STASH].load(Ordering::Relaxed))
     }
 
     /// The segment the current directory names for `h`.
@@ -542,14 +618,14 @@ impl Hmeh {
         let home = self.geo.home(h);
         loop {
             let (d, seg) = self.locate(h);
-            // The bucket's miss overlaps the lock word's.
+            // The bucket's miss overlaps the head's.
             self.pool.prefetch(self.geo.bucket(seg, home));
-            let hw = self.words(seg);
-            self.lock.lock(&hw[W_LOCK]);
+            let hw = self.head(seg);
+            self.lock.lock(&hw[HD_LOCK]);
             // Under the lock the directory entry can only change by our
             // hand, so entry == seg plus a matching identity proves that
             // `seg` owns `h` now (a freed and reused block fails the first).
-            let id = Ident::decode(hw[W_IDENT].load(Ordering::Relaxed));
+            let id = Ident::decode(hw[HD_IDENT].load(Ordering::Relaxed));
             let again = self.dir.current();
             let now = if std::ptr::eq(again, d) {
                 d.load(d.index(h))
@@ -557,17 +633,17 @@ impl Hmeh {
                 self.locate(h).1
             };
             if let Some(id) = id {
-                if now == seg && id.owns(h) && hw[W_RETIRED].load(Ordering::Relaxed) == 0 {
+                if now == seg && id.owns(h) && hw[HD_RETIRED].load(Ordering::Relaxed) == 0 {
                     return (seg, id);
                 }
             }
-            self.lock.unlock(&hw[W_LOCK]);
+            self.lock.unlock(&hw[HD_LOCK]);
             std::hint::spin_loop();
         }
     }
 
     fn unlock(&self, seg: u64) {
-        self.lock.unlock(&self.words(seg)[W_LOCK]);
+        self.lock.unlock(&self.head(seg)[HD_LOCK]);
     }
 
     // ----- reads -----------------------------------------------------------------
@@ -598,13 +674,13 @@ impl Hmeh {
             let f0 = self.frees.load(Ordering::Acquire);
             let (_, seg) = self.locate(h);
             self.pool.prefetch(self.geo.bucket(seg, home));
-            let hw = self.words(seg);
-            let v1 = hw[W_LOCK].load(Ordering::Acquire);
+            let hw = self.head(seg);
+            let v1 = hw[HD_LOCK].load(Ordering::Acquire);
             if !self.lock.is_free(v1) {
                 std::hint::spin_loop();
                 continue;
             }
-            match Ident::decode(hw[W_IDENT].load(Ordering::Relaxed)) {
+            match Ident::decode(hw[HD_IDENT].load(Ordering::Relaxed)) {
                 Some(id) if id.owns(h) => {}
                 _ => {
                     std::hint::spin_loop();
@@ -614,8 +690,7 @@ impl Hmeh {
             let mut res = None;
             // Without the home's spill bit the key can only be in its home
             // bucket (or the stash, or an overflow block).
-            let spilled = hw[W_SPILL].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
-            let probe = if spilled { PROBE } else { 1 };
+            let probe = Spill::head_reach(hw, home);
             for j in 0..probe {
                 let mut b = home + j;
                 if b >= self.geo.buckets {
@@ -627,7 +702,7 @@ impl Hmeh {
                 }
             }
             if res.is_none()
-                && hw[W_STASH_BITS].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0
+                && hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0
             {
                 for i in 0..self.geo.stash {
                     res = self.probe_line(self.geo.stash_bucket(seg, i), hi, lo);
@@ -637,7 +712,7 @@ impl Hmeh {
                 }
             }
             if res.is_none() {
-                let mut ovf = hw[W_OVERFLOW].load(Ordering::Relaxed);
+                let mut ovf = hw[HD_OVERFLOW].load(Ordering::Relaxed);
                 let mut hops = 0;
                 'chain: while ovf != 0 && hops < 1 << 20 {
                     if self.pool.check_range(ovf, self.geo.bytes()).is_err() {
@@ -654,7 +729,7 @@ impl Hmeh {
                 }
             }
             fence(Ordering::Acquire);
-            if hw[W_LOCK].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0
+            if hw[HD_LOCK].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0
             {
                 return res;
             }
@@ -694,12 +769,12 @@ impl Hmeh {
             }
             out.found.is_some() && (want != Want::Both || out.free.is_some())
         };
-        let hw = self.words(seg);
-        let spilled = hw[W_SPILL].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
+        let hw = self.head(seg);
+        let reach = Spill::head_reach(hw, home);
         for j in 0..PROBE {
             // Past the home bucket only a spilled key, or a free slot we
             // still need, can be found.
-            if j > 0 && !spilled && !(want_free && out.free.is_none()) {
+            if j >= reach && !(want_free && out.free.is_none()) {
                 break;
             }
             let b = self.geo.ring(home, j);
@@ -711,7 +786,7 @@ impl Hmeh {
         // says it may be there; an insert looks there for a free slot only
         // after displacement fails (`stash_free`), so a full window does
         // not cost every insert 16 stash lines.
-        let stashed = hw[W_STASH_BITS].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
+        let stashed = hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
         if stashed || (want == Want::Both && out.free.is_none()) {
             for i in 0..self.geo.stash {
                 if look(self.geo.stash_bucket(seg, i), None, true, &mut out) {
@@ -719,7 +794,7 @@ impl Hmeh {
                 }
             }
         }
-        let mut ovf = hw[W_OVERFLOW].load(Ordering::Relaxed);
+        let mut ovf = hw[HD_OVERFLOW].load(Ordering::Relaxed);
         while ovf != 0 {
             for l in 1..self.geo.lines {
                 if look(ovf + l * LINE, None, false, &mut out) {
@@ -767,24 +842,25 @@ impl Hmeh {
     #[inline]
     fn mark_spill(&self, seg: u64, slot: Slot, h: u64) {
         let home = self.geo.home(h);
-        let word = match slot.bucket {
-            Some(b) if b != home => W_SPILL,
-            Some(_) => return,
-            None if slot.stash => W_STASH_BITS,
-            None => return,
-        };
-        let w = &self.words(seg)[word];
-        w.store(
-            w.load(Ordering::Relaxed) | Geometry::spill_bit(home),
-            Ordering::Release,
-        );
+        let hw = self.head(seg);
+        match slot.bucket {
+            Some(b) if b != home => Spill::head_set(hw, home, self.geo.dist(home, b)),
+            None if slot.stash => {
+                let w = &hw[HD_STASH];
+                w.store(
+                    w.load(Ordering::Relaxed) | Geometry::spill_bit(home),
+                    Ordering::Release,
+                );
+            }
+            _ => {}
+        }
     }
 
     /// Adjusts a locked segment's item count (DRAM meaning).
     fn count_add(&self, seg: u64, d: i64) {
-        let hw = self.words(seg);
-        let c = hw[W_COUNT].load(Ordering::Relaxed);
-        hw[W_COUNT].store(c.wrapping_add(d as u64), Ordering::Relaxed);
+        let hw = self.head(seg);
+        let c = hw[HD_COUNT].load(Ordering::Relaxed);
+        hw[HD_COUNT].store(c.wrapping_add(d as u64), Ordering::Relaxed);
     }
 
     fn zero_op<T>(&self, f: impl FnOnce(&Pool, u64) -> T) -> T {
@@ -971,21 +1047,17 @@ impl Seen {
     }
 }
 
-/// Writes a fresh segment's header and zeroes its buckets; the builder
-/// holds its lock until the segment is published. With `nt`, the zeroes go
-/// out by non-temporal stores (durable at the next fence without a flush).
-///
-/// The lock is taken, not stored: a writer that read this block's offset
-/// before it was freed may still be locking it (it then finds the
-/// directory no longer names the block and lets go), and the two must not
-/// both hold it. The block's old lock word is a segment's (same size
-/// class), so it is free or about to be.
-fn init_segment(pool: &Pool, geo: &Geometry, off: u64, id: Ident, lock: &LineLock, nt: bool) {
+/// Writes a fresh segment's PM header (identity; every other word 0, the
+/// lock word included: locks live in the heads) and zeroes its buckets.
+/// With `nt`, the zeroes go out by non-temporal stores (durable at the next
+/// fence without a flush). The caller flushes and orders.
+fn init_segment_pm(pool: &Pool, geo: &Geometry, off: u64, id: Ident, nt: bool) {
     let w = pool.words(off, 8);
-    lock.lock(&w[W_LOCK]);
-    fence(Ordering::Release);
-    for (i, x) in w.iter().enumerate().skip(1) {
-        x.store(if i == 1 { id.encode() } else { 0 }, Ordering::Relaxed);
+    for (i, x) in w.iter().enumerate() {
+        x.store(
+            if i == W_IDENT { id.encode() } else { 0 },
+            Ordering::Relaxed,
+        );
     }
     if nt {
         let zeros = vec![0u8; ((geo.lines - 1) * LINE) as usize];

@@ -24,56 +24,102 @@ impl Hmeh {
         dst_id: Ident,
         delayed: bool,
         backup: u64,
-    ) -> (u64, u64) {
-        init_segment(&self.pool, &self.geo, dst, dst_id, &self.lock, delayed);
-        let (mut n, mut ns, mut spill) = (0u64, 0u64, 0u64);
-        for l in 1..self.geo.lines {
-            let bucket = (l <= self.geo.buckets).then_some(l - 1);
+    ) -> (u64, Spill) {
+        self.init_segment(dst, dst_id, delayed);
+        let geo = self.geo;
+        let mut kept = Spill::default();
+        // The items that move: (line, slot) in `src`, words.
+        let mut moving: Vec<(u64, usize, u64, u64)> = Vec::with_capacity(geo.slots() as usize);
+        for l in 1..geo.lines {
+            let bucket = (l <= geo.buckets).then_some(l - 1);
             let sw = self.words(src + l * LINE);
-            let dw = self.words(dst + l * LINE);
             for s in 0..SLOTS {
                 let w0 = sw[2 * s].load(Ordering::Relaxed);
                 let w1 = sw[2 * s + 1].load(Ordering::Relaxed);
+                if !self.valid(src_id, w0, w1, bucket) {
+                    continue;
+                }
                 let h = decode_slot(w0, w1).0;
-                if self.valid(src_id, w0, w1, bucket) && dst_id.owns(h) {
-                    // persist: as in `write_slot`: word 1 then word 0 in one
-                    // line, and where (zero, word 1) would read as an item
-                    // (a delayed segment's line may be written back between
-                    // the two stores) an invalid word 0 goes first.
-                    if self.valid(dst_id, 0, w1, bucket) {
-                        dw[2 * s].store(dst_id.invalid_hi() << 32, Ordering::Relaxed);
-                        self.t.special_writes.fetch_add(1, Ordering::Relaxed);
-                    }
-                    dw[2 * s + 1].store(w1, Ordering::Relaxed);
-                    dw[2 * s].store(w0, Ordering::Relaxed);
-                    n += 1;
-                    match bucket {
-                        None => ns |= Geometry::spill_bit(self.geo.home(h)),
-                        Some(b) if b != self.geo.home(h) => {
-                            spill |= Geometry::spill_bit(self.geo.home(h))
-                        }
-                        Some(_) => {}
-                    }
+                if dst_id.owns(h) {
+                    moving.push((l, s, w0, w1));
+                } else if let Some(b) = bucket.filter(|&b| b != geo.home(h)) {
+                    // Stays in `src`: its spill bits after the split.
+                    kept.set(geo.home(h), geo.dist(geo.home(h), b));
                 }
             }
         }
-        let hw = self.words(dst);
-        hw[W_COUNT].store(n, Ordering::Relaxed);
-        hw[W_STASH_BITS].store(ns, Ordering::Relaxed);
-        hw[W_BACKUP].store(backup, Ordering::Relaxed);
-        hw[W_SPILL].store(spill, Ordering::Relaxed);
+        // Where they go: each as close to its home as the half-empty
+        // segment allows (first free slot of its window, in home order;
+        // then the stash), so that `dst`'s lookups read fewer buckets. If
+        // that does not place every item, each keeps its `src` position
+        // (always free in `dst`).
+        let plan = self
+            .compact_plan(&moving)
+            .unwrap_or_else(|| moving.iter().map(|&(l, s, _, _)| (l, s)).collect());
+        let (mut n, mut ns, mut spill) = (0u64, 0u64, Spill::default());
+        for (&(_, _, w0, w1), &(l, s)) in moving.iter().zip(&plan) {
+            let bucket = (l <= geo.buckets).then_some(l - 1);
+            let h = decode_slot(w0, w1).0;
+            let dw = self.words(dst + l * LINE);
+            // persist: as in `write_slot`: word 1 then word 0 in one
+            // line, and where (zero, word 1) would read as an item
+            // (a delayed segment's line may be written back between
+            // the two stores) an invalid word 0 goes first.
+            if self.valid(dst_id, 0, w1, bucket) {
+                dw[2 * s].store(dst_id.invalid_hi() << 32, Ordering::Relaxed);
+                self.t.special_writes.fetch_add(1, Ordering::Relaxed);
+            }
+            dw[2 * s + 1].store(w1, Ordering::Relaxed);
+            dw[2 * s].store(w0, Ordering::Relaxed);
+            n += 1;
+            match bucket {
+                None => ns |= Geometry::spill_bit(geo.home(h)),
+                Some(b) if b != geo.home(h) => spill.set(geo.home(h), geo.dist(geo.home(h), b)),
+                Some(_) => {}
+            }
+        }
+        let hw = self.head(dst);
+        hw[HD_COUNT].store(n, Ordering::Relaxed);
+        hw[HD_STASH].store(ns, Ordering::Relaxed);
+        spill.store(hw);
+        // persist: with the header line flushed below.
+        self.set_header(dst, W_BACKUP, backup);
         if delayed {
             self.pool.flush(dst, LINE as usize);
         } else {
             self.pool.flush(dst, self.geo.bytes() as usize);
         }
-        (n, ns)
+        (n, kept)
+    }
+
+    /// A placement of `moving` (in `src` order) in an empty segment: each
+    /// window item in the first free slot of its window, each stash item
+    /// in the stash; `None` when some item does not fit so.
+    fn compact_plan(&self, moving: &[(u64, usize, u64, u64)]) -> Option<Vec<(u64, usize)>> {
+        let geo = self.geo;
+        let mut used = [0u8; MAX_LINES as usize];
+        let mut plan = Vec::with_capacity(moving.len());
+        for &(l, _, w0, w1) in moving {
+            let h = decode_slot(w0, w1).0;
+            let home = geo.home(h);
+            let free = |b: &u64| used[*b as usize] < SLOTS as u8;
+            let line = if l <= geo.buckets {
+                // A window item that would need the stash: keep positions
+                // instead (a stashed item costs its home's misses 16 lines).
+                (0..PROBE).map(|j| geo.ring(home, j) + 1).find(free)?
+            } else {
+                (geo.buckets + 1..geo.lines).find(free)?
+            };
+            plan.push((line, used[line as usize] as usize));
+            used[line as usize] += 1;
+        }
+        Some(plan)
     }
 
     fn sub_counts(&self, seg: u64, n: u64) {
-        let hw = self.words(seg);
-        hw[W_COUNT].store(
-            hw[W_COUNT].load(Ordering::Relaxed).saturating_sub(n),
+        let hw = self.head(seg);
+        hw[HD_COUNT].store(
+            hw[HD_COUNT].load(Ordering::Relaxed).saturating_sub(n),
             Ordering::Relaxed,
         );
     }
@@ -107,7 +153,7 @@ impl Hmeh {
                 },
             )?;
             let s_new = r.offset();
-            let (n, _) = self.fill_half(seg, id, s_new, hi, delayed, 0);
+            let (n, kept) = self.fill_half(seg, id, s_new, hi, delayed, 0);
             // persist: C1: S_new (items and LD) durable before any entry
             // names it.
             self.pool.fence();
@@ -120,13 +166,16 @@ impl Hmeh {
             // these stores; the repair points them back at S_old unless
             // C3 is durable.
             self.pool.persist_line(pos.node);
-            self.words(seg)[W_IDENT].store(lo.encode(), Ordering::Release);
+            self.set_header(seg, W_IDENT, lo.encode());
             // persist: C3: S_old's deeper identity, the commit point; only
             // now may S_old's migrated copies be overwritten.
             self.pool.persist_line(seg);
             drop(covered);
             self.pool.commit(r);
             self.sub_counts(seg, n);
+            // What S_old keeps needs fewer spill bits (readers are held off
+            // by the lock until then).
+            kept.store(self.head(seg));
             // Step D: RT before FS (paper §4.1).
             self.dir.set_range(d, hi.ld, hi.index(), s_new);
             if delayed {
@@ -158,17 +207,18 @@ impl Hmeh {
                 }
             };
             let s_new = r.offset();
-            let (n, _) = self.fill_half(seg, id, s_new, hi, false, 0);
+            let (n, kept) = self.fill_half(seg, id, s_new, hi, false, 0);
             // C1 and C2 (the node's commit point). Before C3 the repair
             // points all eight entries back at S_old (LD = node depth - 3
             // covers it).
             self.link_node(node, seg, s_new, parent);
-            self.words(seg)[W_IDENT].store(lo.encode(), Ordering::Release);
+            self.set_header(seg, W_IDENT, lo.encode());
             // persist: C3: S_old's deeper identity, the split's commit point.
             self.pool.persist_line(seg);
             self.pool.commit(rn);
             self.pool.commit(r);
             self.sub_counts(seg, n);
+            kept.store(self.head(seg));
             self.t.nodes.fetch_add(1, Ordering::Relaxed);
             self.t.node_splits.fetch_add(1, Ordering::Relaxed);
             self.dir.set_range(d, hi.ld, hi.index(), s_new);
@@ -258,7 +308,7 @@ impl Hmeh {
         self.pool.commit(ra);
         self.pool.commit(rb);
         held.insert(node);
-        self.words(seg)[W_RETIRED].store(1, Ordering::Release);
+        self.head(seg)[HD_RETIRED].store(1, Ordering::Release);
         self.dir.set_range(d, lo.ld, lo.index(), sa);
         self.dir.set_range(d, hi.ld, hi.index(), sb);
         self.t.nodes.fetch_add(1, Ordering::Relaxed);
@@ -294,6 +344,9 @@ impl Hmeh {
         self.pool.fence();
         self.pool.atomic_u64(owner).store(b, Ordering::Release);
         self.pool.persist(owner, 8);
+        if owner == seg + H_OVERFLOW {
+            self.head(seg)[HD_OVERFLOW].store(b, Ordering::Release);
+        }
         self.pool.commit(r);
         self.t.overflow_blocks.fetch_add(1, Ordering::Relaxed);
         self.unlock(seg);
@@ -303,12 +356,12 @@ impl Hmeh {
     /// After a delete: merges locked `seg` with its buddy when both are
     /// nearly empty (the inverse of a split). Releases `seg`'s lock.
     fn maybe_merge(&self, seg: u64, id: Ident) {
-        let hw = self.words(seg);
-        let few = hw[W_COUNT].load(Ordering::Relaxed) <= self.geo.slots() / 8;
+        let hw = self.head(seg);
+        let few = hw[HD_COUNT].load(Ordering::Relaxed) <= self.geo.slots() / 8;
         if !few
             || id.ld < 2
-            || hw[W_BACKUP].load(Ordering::Relaxed) != 0
-            || hw[W_OVERFLOW].load(Ordering::Relaxed) != 0
+            || hw[HD_BACKUP].load(Ordering::Relaxed) != 0
+            || hw[HD_OVERFLOW].load(Ordering::Relaxed) != 0
             || self.recovering.load(Ordering::Relaxed)
         {
             self.unlock(seg);
@@ -320,19 +373,19 @@ impl Hmeh {
         };
         let bh = (bid.prefix as u64) << 32;
         let (_, bseg) = self.locate(bh);
-        let bw = self.words(bseg);
-        if bseg == seg || !self.lock.try_lock(&bw[W_LOCK]) {
+        let bw = self.head(bseg);
+        if bseg == seg || !self.lock.try_lock(&bw[HD_LOCK]) {
             self.unlock(seg);
             return;
         }
-        let ok = Ident::decode(bw[W_IDENT].load(Ordering::Relaxed)) == Some(bid)
-            && bw[W_RETIRED].load(Ordering::Relaxed) == 0
-            && bw[W_BACKUP].load(Ordering::Relaxed) == 0
-            && bw[W_OVERFLOW].load(Ordering::Relaxed) == 0
+        let ok = Ident::decode(bw[HD_IDENT].load(Ordering::Relaxed)) == Some(bid)
+            && bw[HD_RETIRED].load(Ordering::Relaxed) == 0
+            && bw[HD_BACKUP].load(Ordering::Relaxed) == 0
+            && bw[HD_OVERFLOW].load(Ordering::Relaxed) == 0
             && self.locate(bh).1 == bseg
-            && hw[W_COUNT]
+            && hw[HD_COUNT]
                 .load(Ordering::Relaxed)
-                .saturating_add(bw[W_COUNT].load(Ordering::Relaxed))
+                .saturating_add(bw[HD_COUNT].load(Ordering::Relaxed))
                 <= self.geo.slots() / 4;
         let done = ok && {
             let start = std::time::Instant::now();
@@ -376,8 +429,8 @@ impl Hmeh {
             .pool
             .reserve(self.geo.bytes(), Link::Pointer { owner: first })?;
         let m = r.offset();
-        init_segment(&self.pool, &self.geo, m, mid, &self.lock, false);
-        let (mut n, mut ns, mut spill) = (0u64, 0u64, 0u64);
+        self.init_segment(m, mid, false);
+        let (mut n, mut ns, mut spill) = (0u64, 0u64, Spill::default());
         for src in [(l, lid), (u, uid)] {
             let mut fits = true;
             self.each_valid(
@@ -393,7 +446,8 @@ impl Hmeh {
                         if stash {
                             ns |= Geometry::spill_bit(home);
                         } else if line != self.geo.bucket(m, home) {
-                            spill |= Geometry::spill_bit(home);
+                            let b = (line - m) / LINE - 1;
+                            spill.set(home, self.geo.dist(home, b));
                         }
                     }
                     None => fits = false,
@@ -405,10 +459,10 @@ impl Hmeh {
                 return Err(Error::InvalidArgument("merged items do not fit".into()));
             }
         }
-        let mw = self.words(m);
-        mw[W_COUNT].store(n, Ordering::Relaxed);
-        mw[W_STASH_BITS].store(ns, Ordering::Relaxed);
-        mw[W_SPILL].store(spill, Ordering::Relaxed);
+        let mw = self.head(m);
+        mw[HD_COUNT].store(n, Ordering::Relaxed);
+        mw[HD_STASH].store(ns, Ordering::Relaxed);
+        spill.store(mw);
         self.pool.flush(m, self.geo.bytes() as usize);
         // persist: C1: the merged segment durable before any entry names it.
         self.pool.fence();
@@ -445,8 +499,8 @@ impl Hmeh {
         self.pool.commit(r);
         let d = self.dir.current();
         self.dir.set_range(d, mid.ld, mid.index(), m);
-        self.words(l)[W_RETIRED].store(1, Ordering::Release);
-        self.words(u)[W_RETIRED].store(1, Ordering::Release);
+        self.head(l)[HD_RETIRED].store(1, Ordering::Release);
+        self.head(u)[HD_RETIRED].store(1, Ordering::Release);
         // Readers that may still be inside L or U retry from here on.
         self.frees.fetch_add(1, Ordering::SeqCst);
         self.unlock(l);
@@ -577,9 +631,7 @@ impl Hmeh {
                 }
             }
         }
-        self.pool
-            .atomic_u64(seg + H_BACKUP)
-            .store(0, Ordering::Release);
+        self.set_header(seg, W_BACKUP, 0);
         // persist: the unlink, commit point of every free in the chain.
         self.pool.persist_line(seg);
         self.frees.fetch_add(1, Ordering::SeqCst);
@@ -833,7 +885,7 @@ impl Engine for Hmeh {
                 + segs * self.geo.bytes()
                 + (self.t.nodes.load(Ordering::Relaxed) + 1) * LINE
                 + self.t.overflow_blocks.load(Ordering::Relaxed) * self.geo.bytes(),
-            dram_bytes: std::mem::size_of::<Self>() as u64 + self.dir.bytes(),
+            dram_bytes: std::mem::size_of::<Self>() as u64 + self.dir.bytes() + self.heads.bytes(),
             structural_changes: self.t.structural.changes(),
             structural_nanos: self.t.structural.nanos(),
             detail: vec![
@@ -887,7 +939,7 @@ impl Engine for Hmeh {
                 let w = self.words(line);
                 let w0 = w[2 * slot].load(Ordering::Relaxed);
                 let w1 = w[2 * slot + 1].load(Ordering::Relaxed);
-                if self.listed(id, w0, w1, bucket, stash, spill, stash_bits) {
+                if self.listed(id, w0, w1, bucket, stash, &spill, stash_bits) {
                     let (h, v) = decode_slot(w0, w1);
                     f(self.hasher.key(h), v);
                 }
@@ -911,6 +963,7 @@ impl Engine for Hmeh {
             self.sync_all()?;
         }
         for (s, _) in self.segments()? {
+            self.store_head(s);
             self.pool.flush(s, LINE as usize);
         }
         self.pool.store_u64(self.root + R_COUNT, self.len());

@@ -115,7 +115,7 @@ fn valid_slots(hm: &Hmeh, s: u64, id: Ident, mut f: impl FnMut(u64, u64, u64)) {
                     // most, not a division.
                     let d = bucket + geo.buckets - home;
                     let d = if d >= geo.buckets { d - geo.buckets } else { d };
-                    if d >= PROBE || (d > 0 && spill & Geometry::spill_bit(home) == 0) {
+                    if d >= spill.reach(home) {
                         continue;
                     }
                 } else if stash && stash_bits & Geometry::spill_bit(home) == 0 {
@@ -253,6 +253,12 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     );
     hm.t.segments.store(segs.len() as u64, Ordering::Relaxed);
     hm.t.nodes.store(nodes.saturating_sub(1), Ordering::Relaxed);
+    // The heads: from the PM headers, every lock free and no segment
+    // retired (the PM lock and retired words are not read: a corrupt file
+    // cannot make a reader or writer wait forever).
+    for &(s, _) in &segs {
+        hm.load_head(s);
+    }
     let zero = pool.load_u64(root + R_ZERO_PRESENT);
     if clean {
         // A clean close dropped every backup; one left means a crash.
@@ -282,17 +288,6 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
             }
         }
     }
-    // Every check passed. The lock word and the retired flag have DRAM
-    // meaning only: a live segment is free and not retired, whatever the
-    // file says (a lock word tagged with this epoch by a corrupt file, or a
-    // set flag, would make its readers or writers wait forever).
-    for &(s, _) in &segs {
-        for off in [H_LOCK, H_RETIRED] {
-            if pool.load_u64(s + off) != 0 {
-                pool.store_u64(s + off, 0);
-            }
-        }
-    }
     if clean {
         hm.len.set(pool.load_u64(root + R_COUNT) as i64);
         return Ok(hm);
@@ -303,7 +298,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     let mut total = zero;
     for &(s, id) in &segs {
         let mut seen: HashMap<u64, ()> = HashMap::new();
-        let (mut n, mut ns, mut spill) = (0u64, 0u64, 0u64);
+        let (mut n, mut ns, mut spill) = (0u64, 0u64, Spill::default());
         let mut dups = Vec::new();
         hm.each_slot(s, &mut |line, slot, bucket, stash| {
             let w = hm.words(line);
@@ -318,8 +313,8 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
                     let home = hm.geo.home(h);
                     if stash {
                         ns |= Geometry::spill_bit(home);
-                    } else if bucket.is_some_and(|b| b != home) {
-                        spill |= Geometry::spill_bit(home);
+                    } else if let Some(b) = bucket.filter(|&b| b != home) {
+                        spill.set(home, hm.geo.dist(home, b));
                     }
                 }
             }
@@ -332,11 +327,11 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         }
         hm.t.duplicates_removed
             .fetch_add(dups.len() as u64, Ordering::Relaxed);
-        let w = hm.words(s);
-        w[W_COUNT].store(n, Ordering::Relaxed);
-        w[W_STASH_BITS].store(ns, Ordering::Relaxed);
-        w[W_RETIRED].store(0, Ordering::Relaxed);
-        w[W_SPILL].store(spill, Ordering::Relaxed);
+        let w = hm.head(s);
+        w[HD_COUNT].store(n, Ordering::Relaxed);
+        w[HD_STASH].store(ns, Ordering::Relaxed);
+        w[HD_RETIRED].store(0, Ordering::Relaxed);
+        spill.store(w);
         total += n;
     }
     hm.len.set(total as i64);
@@ -423,8 +418,7 @@ pub(crate) fn check(hm: &Hmeh) -> Result<CheckReport> {
             reachable += pool.block_size(b)?;
             b = pool.load_u64(b + H_BACKUP);
         }
-        let spill = pool.load_u64(s + H_SPILL);
-        let stash_bits = pool.load_u64(s + H_STASH_BITS);
+        let (spill, stash_bits) = hm.search_bits(s);
         let mut unmarked = None;
         hm.each_slot(s, &mut |line, slot, bucket, stash| {
             let w = hm.words(line);
@@ -437,12 +431,12 @@ pub(crate) fn check(hm: &Hmeh) -> Result<CheckReport> {
             }
             let h = decode_slot(w0, w1).0;
             let home = hm.geo.home(h);
-            let bits = match bucket {
-                Some(b) if b != home => spill,
-                None if stash => stash_bits,
+            let marked = match bucket {
+                Some(b) if b != home => hm.geo.dist(home, b) < spill.reach(home),
+                None if stash => stash_bits & Geometry::spill_bit(home) != 0,
                 _ => return,
             };
-            if bits & Geometry::spill_bit(home) == 0 {
+            if !marked {
                 unmarked.get_or_insert(h);
             }
         });
@@ -466,7 +460,7 @@ pub(crate) fn check(hm: &Hmeh) -> Result<CheckReport> {
                 hm.hasher.key(h)
             )));
         }
-        let counted = pool.load_u64(s + H_COUNT);
+        let counted = hm.head(s)[HD_COUNT].load(Ordering::Relaxed);
         if counted != n {
             return Err(corrupt(format!(
                 "segment {s:#x} holds {n} items, its header says {counted}"

@@ -1451,13 +1451,13 @@ fn failed_merge_unlocks_and_gives_back_its_new_segment() {
     assert_eq!(segs.len(), 4);
     let seg_of = |prefix: u32| segs.iter().find(|(_, id)| id.prefix == prefix).unwrap().0;
     let (sa, sb) = (seg_of(0), seg_of(0x4000_0000));
-    assert_eq!(pool.load_u64(sa + H_COUNT), 20);
-    assert_eq!(pool.load_u64(sb + H_COUNT), 20);
+    assert_eq!(hm.head(sa)[HD_COUNT].load(Ordering::Relaxed), 20);
+    assert_eq!(hm.head(sb)[HD_COUNT].load(Ordering::Relaxed), 20);
     assert_eq!(tally(&hm.t.splits), 0);
     // The block the merge will reserve.
     let probe = pool.reserve(4096, Link::Nothing).unwrap();
     let m = probe.offset();
-    let before = pool.load_u64(m);
+    let before = hm.head(m)[HD_LOCK].load(Ordering::Relaxed);
     pool.cancel(probe);
     let in_use = pool.stats().bytes_in_use;
 
@@ -1472,7 +1472,7 @@ fn failed_merge_unlocks_and_gives_back_its_new_segment() {
     assert_eq!(pool.stats().bytes_in_use, in_use, "M was given back");
     for s in [sa, sb] {
         assert!(
-            hm.lock.is_free(pool.load_u64(s + H_LOCK)),
+            hm.lock.is_free(hm.head(s)[HD_LOCK].load(Ordering::Relaxed)),
             "buddy {s:#x} left locked"
         );
     }
@@ -1482,7 +1482,7 @@ fn failed_merge_unlocks_and_gives_back_its_new_segment() {
         m,
         "the next 4 KiB block is the failed merge's M"
     );
-    let w = pool.load_u64(m + H_LOCK);
+    let w = hm.head(m)[HD_LOCK].load(Ordering::Relaxed);
     assert_ne!(w, before, "no merge was attempted (M's lock never taken)");
     assert_eq!(
         pool.load_u64(m + H_IDENT),
@@ -1490,7 +1490,7 @@ fn failed_merge_unlocks_and_gives_back_its_new_segment() {
         "M holds the merged identity"
     );
     assert!(hm.lock.is_free(w), "the failed merge left M locked");
-    let lw = &pool.words(m, 1)[0];
+    let lw = &hm.head(m)[HD_LOCK];
     assert!(hm.lock.try_lock(lw), "M's lock cannot be taken again");
     hm.lock.unlock(lw);
     pool.cancel(r);
@@ -1518,12 +1518,14 @@ fn failed_merge_unlocks_and_gives_back_its_new_segment() {
 }
 
 /// A cleanly closed pool whose live segments carry a nonzero retired word
-/// (DRAM meaning; a live segment is never retired): the clean open clears
-/// it, so `lock_owner` (which waits for a segment that is not retired)
+/// in PM (DRAM meaning; a live segment is never retired): the open never
+/// reads it (the heads start with the flag clear), so `lock_owner` (which waits for a segment that is not retired)
 /// returns and writers of those keys get through. Before the fix the
 /// flag stayed and every writer spun forever.
 #[test]
 fn clean_open_clears_retired_words() {
+    // The PM header's retired word (written 0; the flag lives in the head).
+    const H_RETIRED: u64 = 48;
     let d = Durability::Strict;
     let (pool, hm) = fresh(d, HashKind::Mixed, 40);
     let mut rng = Rng(40);
@@ -1548,7 +1550,7 @@ fn clean_open_clears_retired_words() {
     let h2 = Hmeh::open(p2.clone(), &ecfg(d)).unwrap();
     for (s, _) in h2.segments().unwrap() {
         assert_eq!(
-            p2.load_u64(s + H_RETIRED),
+            h2.head(s)[HD_RETIRED].load(Ordering::Relaxed),
             0,
             "segment {s:#x} still retired"
         );
@@ -1567,4 +1569,63 @@ fn clean_open_clears_retired_words() {
         }
     }
     h2.check().unwrap();
+}
+
+/// A negative lookup reads past its home bucket only where the home's
+/// spill planes say an item of it may sit there (`head::Spill::reach`).
+/// After a table grows from empty to 300K keys, most homes must read one
+/// bucket and every item must be within its home's reach. Before the
+/// per-home planes and the compacting split, one spill bit stood for
+/// ~4 homes and splits kept every item's position: about 5% of homes
+/// read one bucket.
+#[test]
+fn most_homes_of_a_grown_table_read_one_bucket() {
+    let pool = Arc::new(
+        Pool::create(
+            Path::new(""),
+            &PoolOptions {
+                mode: Mode::Volatile,
+                size: 16 * MIB,
+                max_size: 512 * MIB,
+                layout: LAYOUT.into(),
+                ..PoolOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let mut cfg = ecfg(Durability::Strict);
+    cfg.initial_capacity = 1024;
+    let hm = Hmeh::create(pool, &cfg).unwrap();
+    let mut rng = Rng(5);
+    for _ in 0..300_000 {
+        hm.insert(rng.next(), 1).unwrap();
+    }
+    let (mut reach1, mut homes, mut items, mut outside) = (0u64, 0u64, 0u64, 0u64);
+    for (s, id) in hm.segments().unwrap() {
+        let (spill, _) = hm.search_bits(s);
+        for home in 0..hm.geo.buckets {
+            reach1 += u64::from(spill.reach(home) == 1);
+            homes += 1;
+        }
+        hm.each_slot(s, &mut |line, slot, bucket, _| {
+            let w = hm.words(line);
+            let (w0, w1) = (
+                w[2 * slot].load(Ordering::Relaxed),
+                w[2 * slot + 1].load(Ordering::Relaxed),
+            );
+            if let Some(b) = bucket.filter(|_| hm.valid(id, w0, w1, bucket)) {
+                let home = hm.geo.home(decode_slot(w0, w1).0);
+                items += 1;
+                outside += u64::from(hm.geo.dist(home, b) >= spill.reach(home));
+            }
+        });
+    }
+    assert!(items > 290_000, "{items} items in normal buckets");
+    assert_eq!(outside, 0, "items beyond their home's reach");
+    let share = reach1 as f64 / homes as f64;
+    assert!(
+        share > 0.6,
+        "only {share:.3} of {homes} homes read one bucket"
+    );
+    hm.check().unwrap();
 }

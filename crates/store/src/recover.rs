@@ -286,8 +286,13 @@ pub(crate) fn open(
         matches!(opts.index, crate::store::IndexKind::Both(_)),
         // Pre-sized for at most 2^26 keys (about 1.3 GiB); past that the
         // shards grow as keys arrive, so a large `expected_keys` cannot
-        // make open allocate more DRAM than the machine has.
-        opts.expected_keys.min(1 << 26) as usize,
+        // make open allocate more DRAM than the machine has. A clean
+        // image's key count counts too: grown while the image loads, the
+        // shards' replaced tables would all wait for the maintenance
+        // thread, which starts after the open (twice the index's DRAM).
+        opts.expected_keys
+            .max(image_keys(&pool, image, image_len))
+            .min(1 << 26) as usize,
         opts.inline_values,
     );
     let s = new_inner(
@@ -625,12 +630,34 @@ fn corruption(f: &Extent, end: End) -> Error {
 /// The value of an 8-byte key with an 8-byte value is recorded, so that a
 /// clean open fills the point index's inline values without reading the
 /// log.
+/// The key count a clean-shutdown image at `off` (`len` bytes) claims, as
+/// a size hint only (0 when there is no image; never more than its length
+/// allows: a record takes at least 16 bytes). The image is checked in
+/// full before it is used.
+fn image_keys(pool: &Pool, off: u64, len: u64) -> u64 {
+    if off == 0 || !pool.was_clean() || pool.block_size(off).map_or(true, |b| b < len.max(48)) {
+        return 0;
+    }
+    if pool.load_u64(off) != IMAGE_MAGIC {
+        return 0;
+    }
+    pool.load_u64(off + 24).min(len / 16)
+}
+
+/// Bytes of image records gathered per buffer (see [`write_image`]).
+const IMAGE_CHUNK: usize = 4 << 20;
+
 pub(crate) fn write_image(s: &Inner) -> Result<()> {
     let pool = &s.pool;
     let root = s.log.root;
     let clusters = s.log.clusters as usize;
     let tl = s.log.table_len as usize;
-    let mut buf: Vec<u8> = Vec::with_capacity(48 + 8 * clusters + 16 * tl + 24 * s.index.len());
+    // The head (counters, file slots) and then the records, gathered in
+    // chunks of IMAGE_CHUNK bytes: one buffer grown by doubling held up to
+    // three times the records' size while it copied (720 MiB for 10M
+    // 8-byte keys and values, whose records take 320).
+    let mut buf: Vec<u8> = Vec::with_capacity(48 + 8 * clusters + 16 * tl);
+    let mut chunks: Vec<Vec<u8>> = vec![Vec::with_capacity(IMAGE_CHUNK)];
     let put = |b: &mut Vec<u8>, w: u64| b.extend_from_slice(&w.to_le_bytes());
     buf.resize(48, 0);
     for v in s.versions.iter() {
@@ -660,26 +687,38 @@ pub(crate) fn write_image(s: &Inner) -> Result<()> {
                 s.log.read_value(&e, &mut vbuf);
                 u64::from_le_bytes(vbuf[..8].try_into().expect("8 bytes"))
             });
+        let rec = 16 + k.len().next_multiple_of(8) + if val.is_some() { 8 } else { 0 };
+        let last = chunks.last_mut().expect("one chunk at least");
+        let b = if last.len() + rec <= last.capacity() {
+            last
+        } else {
+            chunks.push(Vec::with_capacity(IMAGE_CHUNK.max(rec)));
+            chunks.last_mut().expect("just pushed")
+        };
         put(
-            &mut buf,
+            b,
             k.len() as u64 | if val.is_some() { VALUE_FOLLOWS } else { 0 },
         );
-        buf.extend_from_slice(k);
-        buf.resize(buf.len().next_multiple_of(8), 0);
-        put(&mut buf, va);
+        b.extend_from_slice(k);
+        b.resize(b.len().next_multiple_of(8), 0);
+        put(b, va);
         if let Some(v) = val {
-            put(&mut buf, v);
+            put(b, v);
         }
         keys += 1;
     });
-    let len = buf.len() as u64;
+    let len = (buf.len() + chunks.iter().map(Vec::len).sum::<usize>()) as u64;
     buf[0..8].copy_from_slice(&IMAGE_MAGIC.to_le_bytes());
     buf[8..16].copy_from_slice(&len.to_le_bytes());
     buf[24..32].copy_from_slice(&keys.to_le_bytes());
     buf[32..40].copy_from_slice(&(clusters as u64).to_le_bytes());
     buf[40..48].copy_from_slice(&(tl as u64).to_le_bytes());
-    let crc = crc32fast::hash(&buf[24..]);
-    buf[16..24].copy_from_slice(&(crc as u64).to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&buf[24..]);
+    for c in &chunks {
+        crc.update(c);
+    }
+    buf[16..24].copy_from_slice(&(crc.finalize() as u64).to_le_bytes());
     let r = match pool.reserve(
         len,
         Link::Pointer {
@@ -693,9 +732,14 @@ pub(crate) fn write_image(s: &Inner) -> Result<()> {
     };
     let off = r.offset();
     pool.write(off, &buf);
+    let mut at = off + buf.len() as u64;
+    for c in chunks {
+        pool.write(at, &c);
+        at += c.len() as u64;
+    }
     // persist: the image before the root links it; the link (with its
     // length, same line) before commit.
-    pool.persist(off, buf.len());
+    pool.persist(off, len as usize);
     pool.store_u64(root + R_IMAGE_LEN, len);
     pool.store_u64(root + R_IMAGE, off);
     pool.persist(root + R_IMAGE, 16);
@@ -703,15 +747,56 @@ pub(crate) fn write_image(s: &Inner) -> Result<()> {
     Ok(())
 }
 
-/// A clean-shutdown image, parsed: its bytes, key count, cluster version
-/// counters, each table slot's (tail, dead bytes), and its records.
+/// A clean-shutdown image, parsed: its key count, cluster version
+/// counters, each table slot's (tail, dead bytes), and where its records
+/// lie. The records are read from the pool where they are, never copied
+/// whole: a copy of the image plus a decoded list of its records took 720
+/// MiB of DRAM at 10M keys, on top of the index being built from them.
 struct Image {
-    buf: Vec<u8>,
+    /// Pool offset of the image, and its length.
+    off: u64,
+    len: u64,
     versions: Vec<u64>,
     /// (tail, dead) per extent-table slot.
     slots: Vec<(u64, u64)>,
-    /// (key position, key length, v_addr, position of the value if any)
-    recs: Vec<(usize, usize, u64, Option<usize>)>,
+    /// The position (from `off`) of every `IMAGE_BLOCK`-th record: the
+    /// starts of the blocks the loading threads share out.
+    blocks: Vec<u64>,
+}
+
+/// Records per block of an image's loading (see [`Image::blocks`]).
+const IMAGE_BLOCK: usize = 4096;
+
+impl Image {
+    /// The record at position `p` (checked by `parse_image`): key
+    /// position, key length, v_addr, whether an 8-byte value follows, and
+    /// the next record's position.
+    #[inline]
+    fn rec(pool: &Pool, off: u64, p: u64) -> (u64, usize, u64, bool, u64) {
+        let w0 = pool.load_u64(off + p);
+        let (kl, follows) = ((w0 & !VALUE_FOLLOWS) as usize, w0 & VALUE_FOLLOWS != 0);
+        let kp = p + 8;
+        let vp = kp + kl.next_multiple_of(8) as u64;
+        let next = vp + 8 + if follows { 8 } else { 0 };
+        (kp, kl, pool.load_u64(off + vp), follows, next)
+    }
+
+    /// Calls `f(key, v_addr, value)` for each record of block `b`.
+    fn for_block(&self, pool: &Pool, b: usize, mut f: impl FnMut(&[u8], u64, Option<&[u8]>)) {
+        let mut key = Vec::new();
+        let mut p = self.blocks[b];
+        for _ in 0..IMAGE_BLOCK {
+            if p >= self.len {
+                return;
+            }
+            let (kp, kl, va, follows, next) = Image::rec(pool, self.off, p);
+            key.resize(kl, 0);
+            pool.read(self.off + kp, &mut key);
+            let val = follows.then(|| pool.load_u64(self.off + next - 8).to_le_bytes());
+            f(&key, va, val.as_ref().map(|v| &v[..]));
+            p = next;
+        }
+    }
 }
 
 /// Parses the image at `off` (`len` bytes) against the table's files:
@@ -730,15 +815,21 @@ fn parse_image(
     if len > size || len < head || !len.is_multiple_of(8) {
         return None;
     }
-    let mut buf = vec![0u8; len as usize];
-    pool.read(off, &mut buf);
-    let w = |i: usize| u64::from_le_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
-    if w(0) != IMAGE_MAGIC
-        || w(8) != len
-        || w(16) != crc32fast::hash(&buf[24..]) as u64
-        || w(32) != clusters as u64
-        || w(40) != tl as u64
-    {
+    let w = |i: usize| pool.load_u64(off + i as u64);
+    if w(0) != IMAGE_MAGIC || w(8) != len {
+        return None;
+    }
+    let mut crc = crc32fast::Hasher::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut at = 24;
+    while at < len {
+        let n = (len - at).min(chunk.len() as u64) as usize;
+        pool.read(off + at, &mut chunk[..n]);
+        crc.update(&chunk[..n]);
+        at += n as u64;
+    }
+    drop(chunk);
+    if w(16) != crc.finalize() as u64 || w(32) != clusters as u64 || w(40) != tl as u64 {
         return None;
     }
     let keys = w(24);
@@ -762,7 +853,8 @@ fn parse_image(
         }
         slots.push((t, d));
     }
-    let mut recs = Vec::with_capacity(keys as usize);
+    let mut blocks = Vec::with_capacity((keys as usize).div_ceil(IMAGE_BLOCK));
+    let mut count = 0u64;
     while p < len as usize {
         if p + 8 > len as usize {
             return None;
@@ -774,17 +866,21 @@ fn parse_image(
         if kl > MAX_KEY || end > len as usize || (follows && kl != 8) {
             return None;
         }
-        recs.push((kp, kl, w(vp), follows.then_some(vp + 8)));
+        if count.is_multiple_of(IMAGE_BLOCK as u64) {
+            blocks.push(p as u64);
+        }
+        count += 1;
         p = end;
     }
-    if recs.len() as u64 != keys {
+    if count != keys {
         return None;
     }
     Some(Image {
-        buf,
+        off,
+        len,
         versions,
         slots,
-        recs,
+        blocks,
     })
 }
 
@@ -814,18 +910,26 @@ fn check_image(pool: &Pool, files: &[Arc<Extent>], img: &Image, threads: usize) 
             && matches!(pool.load_u64(off) >> OP_SHIFT, OP_INS | OP_UPD)
             && crate::nlog::entry_key_is(pool, off, key)
     };
-    let chunk = img.recs.len().div_ceil(threads.max(1)).max(1);
+    let n = img.blocks.len();
+    let chunk = n.div_ceil(threads.max(1)).max(1);
     let bad = std::thread::scope(|sc| {
-        let workers: Vec<_> = img
-            .recs
-            .chunks(chunk)
-            .map(|part| {
+        let workers: Vec<_> = (0..n)
+            .step_by(chunk)
+            .map(|first| {
                 let entry_holds = &entry_holds;
                 sc.spawn(move || {
-                    part.iter().find_map(|&(kp, kl, va, _)| {
-                        let key = &img.buf[kp..kp + kl];
-                        (!entry_holds(key, va)).then(|| (key.to_vec(), va))
-                    })
+                    let mut bad = None;
+                    for b in first..(first + chunk).min(n) {
+                        img.for_block(pool, b, |key, va, _| {
+                            if bad.is_none() && !entry_holds(key, va) {
+                                bad = Some((key.to_vec(), va));
+                            }
+                        });
+                        if bad.is_some() {
+                            break;
+                        }
+                    }
+                    bad
                 })
             })
             .collect();
@@ -871,14 +975,14 @@ fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64, checked: boo
         f.tail.store(t, Ordering::Release);
         f.dead.store(d, Ordering::Relaxed);
     }
-    let chunk = img.recs.len().div_ceil(n).max(1);
+    let blocks = img.blocks.len();
+    let chunk = blocks.div_ceil(n).max(1);
     std::thread::scope(|sc| {
-        for part in img.recs.chunks(chunk) {
-            let buf = &img.buf;
+        for first in (0..blocks).step_by(chunk) {
+            let img = &img;
             sc.spawn(move || {
-                for &(kp, kl, va, val) in part {
-                    s.index
-                        .load(&buf[kp..kp + kl], va, val.map(|p| &buf[p..p + 8]));
+                for b in first..(first + chunk).min(blocks) {
+                    img.for_block(pool, b, |key, va, val| s.index.load(key, va, val));
                 }
             });
         }

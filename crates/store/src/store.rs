@@ -233,6 +233,13 @@ pub(crate) struct Inner {
     pub(crate) open_ms: f64,
     pub(crate) recovered_entries: u64,
     pub(crate) readers: Option<crate::scan::Readers>,
+    /// A delete marks the key's entry invalid in place when nothing older
+    /// of the key is valid (`Store::write`, `history_is_dead`): with the
+    /// DRAM index (recovery reads op bits; a persistent index's recovery
+    /// does not) under `Strict` (the mark is fenced before the delete
+    /// returns; `Relaxed` syncs files, and a mark lies outside their
+    /// unsynced ranges).
+    pub(crate) in_place_deletes: bool,
 }
 
 /// The background GC thread and its stop flag.
@@ -596,6 +603,33 @@ impl Store {
         match (want, old) {
             (Want::Absent, Some(_)) | (Want::Present, None) => return Ok(false),
             _ => {}
+        }
+        if value.is_none() && s.in_place_deletes {
+            if let Some(o) = old.filter(|&o| s.history_is_dead(o)) {
+                // A delete of an entry with no valid history marks the
+                // entry itself invalid: no `del` entry, so no new log bytes
+                // and nothing for GC to mark later (its file is all dead
+                // once every key in it is deleted). Recovery keeps the
+                // highest-version valid entry of a key; with this one
+                // invalid and nothing older valid, the key is absent.
+                if let Some(f) = s.log.file_at(vaddr_off(o)) {
+                    s.account_replaced(&f, o, held.current_len());
+                }
+                s.numa.count_write(vaddr_node(o), here);
+                let cache = !s.raf.writes_may_skip();
+                // persist: the mark (flushed in mark_invalid) before the
+                // index forgets the key and before the delete returns
+                // (acknowledged => durable); the one fence orders it.
+                s.log.mark_invalid(vaddr_off(o));
+                s.log.pool.fence();
+                let changed = s
+                    .index
+                    .commit(held, key, hash, o, None, false, &mut |h, p| {
+                        s.append_ovf(h, p)
+                    })?;
+                s.after_index(key, hash, None, o, here, changed, cache);
+                return Ok(true);
+            }
         }
         let (e, old_file) = s.stage(key, hash, value, old)?;
         let staged = s.log.append_flushed(here, &e, &s.numa)?;
@@ -1231,6 +1265,7 @@ pub(crate) fn new_inner(
     let numa = Numa::new(nodes, opts.numa_emulate, opts.remote_latency_ns);
     let readers =
         (opts.scan_readers > 0).then(|| crate::scan::Readers::new(nodes, opts.scan_readers));
+    let in_place_deletes = opts.durability == Durability::Strict && !index.is_persistent();
     Inner {
         log: Nlog::new(
             pool.clone(),
@@ -1268,6 +1303,7 @@ pub(crate) fn new_inner(
         open_ms: 0.0,
         recovered_entries: 0,
         readers,
+        in_place_deletes,
         opts,
     }
 }
@@ -1445,6 +1481,40 @@ impl Inner {
         };
         self.after_index(key, hash, value, va, here, changed, true);
         Ok(())
+    }
+
+    /// Whether no entry of the key older than the entry at `old` (the one
+    /// the index names; the caller holds the key's stripe) can still be
+    /// valid: its `h_addr` chain ends (`NONE`), leaves for a file that is
+    /// gone (F7: its number no longer matches), or passes only invalid
+    /// entries on the way there. Then marking `old` invalid deletes the key
+    /// as a `del` entry would. Invalid entries are walked through, not
+    /// trusted as ends: GC leaves the entries of the file it reclaims
+    /// unmarked until the file goes, so an older valid one may lie behind
+    /// a marked one for a while (and after a crash in between). A chain
+    /// longer than 8 entries, or one that does not parse, says no: the
+    /// caller writes a `del` entry.
+    fn history_is_dead(&self, old: u64) -> bool {
+        let Some(e) = self.log.header(vaddr_off(old)) else {
+            return false;
+        };
+        if e.op == OP_INV || e.op == OP_DEL {
+            return false;
+        }
+        let (mut h, mut hs, mut ver) = (e.h_addr, e.h_seq, e.version);
+        for _ in 0..8 {
+            if h == NONE || self.file_with_seq(h, hs).is_none() {
+                return true;
+            }
+            let Some(p) = self.log.header(vaddr_off(h)) else {
+                return false;
+            };
+            if p.op != OP_INV || p.version >= ver {
+                return false;
+            }
+            (h, hs, ver) = (p.h_addr, p.h_seq, p.version);
+        }
+        false
     }
 
     /// The entry at `old`, in `f`, no longer holds its key's newest value:

@@ -38,6 +38,9 @@ const MIN_TOP: u64 = 16;
 const MAX_BUCKETS: u64 = 1 << 50;
 /// Interim buckets rehashed per batch (two fences per batch).
 const REHASH_BATCH: u64 = 8;
+/// Interim levels of at least this many buckets are rehashed by several
+/// threads (`EngineConfig::threads`, at most 8).
+const PARALLEL_REHASH_BUCKETS: u64 = 1024;
 /// Shrink when items fall below 1/5 of the slots (the result is at most 2/5 full).
 const SHRINK_DIVISOR: u64 = 5;
 
@@ -195,6 +198,11 @@ pub struct Level {
     logfree_updates: AtomicU64,
     logged_updates: AtomicU64,
     max_lf_bits: AtomicU64,
+    /// Threads that rehash a large interim level together (the writers the
+    /// engine was configured for, at most 8).
+    rehash_threads: usize,
+    /// Rehashes that more than one thread shared.
+    parallel_rehashes: AtomicU64,
     /// Lowest load factor at which an insertion failed (f64 bits; MAX = none yet).
     min_lf_bits: AtomicU64,
 }
@@ -240,6 +248,8 @@ impl Level {
             logged_updates: AtomicU64::new(0),
             max_lf_bits: AtomicU64::new(0),
             min_lf_bits: AtomicU64::new(f64::MAX.to_bits()),
+            rehash_threads: threads.clamp(1, 8),
+            parallel_rehashes: AtomicU64::new(0),
         }
     }
 
@@ -1254,11 +1264,46 @@ impl Level {
     /// can have a copy in the top two levels yet and none is looked for.
     fn finish_resize(&self, g: &Geo, fresh: bool) -> Result<()> {
         let il = g.lv[IL];
-        let mut b = 0;
-        while b < il.n {
-            let end = (b + REHASH_BATCH).min(il.n);
-            self.rehash_batch(g, b..end, fresh)?;
-            b = end;
+        let batches = il.n.div_ceil(REHASH_BATCH);
+        let helpers = if il.n >= PARALLEL_REHASH_BUCKETS {
+            self.rehash_threads.min(batches as usize)
+        } else {
+            1
+        };
+        // Batches are claimed in order from one cursor, by this thread and
+        // `helpers - 1` more (the writers the gate holds back would
+        // otherwise wait idle). Each batch is rehashed by exactly one
+        // thread and keeps its own persist order (`rehash_batch`); batches
+        // share nothing but the line locks every writer takes.
+        let next = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let work = || -> Result<()> {
+            while !stop.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= batches {
+                    break;
+                }
+                let b = i * REHASH_BATCH;
+                let done = self.rehash_batch(g, b..(b + REHASH_BATCH).min(il.n), fresh);
+                if done.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                    return done;
+                }
+            }
+            Ok(())
+        };
+        if helpers > 1 {
+            self.parallel_rehashes.fetch_add(1, Ordering::Relaxed);
+            std::thread::scope(|sc| {
+                let others: Vec<_> = (1..helpers).map(|_| sc.spawn(work)).collect();
+                let mine = work();
+                others
+                    .into_iter()
+                    .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .fold(mine, |a, b| a.and(b))
+            })?;
+        } else {
+            work()?;
         }
         let ticket = self.pool.begin_free(
             il.raw,
@@ -1669,6 +1714,7 @@ impl Engine for Level {
                     c(&self.clean_scan_buckets),
                 ),
                 ("shrinks".into(), c(&self.shrinks)),
+                ("parallel rehashes".into(), c(&self.parallel_rehashes)),
                 ("movements".into(), c(&self.moves)),
                 ("b2t movements".into(), c(&self.b2t_moves)),
                 ("log-free updates".into(), c(&self.logfree_updates)),

@@ -38,8 +38,8 @@ const MIN_TOP: u64 = 16;
 const MAX_BUCKETS: u64 = 1 << 50;
 /// Interim buckets rehashed per batch (two fences per batch).
 const REHASH_BATCH: u64 = 8;
-/// Interim levels of at least this many buckets are rehashed by several
-/// threads (`EngineConfig::threads`, at most 8).
+/// An expansion's interim level of at least this many buckets is rehashed
+/// by several threads (`EngineConfig::threads`, at most 8).
 const PARALLEL_REHASH_BUCKETS: u64 = 1024;
 /// Shrink when items fall below 1/5 of the slots (the result is at most 2/5 full).
 const SHRINK_DIVISOR: u64 = 5;
@@ -1265,7 +1265,9 @@ impl Level {
     fn finish_resize(&self, g: &Geo, fresh: bool) -> Result<()> {
         let il = g.lv[IL];
         let batches = il.n.div_ceil(REHASH_BATCH);
-        let helpers = if il.n >= PARALLEL_REHASH_BUCKETS {
+        // Only an expansion's rehash is shared: a shrink's must take the
+        // placements `shrink_fits` simulated, in the same order.
+        let helpers = if g.phase == Phase::Expanding && il.n >= PARALLEL_REHASH_BUCKETS {
             self.rehash_threads.min(batches as usize)
         } else {
             1

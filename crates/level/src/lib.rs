@@ -36,6 +36,11 @@ pub const LAYOUT: &str = "level";
 const MIN_TOP: u64 = 16;
 /// Largest level, in buckets (2^50 × 128 bytes: beyond any pool).
 const MAX_BUCKETS: u64 = 1 << 50;
+/// Interim buckets rehashed per batch (two fences per batch).
+const REHASH_BATCH: u64 = 8;
+/// An expansion's interim level of at least this many buckets is rehashed
+/// by several threads (`EngineConfig::threads`, at most 8).
+const PARALLEL_REHASH_BUCKETS: u64 = 1024;
 /// Shrink when items fall below 1/5 of the slots (the result is at most 2/5 full).
 const SHRINK_DIVISOR: u64 = 5;
 
@@ -142,6 +147,13 @@ fn with_slot(hdr: u64, s: usize, fp: u64) -> u64 {
     (hdr & !(0xff << shift)) | (fp << shift) | (1 << s)
 }
 
+/// Whether a slot write is fenced at once or by the caller later.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fence {
+    Now,
+    Later,
+}
+
 enum Probe {
     Hit((Loc, u64)),
     Miss,
@@ -186,6 +198,11 @@ pub struct Level {
     logfree_updates: AtomicU64,
     logged_updates: AtomicU64,
     max_lf_bits: AtomicU64,
+    /// Threads that rehash a large interim level together (the writers the
+    /// engine was configured for, at most 8).
+    rehash_threads: usize,
+    /// Rehashes that more than one thread shared.
+    parallel_rehashes: AtomicU64,
     /// Lowest load factor at which an insertion failed (f64 bits; MAX = none yet).
     min_lf_bits: AtomicU64,
 }
@@ -231,6 +248,8 @@ impl Level {
             logged_updates: AtomicU64::new(0),
             max_lf_bits: AtomicU64::new(0),
             min_lf_bits: AtomicU64::new(f64::MAX.to_bits()),
+            rehash_threads: threads.clamp(1, 8),
+            parallel_rehashes: AtomicU64::new(0),
         }
     }
 
@@ -392,7 +411,7 @@ impl Level {
         );
         if rec.phase != Phase::Normal {
             let _w = lv.gate.close();
-            match lv.finish_resize(&g) {
+            match lv.finish_resize(&g, false) {
                 // A rehash that finds no slot leaves the resize in progress:
                 // every key stays reachable (searches probe the interim
                 // level) and the table opens; inserts report the lack of room.
@@ -762,8 +781,17 @@ impl Level {
     // ----- writing ---------------------------------------------------------------
 
     /// Writes `key`/`value` into free `slot` of a locked line and makes it
-    /// durable.
-    fn fill_slot(&self, line: u64, w: &[AtomicU64], slot: usize, key: u64, value: u64) {
+    /// durable (`Fence::Now`), or only flushes it (`Fence::Later`: a rehash,
+    /// whose item stays valid in the interim level until the caller's fence).
+    fn fill_slot(
+        &self,
+        line: u64,
+        w: &[AtomicU64],
+        slot: usize,
+        key: u64,
+        value: u64,
+        fence: Fence,
+    ) {
         let hdr = w[W_HDR].load(Ordering::Relaxed);
         w[w_key(slot)].store(key, Ordering::Relaxed);
         w[w_val(slot)].store(value, Ordering::Relaxed);
@@ -775,7 +803,10 @@ impl Level {
         // x86 writes a line back whole, holding its stores in program order,
         // so the token is never durable without the item (CRASH-PATTERNS
         // #1): one flush and one fence per insert.
-        self.pool.persist_line(line);
+        match fence {
+            Fence::Now => self.pool.persist_line(line),
+            Fence::Later => self.pool.flush(line, LINE as usize),
+        }
     }
 
     /// Clears `slot`'s token of a locked line, durably.
@@ -792,7 +823,8 @@ impl Level {
     }
 
     /// Direct insert into the less-loaded of a level's candidate buckets.
-    fn try_direct(&self, l: &Lvl, h: (u64, u64), key: u64, value: u64) -> bool {
+    #[inline(always)]
+    fn try_direct(&self, l: &Lvl, h: (u64, u64), key: u64, value: u64, fence: Fence) -> bool {
         let (c, nc) = Self::cands(l, h);
         loop {
             let (mut best, mut best_free) = (c[0], self.bucket_free(l, c[0]));
@@ -812,7 +844,7 @@ impl Level {
                 }
                 self.lock.lock(&w[W_LOCK]);
                 if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
-                    self.fill_slot(line, w, s, key, value);
+                    self.fill_slot(line, w, s, key, value, fence);
                     self.lock.unlock(&w[W_LOCK]);
                     return true;
                 }
@@ -865,13 +897,13 @@ impl Level {
             // a crash leaving both copies valid finds the record and clears
             // the source (CRASH-PATTERNS #3: no key twice).
             self.write_log(log, &rec);
-            self.fill_slot(dline, dw, ds, item, ival);
+            self.fill_slot(dline, dw, ds, item, ival, Fence::Now);
             self.clear_slot(src, sw, slot);
             self.clear_log(log);
             self.move_end();
             // persist: the moved item's old slot is free and durable; the new
             // key goes in with the usual one-line order.
-            self.fill_slot(src, sw, slot, key, value);
+            self.fill_slot(src, sw, slot, key, value, Fence::Now);
             self.lock.unlock(&second[W_LOCK]);
             self.lock.unlock(&first[W_LOCK]);
             self.moves.fetch_add(1, Ordering::Relaxed);
@@ -923,13 +955,13 @@ impl Level {
     /// Places a new key in the top two levels; the level it landed in.
     fn place(&self, g: &Geo, h: (u64, u64), key: u64, value: u64) -> Option<usize> {
         let (top, bot) = (&g.lv[TOP], &g.lv[BOT]);
-        if self.try_direct(top, h, key, value) {
+        if self.try_direct(top, h, key, value, Fence::Now) {
             return Some(TOP);
         }
         if self.try_move(top, top, true, h, key, value) {
             return Some(TOP);
         }
-        if self.try_direct(bot, h, key, value) {
+        if self.try_direct(bot, h, key, value, Fence::Now) {
             return Some(BOT);
         }
         if self.try_move(bot, bot, true, h, key, value) {
@@ -949,11 +981,16 @@ impl Level {
     /// into the bottom level, and only then the full insert algorithm. The
     /// first two steps are exactly what [`shrink_fits`](Self::shrink_fits)
     /// simulates, so a shrink it approved never needs the third.
+    ///
+    /// A direct placement is flushed, not fenced: the rehash fences once
+    /// for a batch of items, before it clears their interim tokens. The
+    /// full algorithm's movements fence as they go (which also makes every
+    /// earlier flush durable).
     fn place_rehash(&self, g: &Geo, h: (u64, u64), key: u64, value: u64) -> Option<usize> {
-        if self.try_direct(&g.lv[TOP], h, key, value) {
+        if self.try_direct(&g.lv[TOP], h, key, value, Fence::Later) {
             return Some(TOP);
         }
-        if self.try_direct(&g.lv[BOT], h, key, value) {
+        if self.try_direct(&g.lv[BOT], h, key, value, Fence::Later) {
             return Some(BOT);
         }
         self.place(g, h, key, value)
@@ -1134,7 +1171,7 @@ impl Level {
             return Ok(());
         }
         if g.phase != Phase::Normal {
-            return self.finish_resize(&g);
+            return self.finish_resize(&g, false);
         }
         let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as f64;
         let lf = len / Self::slots(&g) as f64;
@@ -1217,52 +1254,58 @@ impl Level {
         }
         let g = Geo::from_record(rec);
         self.publish(&g);
-        self.finish_resize(&g)
+        self.finish_resize(&g, true)
     }
 
     /// Rehashes every item left in the interim level into the top two
     /// levels, then drops the interim level. Callers hold the gate
-    /// exclusively (or are `open`).
-    fn finish_resize(&self, g: &Geo) -> Result<()> {
+    /// exclusively (or are `open`). `fresh`: the resize was started by
+    /// this handle and nothing interrupted its rehash, so no interim item
+    /// can have a copy in the top two levels yet and none is looked for.
+    fn finish_resize(&self, g: &Geo, fresh: bool) -> Result<()> {
         let il = g.lv[IL];
-        for b in 0..il.n {
-            for line in [il.bucket(b), il.bucket(b) + LINE] {
-                let w = self.pool.words(line, 8);
-                for s in 0..SLOTS_PER_LINE {
-                    if w[W_HDR].load(Ordering::Relaxed) & (1 << s) == 0 {
-                        continue;
-                    }
-                    let (k, v) = (
-                        w[w_key(s)].load(Ordering::Relaxed),
-                        w[w_val(s)].load(Ordering::Relaxed),
-                    );
-                    let h = self.hashes(k);
-                    // An item whose copy already sits in the top two levels
-                    // was being rehashed when a crash hit (the paper's
-                    // I_first rule, applied to every remaining item).
-                    self.move_begin();
-                    let copy = self.locate(k, h, false).0;
-                    if copy.is_none() {
-                        match self.place_rehash(g, h, k, v) {
-                            Some(level) => self.counts[level].add(1),
-                            None => {
-                                self.move_end();
-                                return Err(Error::OutOfSpace(format!(
-                                    "rehash of key {k:#x} found no slot in the top two levels; the resize stays in progress and every key stays reachable"
-                                )));
-                            }
-                        }
-                    }
-                    // persist: the copy above is durable before the interim
-                    // slot is cleared: a crash in between leaves a duplicate
-                    // that the rule above removes.
-                    self.lock.lock(&w[W_LOCK]);
-                    self.clear_slot(line, w, s);
-                    self.lock.unlock(&w[W_LOCK]);
-                    self.move_end();
-                    self.counts[IL].add(-1);
+        let batches = il.n.div_ceil(REHASH_BATCH);
+        // Only an expansion's rehash is shared: a shrink's must take the
+        // placements `shrink_fits` simulated, in the same order.
+        let helpers = if g.phase == Phase::Expanding && il.n >= PARALLEL_REHASH_BUCKETS {
+            self.rehash_threads.min(batches as usize)
+        } else {
+            1
+        };
+        // Batches are claimed in order from one cursor, by this thread and
+        // `helpers - 1` more (the writers the gate holds back would
+        // otherwise wait idle). Each batch is rehashed by exactly one
+        // thread and keeps its own persist order (`rehash_batch`); batches
+        // share nothing but the line locks every writer takes.
+        let next = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let work = || -> Result<()> {
+            while !stop.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= batches {
+                    break;
+                }
+                let b = i * REHASH_BATCH;
+                let done = self.rehash_batch(g, b..(b + REHASH_BATCH).min(il.n), fresh);
+                if done.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                    return done;
                 }
             }
+            Ok(())
+        };
+        if helpers > 1 {
+            self.parallel_rehashes.fetch_add(1, Ordering::Relaxed);
+            std::thread::scope(|sc| {
+                let others: Vec<_> = (1..helpers).map(|_| sc.spawn(work)).collect();
+                let mine = work();
+                others
+                    .into_iter()
+                    .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .fold(mine, |a, b| a.and(b))
+            })?;
+        } else {
+            work()?;
         }
         let ticket = self.pool.begin_free(
             il.raw,
@@ -1287,6 +1330,106 @@ impl Level {
             Ordering::Relaxed,
         );
         Ok(())
+    }
+
+    /// Rehashes the items of interim buckets `range` with two fences for
+    /// the batch instead of two per item.
+    ///
+    /// persist: every copy placed in the top two levels (flushed by its
+    /// direct placement, or fenced by a movement) is made durable by one
+    /// fence before any interim token of the batch is cleared; the cleared
+    /// headers (one 8-byte store per line) are then flushed and fenced
+    /// before the next batch starts. A crash in between leaves items valid
+    /// in both places, which recovery's non-fresh rehash removes (the
+    /// paper's I_first rule). Readers never act on a non-durable copy's
+    /// absence or presence alone: until the fence the same item is valid
+    /// and durable in the interim level, which readers probe too.
+    fn rehash_batch(&self, g: &Geo, range: std::ops::Range<u64>, fresh: bool) -> Result<()> {
+        let il = g.lv[IL];
+        let top = g.lv[TOP];
+        let mut items = [(0u64, 0u64, 0u64, (0u64, 0u64)); REHASH_BATCH as usize * 6];
+        let mut n = 0;
+        for b in range.clone() {
+            for (half, line) in [il.bucket(b), il.bucket(b) + LINE].into_iter().enumerate() {
+                let w = self.pool.words(line, 8);
+                let hdr = w[W_HDR].load(Ordering::Relaxed);
+                for s in 0..SLOTS_PER_LINE {
+                    if hdr & (1 << s) == 0 {
+                        continue;
+                    }
+                    let k = w[w_key(s)].load(Ordering::Relaxed);
+                    let h = self.hashes(k);
+                    // The top level's candidates are where a direct
+                    // placement looks first: start loading them now.
+                    let (c, nc) = Self::cands(&top, h);
+                    for &tb in &c[..nc] {
+                        self.pool.prefetch(top.bucket(tb));
+                        self.pool.prefetch(top.bucket(tb) + LINE);
+                    }
+                    let slot_id = ((b - range.start) * 2 + half as u64) * 3 + s as u64;
+                    items[n] = (slot_id, k, w[w_val(s)].load(Ordering::Relaxed), h);
+                    n += 1;
+                }
+            }
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.move_begin();
+        // Bit i: interim slot `slot_id` i is placed (or had a copy already).
+        let mut done = [0u64; REHASH_BATCH as usize * 6 / 64 + 1];
+        let mut failed = None;
+        for &(slot_id, k, v, h) in &items[..n] {
+            // An item whose copy already sits in the top two levels was
+            // being rehashed when a crash hit (the paper's I_first rule,
+            // applied to every remaining item).
+            if !fresh && self.locate(k, h, false).0.is_some() {
+                done[slot_id as usize / 64] |= 1 << (slot_id % 64);
+                continue;
+            }
+            match self.place_rehash(g, h, k, v) {
+                Some(level) => {
+                    self.counts[level].add(1);
+                    done[slot_id as usize / 64] |= 1 << (slot_id % 64);
+                }
+                None => {
+                    failed = Some(k);
+                    break;
+                }
+            }
+        }
+        // persist: the copies above before the interim tokens below.
+        self.pool.fence();
+        let mut cleared = 0;
+        for b in range.clone() {
+            for (half, line) in [il.bucket(b), il.bucket(b) + LINE].into_iter().enumerate() {
+                let base = ((b - range.start) * 2 + half as u64) * 3;
+                let mask = (0..SLOTS_PER_LINE as u64)
+                    .filter(|s| done[((base + s) / 64) as usize] & (1 << ((base + s) % 64)) != 0)
+                    .fold(0u64, |m, s| m | 1 << s);
+                if mask == 0 {
+                    continue;
+                }
+                let w = self.pool.words(line, 8);
+                self.lock.lock(&w[W_LOCK]);
+                let hdr = w[W_HDR].load(Ordering::Relaxed);
+                // persist: one 8-byte store clears the line's rehashed
+                // tokens; flushed here, fenced once for the batch below.
+                w[W_HDR].store(hdr & !mask, Ordering::Release);
+                self.pool.flush(line, LINE as usize);
+                self.lock.unlock(&w[W_LOCK]);
+                cleared += mask.count_ones() as i64;
+            }
+        }
+        self.pool.fence();
+        self.move_end();
+        self.counts[IL].add(-cleared);
+        match failed {
+            None => Ok(()),
+            Some(k) => Err(Error::OutOfSpace(format!(
+                "rehash of key {k:#x} found no slot in the top two levels; the resize stays in progress and every key stays reachable"
+            ))),
+        }
     }
 
     // ----- recovery and verification --------------------------------------------
@@ -1573,6 +1716,7 @@ impl Engine for Level {
                     c(&self.clean_scan_buckets),
                 ),
                 ("shrinks".into(), c(&self.shrinks)),
+                ("parallel rehashes".into(), c(&self.parallel_rehashes)),
                 ("movements".into(), c(&self.moves)),
                 ("b2t movements".into(), c(&self.b2t_moves)),
                 ("log-free updates".into(), c(&self.logfree_updates)),

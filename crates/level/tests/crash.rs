@@ -308,24 +308,39 @@ fn phased_check(
             if !dense.contains(&op) && !n.is_multiple_of(sparse) {
                 return;
             }
-            let choice = match n % 3 {
+            // A fence of a resize op closes a batch of rehashed items (many
+            // undecided lines, each of which may or may not have been
+            // written back): take every kind of state there, ten random
+            // ones included. Elsewhere one state, the kind in rotation.
+            let rotation = [match n % 3 {
                 0 => CrashChoice::Persisted,
                 1 => CrashChoice::Newest,
                 _ => CrashChoice::Random(n),
+            }];
+            let every: Vec<CrashChoice> = [CrashChoice::Persisted, CrashChoice::Newest]
+                .into_iter()
+                .chain((0..10u64).map(|i| CrashChoice::Random(n ^ i << 40)))
+                .collect();
+            let choices: &[CrashChoice] = if dense.contains(&op) {
+                &every
+            } else {
+                &rotation
             };
-            let img = site.image(choice);
-            let m = model.lock().unwrap();
-            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                verify_image(img, &m, &c)
-            }))
-            .unwrap_or_else(|_| Err("recovery panicked".into()));
-            let mut o = out.lock().unwrap();
-            o.states += 1;
-            if let Err(msg) = res {
-                o.violations.push(format!(
-                    "op {op} ({:?}) fence {n} {choice:?}: {msg}",
-                    m.in_flight
-                ));
+            for &choice in choices {
+                let img = site.image(choice);
+                let m = model.lock().unwrap();
+                let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    verify_image(img, &m, &c)
+                }))
+                .unwrap_or_else(|_| Err("recovery panicked".into()));
+                let mut o = out.lock().unwrap();
+                o.states += 1;
+                if let Err(msg) = res {
+                    o.violations.push(format!(
+                        "op {op} ({:?}) fence {n} {choice:?}: {msg}",
+                        m.in_flight
+                    ));
+                }
             }
         })))
         .unwrap();

@@ -511,3 +511,75 @@ fn readers_never_miss_a_key_moved_by_a_log_free_update() {
     let r = e.check().unwrap();
     assert_eq!(r.reachable_bytes, pool.stats().bytes_in_use);
 }
+
+/// Was a cost: a resize's rehash fenced twice per item (the copy, then the
+/// cleared interim token), so a table grown from 16 buckets paid about 1.8
+/// fences per insert and, drained, about 1.9 per delete (the shrinks), for
+/// operations that fence once. The rehash now fences twice per batch of
+/// interim buckets. Counted on a simulated pool, which counts every fence.
+#[test]
+fn growing_and_draining_cost_little_more_than_one_fence_per_op() {
+    const N: u64 = 40_000;
+    // A fixed uuid fixes the hash seeds, hence every movement and count.
+    let (pool, e) = mem_engine_uuid(
+        Mode::Simulated,
+        4 * MIB,
+        64 * MIB,
+        &cfg(16, 1),
+        *b"fences-per-op-01",
+    );
+    let keys: Vec<u64> = (0..N).map(|i| fmix(i ^ 0x00fe_4ce5)).collect();
+    let f0 = pool.fence_count();
+    for &k in &keys {
+        assert!(e.insert(k, k ^ 1).unwrap());
+    }
+    let f1 = pool.fence_count();
+    assert!(detail_u(&e, "expansions") >= 8, "the table must grow");
+    for &k in &keys {
+        assert!(e.remove(k).unwrap());
+    }
+    let f2 = pool.fence_count();
+    assert!(detail_u(&e, "shrinks") >= 4, "the table must shrink");
+    assert_eq!(e.len(), 0);
+    let per_insert = (f1 - f0) as f64 / N as f64;
+    let per_delete = (f2 - f1) as f64 / N as f64;
+    eprintln!("fences per insert {per_insert:.3}, per delete {per_delete:.3}");
+    assert!(
+        per_insert < 1.25,
+        "{per_insert:.3} fences per insert of a growing table"
+    );
+    assert!(
+        per_delete < 1.25,
+        "{per_delete:.3} fences per delete of a shrinking table"
+    );
+}
+
+/// An expansion's large interim level is rehashed by as many threads as
+/// the engine was configured for (at most 8), and every key survives. A
+/// shrink's rehash stays on one thread: it must take the placements its
+/// DRAM simulation approved, in that order (a shared one could get stuck).
+#[test]
+fn large_rehash_is_shared_by_the_configured_threads() {
+    let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(16, 2));
+    let mut model = std::collections::HashMap::new();
+    for i in 0..60_000u64 {
+        let k = fmix(i ^ 0x9a7a);
+        assert!(e.insert(k, i).unwrap());
+        model.insert(k, i);
+    }
+    let shared = detail_u(&e, "parallel rehashes");
+    assert!(shared >= 1);
+    verify_full(&e, &pool, &model, "after parallel rehashes");
+    let keys: Vec<u64> = model.keys().copied().collect();
+    for k in keys.into_iter().skip(2_000) {
+        assert!(e.remove(k).unwrap());
+        model.remove(&k);
+    }
+    assert!(detail_u(&e, "shrinks") >= 2);
+    assert_eq!(
+        detail_u(&e, "parallel rehashes"),
+        shared,
+        "a shrink was shared"
+    );
+    verify_full(&e, &pool, &model, "after serial shrinks");
+}

@@ -40,6 +40,8 @@ pub const HD_OVERFLOW: usize = 7;
 pub const HD_COUNT: usize = 8;
 pub const HD_BACKUP: usize = 9;
 pub const HD_RETIRED: usize = 10;
+/// Four words of spill plane B (see [`Spill`]).
+pub const HD_SPILL_FAR: usize = 11;
 pub const HEAD_WORDS: usize = 16;
 
 /// One segment's head: two cache lines of its own (no two segments'
@@ -62,9 +64,6 @@ pub struct Head(pub [AtomicU64; HEAD_WORDS]);
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct Spill(pub [u64; 8]);
 
-/// Head word of plane B's first word.
-pub const HD_SPILL_FAR: usize = 11;
-
 impl Spill {
     #[inline]
     pub fn word_mask(home: u64) -> (usize, u64) {
@@ -85,9 +84,16 @@ impl Spill {
     #[inline]
     pub fn reach(&self, home: u64) -> u64 {
         let (w, m) = Self::word_mask(home);
-        if self.0[w] & m == 0 {
+        Self::reach_of(m, self.0[w], || self.0[4 + w])
+    }
+
+    /// Reach from a home's mask and its plane words (plane B read only
+    /// where plane A is set).
+    #[inline]
+    fn reach_of(m: u64, a: u64, b: impl FnOnce() -> u64) -> u64 {
+        if a & m == 0 {
             1
-        } else if self.0[4 + w] & m == 0 {
+        } else if b() & m == 0 {
             2
         } else {
             4
@@ -129,14 +135,11 @@ impl Spill {
     /// Reach of home `home` read from a live head (lookup's fast path).
     #[inline]
     pub fn head_reach(hw: &[AtomicU64; HEAD_WORDS], home: u64) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
         let (w, m) = Self::word_mask(home);
-        if hw[HD_SPILL + w].load(std::sync::atomic::Ordering::Relaxed) & m == 0 {
-            1
-        } else if hw[HD_SPILL_FAR + w].load(std::sync::atomic::Ordering::Relaxed) & m == 0 {
-            2
-        } else {
-            4
-        }
+        Self::reach_of(m, hw[HD_SPILL + w].load(Relaxed), || {
+            hw[HD_SPILL_FAR + w].load(Relaxed)
+        })
     }
 
     /// Sets home `home`'s bits for distance `d` in a live head (the writer

@@ -38,6 +38,8 @@ const MIN_TOP: u64 = 16;
 const MAX_BUCKETS: u64 = 1 << 50;
 /// Interim buckets rehashed per batch (two fences per batch).
 const REHASH_BATCH: u64 = 8;
+/// Slots of a rehash batch: two lines a bucket.
+const BATCH_SLOTS: usize = REHASH_BATCH as usize * 2 * SLOTS_PER_LINE;
 /// An expansion's interim level of at least this many buckets is rehashed
 /// by several threads (`EngineConfig::threads`, at most 8).
 const PARALLEL_REHASH_BUCKETS: u64 = 1024;
@@ -1347,7 +1349,7 @@ impl Level {
     fn rehash_batch(&self, g: &Geo, range: std::ops::Range<u64>, fresh: bool) -> Result<()> {
         let il = g.lv[IL];
         let top = g.lv[TOP];
-        let mut items = [(0u64, 0u64, 0u64, (0u64, 0u64)); REHASH_BATCH as usize * 6];
+        let mut items = [(0u64, 0u64, 0u64, (0u64, 0u64)); BATCH_SLOTS];
         let mut n = 0;
         for b in range.clone() {
             for (half, line) in [il.bucket(b), il.bucket(b) + LINE].into_iter().enumerate() {
@@ -1366,7 +1368,8 @@ impl Level {
                         self.pool.prefetch(top.bucket(tb));
                         self.pool.prefetch(top.bucket(tb) + LINE);
                     }
-                    let slot_id = ((b - range.start) * 2 + half as u64) * 3 + s as u64;
+                    let slot_id =
+                        ((b - range.start) * 2 + half as u64) * SLOTS_PER_LINE as u64 + s as u64;
                     items[n] = (slot_id, k, w[w_val(s)].load(Ordering::Relaxed), h);
                     n += 1;
                 }
@@ -1377,7 +1380,7 @@ impl Level {
         }
         self.move_begin();
         // Bit i: interim slot `slot_id` i is placed (or had a copy already).
-        let mut done = [0u64; REHASH_BATCH as usize * 6 / 64 + 1];
+        let mut done = [0u64; BATCH_SLOTS.div_ceil(64)];
         let mut failed = None;
         for &(slot_id, k, v, h) in &items[..n] {
             // An item whose copy already sits in the top two levels was
@@ -1403,7 +1406,7 @@ impl Level {
         let mut cleared = 0;
         for b in range.clone() {
             for (half, line) in [il.bucket(b), il.bucket(b) + LINE].into_iter().enumerate() {
-                let base = ((b - range.start) * 2 + half as u64) * 3;
+                let base = ((b - range.start) * 2 + half as u64) * SLOTS_PER_LINE as u64;
                 let mask = (0..SLOTS_PER_LINE as u64)
                     .filter(|s| done[((base + s) / 64) as usize] & (1 << ((base + s) % 64)) != 0)
                     .fold(0u64, |m, s| m | 1 << s);

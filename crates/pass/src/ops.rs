@@ -260,10 +260,21 @@ impl Pass {
         let sn = self.snap();
         let seg = self.locate(h, &sn)?;
         let (fp, bix) = self.fp_bix(h);
-        let wt = self.pool.words(self.geo.bucket(seg, bix), 32);
-        let wp = self
-            .pool
-            .words(self.geo.bucket(seg, self.geo.probe(bix)), 32);
+        let (bt, bp) = (
+            self.geo.bucket(seg, bix),
+            self.geo.bucket(seg, self.geo.probe(bix)),
+        );
+        let wt = self.pool.words(bt, 32);
+        let wp = self.pool.words(bp, 32);
+        // The slot lines of both buckets are fetched with their line 0:
+        // a hit's key line then arrives with the fingerprints instead of
+        // after them (one miss instead of two in a row). 4M keys grown,
+        // one thread, interleaved: positive gets +22%; negative gets,
+        // which need line 0 only, -7% (the extra lines' bandwidth).
+        for l in 1..4 {
+            self.pool.prefetch(bt + l * LINE);
+            self.pool.prefetch(bp + l * LINE);
+        }
         let word = |w: &[AtomicU64], i: usize| w[i].load(Ordering::Relaxed);
         let (vt, vp) = (wt[0].load(Ordering::Acquire), wp[0].load(Ordering::Acquire));
         let (mt, mp) = (word(wt, 1), word(wp, 1));
@@ -539,6 +550,16 @@ impl Pass {
     fn lock_pair(&self, seg: u64, bix: u64) -> Held<'_> {
         let q = self.geo.probe(bix);
         let (a, b) = if bix < q { (bix, q) } else { (q, bix) };
+        // Both buckets' lines are requested, owned, before the first lock:
+        // a locked compare-and-swap waits for its line before the next one
+        // starts, so the two lock words were two misses in a row, and the
+        // slot line the write takes a third. Inserts +12%, deletes +15%
+        // (4M keys grown, one thread, interleaved).
+        let (ba, bb) = (self.geo.bucket(seg, a), self.geo.bucket(seg, b));
+        for l in 0..4 {
+            self.pool.prefetch_write(ba + l * LINE);
+            self.pool.prefetch_write(bb + l * LINE);
+        }
         let mut h = Held::new(self);
         h.lock(self.geo.bucket(seg, a));
         h.lock(self.geo.bucket(seg, b));

@@ -429,7 +429,11 @@ mod tests {
         assert_eq!(t.get_key(3 * 8), Some(88));
         assert!(t.insert_key(3 * 7, 77).unwrap());
         assert_eq!(t.get_key(3 * 7), Some(77));
-        assert!(score() >= PM_FIRST_AT, "still in the run: score {}", score());
+        assert!(
+            score() >= PM_FIRST_AT,
+            "still in the run: score {}",
+            score()
+        );
         for k in 1..=3000u64 {
             let want = match k {
                 7 => Some(77),

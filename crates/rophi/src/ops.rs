@@ -365,23 +365,33 @@ impl Rophi {
         let bn = t.bucket_of(h);
         self.pool.prefetch(t.head(bn));
         let f = self.filter.get();
-        // A filter miss answers without touching PM.
-        if !f.contains(key) {
+        let p = f.probe(key);
+        let hits = RECENT_HITS.with(Cell::get);
+        if hits >= PM_FIRST_AT {
+            // In a run of hits (see `get_key`) the key is looked for in PM
+            // straight away: its filter buckets load meanwhile, for the
+            // removal below.
+            f.prefetch(&p);
+        } else if !f.contains_probe(&p) {
+            // A filter miss answers without touching PM.
+            RECENT_HITS.with(|c| c.set(hits.saturating_sub(MISS_COST)));
             return Ok(false);
         }
         let region = self.lock_region(bn);
         let Some((b, i)) = self.scan(t.head(bn), key, true).hit else {
-            // A false positive: the key is not here, and its fingerprint
-            // (another key's) must stay in the filter.
+            // Not in PM (a false positive of the filter, or no filter
+            // asked): a fingerprint there is another key's and must stay.
+            RECENT_HITS.with(|c| c.set(hits.saturating_sub(MISS_COST)));
             return Ok(false);
         };
+        RECENT_HITS.with(|c| c.set((hits + 1).min(HITS_MAX)));
         let w = self.pool.words(b, 8);
         let tok = w[W_TOKENS].load(Ordering::Relaxed);
         w[W_TOKENS].store(tok & !token(i), Ordering::Release);
         // persist: the token (lazy deletion: the pair's bytes stay) before
         // the fingerprint leaves the filter and the call returns.
         self.pool.persist_line(b);
-        let removed = f.remove(key);
+        let removed = f.remove_probe(&p);
         debug_assert!(removed, "the filter lacked a key that PM held");
         drop(region);
         self.len.add(-1);
@@ -423,7 +433,20 @@ mod tests {
         // Without the filter: absent, removed, updated and re-inserted
         // keys all answer from PM exactly.
         assert_eq!(t.get_key(3 * 5 + 1), None);
+        // Removes in the run ask PM first; the fingerprint leaves the
+        // filter only for a key that was there.
+        let len = t.filter.get().len();
+        assert!(!t.remove_key(3 * 5 + 1).unwrap());
+        assert_eq!(t.filter.get().len(), len);
+        assert!(
+            score() >= PM_FIRST_AT,
+            "still in the run: score {}",
+            score()
+        );
         assert!(t.remove_key(3 * 7).unwrap());
+        assert_eq!(t.filter.get().len(), len - 1);
+        assert!(!t.remove_key(3 * 7).unwrap());
+        assert_eq!(t.filter.get().len(), len - 1);
         assert_eq!(t.get_key(3 * 7), None);
         assert!(t.update_key(3 * 8, 88).unwrap());
         assert_eq!(t.get_key(3 * 8), Some(88));

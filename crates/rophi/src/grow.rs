@@ -144,6 +144,24 @@ pub(crate) fn free_table(pool: &Pool, t: Table, owner: u64) -> Result<()> {
     Ok(())
 }
 
+/// Free chain buckets of a table being built, for one rehash thread.
+struct Spare<'a> {
+    /// Slab buckets taken by this thread and not used yet.
+    free: Vec<u64>,
+    /// Buckets of the slabs this thread added.
+    added: u64,
+    /// Serialises slab adds (they rewrite the table's slab word).
+    slab_mx: &'a Mutex<()>,
+}
+
+/// What one rehash thread leaves: its unused slab buckets, the buckets of
+/// the slabs it added, and its persist counts.
+struct Rehashed {
+    free: Vec<u64>,
+    added: u64,
+    spent: pmem::persist::Counters,
+}
+
 impl Rophi {
     /// A free bucket of the live table's overflow slabs; adds a slab when
     /// none is left.
@@ -249,8 +267,8 @@ impl Rophi {
             1
         };
         let slab_mx = Mutex::new(());
-        let parts: Vec<Result<(Vec<u64>, u64)>> = if threads == 1 {
-            vec![self.rehash_range(old, new, 0, 1, &slab_mx).map(|(p, _)| p)]
+        let parts: Vec<Result<Rehashed>> = if threads == 1 {
+            vec![self.rehash_range(old, new, 0, 1, &slab_mx)]
         } else {
             std::thread::scope(|sc| {
                 let workers: Vec<_> = (0..threads as u64)
@@ -264,10 +282,10 @@ impl Rophi {
                     .map(|w| {
                         let part = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
                         // The helpers' flushes and fences are this insert's.
-                        part.map(|(p, spent)| {
-                            pmem::persist::add_counters(&spent);
-                            p
-                        })
+                        if let Ok(r) = &part {
+                            pmem::persist::add_counters(&r.spent);
+                        }
+                        part
                     })
                     .collect()
             })
@@ -277,9 +295,9 @@ impl Rophi {
         let mut failed = None;
         for part in parts {
             match part {
-                Ok((f, n)) => {
-                    free.extend(f);
-                    slab_total += n;
+                Ok(r) => {
+                    free.extend(r.free);
+                    slab_total += r.added;
                 }
                 Err(e) => failed = Some(e),
             }
@@ -326,7 +344,6 @@ impl Rophi {
     /// `[lo, hi)` (the `i`-th of `n` equal ranges) into new heads
     /// `[2lo, 2hi)`, zeroed here first; returns the slab buckets it took
     /// and left free, the slab buckets it added, and the persists it made.
-    #[allow(clippy::type_complexity)]
     fn rehash_range(
         &self,
         old: Table,
@@ -334,15 +351,18 @@ impl Rophi {
         i: u64,
         n: u64,
         slab_mx: &Mutex<()>,
-    ) -> Result<((Vec<u64>, u64), pmem::persist::Counters)> {
+    ) -> Result<Rehashed> {
         let before = pmem::persist::counters();
         let pool = &*self.pool;
         let lo = old.heads() * i / n;
         let hi = old.heads() * (i + 1) / n;
         let (first, bytes) = (new.head(2 * lo), (2 * (hi - lo) * BUCKET) as usize);
         pool.zero(first, bytes);
-        let mut free = Vec::new();
-        let mut slab_total = 0;
+        let mut spare = Spare {
+            free: Vec::new(),
+            added: 0,
+            slab_mx,
+        };
         for h in lo..hi {
             let mut b = old.head(h);
             while b != 0 {
@@ -353,7 +373,7 @@ impl Rophi {
                         let key = w[w_key(s)].load(Ordering::Relaxed);
                         let value = w[w_val(s)].load(Ordering::Relaxed);
                         let nh = new.head(new.bucket_of(self.hash(key)));
-                        self.place(new, nh, key, value, &mut free, &mut slab_total, slab_mx)?;
+                        self.place(new, nh, key, value, &mut spare)?;
                     }
                 }
                 b = w[W_NEXT].load(Ordering::Relaxed);
@@ -364,7 +384,11 @@ impl Rophi {
         // reports done; the committing thread joins it, then fences the
         // slabs, then commits.
         pool.fence();
-        Ok(((free, slab_total), pmem::persist::counters().since(&before)))
+        Ok(Rehashed {
+            free: spare.free,
+            added: spare.added,
+            spent: pmem::persist::counters().since(&before),
+        })
     }
 
     /// A resize found no room: count it, and wait for 1/8 more keys
@@ -384,25 +408,25 @@ impl Rophi {
         head: u64,
         key: u64,
         value: u64,
-        free: &mut Vec<u64>,
-        slab_total: &mut u64,
-        slab_mx: &Mutex<()>,
+        spare: &mut Spare<'_>,
     ) -> Result<()> {
         let s = self.scan(head, key, false);
         let (b, i) = match s.empty {
             Some(slot) => slot,
             None => {
-                if free.is_empty() {
+                if spare.free.is_empty() {
                     let n = slab_buckets(t.heads());
                     // The rehash threads share the table's slab word.
                     let sl = {
-                        let _one = slab_mx.lock().unwrap_or_else(|e| e.into_inner());
+                        let _one = spare.slab_mx.lock().unwrap_or_else(|e| e.into_inner());
                         add_slab(&self.pool, t, n)?
                     };
-                    *slab_total += n;
-                    free.extend((0..n).rev().map(|i| sl + S_BUCKETS + i * BUCKET));
+                    spare.added += n;
+                    spare
+                        .free
+                        .extend((0..n).rev().map(|i| sl + S_BUCKETS + i * BUCKET));
                 }
-                let nb = free.pop().expect("refilled above");
+                let nb = spare.free.pop().expect("refilled above");
                 self.pool.store_u64(s.last + 8 * W_NEXT as u64, nb);
                 (nb, 0)
             }

@@ -17,10 +17,10 @@ use pmem::{Link, Pool};
 use crate::layout::*;
 use crate::Rophi;
 
-/// Old head arrays at least this large are rehashed by every available
-/// thread (smaller ones by the resizing thread alone: a thread costs more
-/// than their sweep).
-const PARALLEL_REHASH_HEADS: u64 = 1 << 10;
+/// Old heads per rehash thread, at least: a doubling of `h` old heads uses
+/// `h / 512` threads, at most the available ones (a thread costs more than
+/// a smaller sweep).
+const REHASH_HEADS_PER_THREAD: u64 = 512;
 
 /// Reserves, zeroes and names a table block of 2^k heads: `owner` (a root
 /// word) ends up holding its descriptor.
@@ -261,20 +261,19 @@ impl Rophi {
         // The sweep is split by old head ranges over the available threads:
         // old heads [lo, hi) fill new heads [2lo, 2hi), disjoint for each
         // thread, so they share nothing but the slab list (`slab_mx`).
-        let threads = if old.heads() >= PARALLEL_REHASH_HEADS {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            1
-        };
+        let threads = (old.heads() / REHASH_HEADS_PER_THREAD).clamp(
+            1,
+            std::thread::available_parallelism().map_or(1, |n| n.get()) as u64,
+        );
         let slab_mx = Mutex::new(());
         let parts: Vec<Result<Rehashed>> = if threads == 1 {
             vec![self.rehash_range(old, new, 0, 1, &slab_mx)]
         } else {
             std::thread::scope(|sc| {
-                let workers: Vec<_> = (0..threads as u64)
+                let workers: Vec<_> = (0..threads)
                     .map(|i| {
                         let slab_mx = &slab_mx;
-                        sc.spawn(move || self.rehash_range(old, new, i, threads as u64, slab_mx))
+                        sc.spawn(move || self.rehash_range(old, new, i, threads, slab_mx))
                     })
                     .collect();
                 workers

@@ -631,7 +631,13 @@ impl CuckooFilter {
     /// if neither holds it. Remove a key only if it was inserted (and only
     /// once per insert): otherwise the copy removed may be another key's.
     pub fn remove(&self, key: u64) -> bool {
-        let p = self.probe(key);
+        self.remove_probe(&self.probe(key))
+    }
+
+    /// [`remove`](Self::remove) of the key `p` was made for (by this
+    /// filter or one of another size).
+    pub fn remove_probe(&self, p: &Probe) -> bool {
+        let p = self.rebase(p);
         let fp = fingerprint(p.hash);
         let _w = self.lock();
         // A key in the stash is there by its exact hash: remove that copy

@@ -104,6 +104,19 @@ pub fn counters() -> Counters {
     COUNTERS.with(|c| c.get())
 }
 
+/// Adds `c` to this thread's counters: a thread that hands persists to
+/// helper threads charges their work to itself (per-operation counts then
+/// stay whole).
+pub fn add_counters(c: &Counters) {
+    COUNTERS.with(|x| {
+        let mut v = x.get();
+        v.flushes += c.flushes;
+        v.fences += c.fences;
+        v.bytes_flushed += c.bytes_flushed;
+        x.set(v);
+    });
+}
+
 pub(crate) fn count_flush(lines: u64) {
     COUNTERS.with(|c| {
         let mut v = c.get();
@@ -328,6 +341,32 @@ pub unsafe fn nt_zero(dst: *mut u8, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn added_counters_are_charged_to_this_thread() {
+        let before = counters();
+        let helper = std::thread::spawn(|| {
+            let start = counters();
+            let buf = vec![0u8; 256];
+            flush_range(buf.as_ptr(), 256);
+            fence();
+            (
+                counters().since(&start),
+                lines_covered(buf.as_ptr() as usize, 256),
+            )
+        })
+        .join()
+        .unwrap();
+        let (helper, lines) = helper;
+        assert_eq!(counters().since(&before), Counters::default());
+        assert_eq!(helper.flushes, lines);
+        add_counters(&helper);
+        let d = counters().since(&before);
+        assert_eq!(
+            (d.flushes, d.fences, d.bytes_flushed),
+            (lines, 1, lines * 64)
+        );
+    }
 
     #[test]
     fn detects_an_instruction_and_counts() {

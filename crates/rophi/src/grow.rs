@@ -7,6 +7,7 @@
 //! `2h + 1` of the new one: the rehash is one sequential sweep.
 
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use engine::filter::CuckooFilter;
@@ -16,12 +17,19 @@ use pmem::{Link, Pool};
 use crate::layout::*;
 use crate::Rophi;
 
+/// Old heads per rehash thread, at least: a doubling of `h` old heads uses
+/// `h / 512` threads, at most the available ones (a thread costs more than
+/// a smaller sweep).
+const REHASH_HEADS_PER_THREAD: u64 = 512;
+
 /// Reserves, zeroes and names a table block of 2^k heads: `owner` (a root
 /// word) ends up holding its descriptor.
 ///
-/// `durable_body`: persist the zeroed heads before `owner` names the table
-/// (create). A resize passes false: the table it names in `next` is given
-/// back after a crash, and its heads are flushed before the commit.
+/// `durable_body`: zero and persist the heads before `owner` names the
+/// table (create). A resize passes false: only the header line is written
+/// here; the rehash threads zero the heads (the table it names in `next`
+/// is given back after a crash, and its heads are flushed before the
+/// commit).
 pub(crate) fn new_table(
     pool: &Pool,
     root: u64,
@@ -44,7 +52,7 @@ pub(crate) fn new_table(
             "allocator gave an unaligned table block {off:#x}"
         )));
     }
-    pool.zero(off, bytes as usize);
+    pool.zero(off, if durable_body { bytes } else { T_HEADS } as usize);
     pool.store_u64(off, TABLE_MAGIC);
     pool.store_u64(off + T_K, k as u64);
     pool.store_u64(off + T_ROOT, root);
@@ -134,6 +142,24 @@ pub(crate) fn free_table(pool: &Pool, t: Table, owner: u64) -> Result<()> {
     pool.persist(owner, 8);
     pool.finish_free(ticket);
     Ok(())
+}
+
+/// Free chain buckets of a table being built, for one rehash thread.
+struct Spare<'a> {
+    /// Slab buckets taken by this thread and not used yet.
+    free: Vec<u64>,
+    /// Buckets of the slabs this thread added.
+    added: u64,
+    /// Serialises slab adds (they rewrite the table's slab word).
+    slab_mx: &'a Mutex<()>,
+}
+
+/// What one rehash thread leaves: its unused slab buckets, the buckets of
+/// the slabs it added, and its persist counts.
+struct Rehashed {
+    free: Vec<u64>,
+    added: u64,
+    spent: pmem::persist::Counters,
 }
 
 impl Rophi {
@@ -232,28 +258,50 @@ impl Rophi {
             }
             Err(e) => return Err(e),
         };
+        // The sweep is split by old head ranges over the available threads:
+        // old heads [lo, hi) fill new heads [2lo, 2hi), disjoint for each
+        // thread, so they share nothing but the slab list (`slab_mx`).
+        let threads = (old.heads() / REHASH_HEADS_PER_THREAD).clamp(
+            1,
+            std::thread::available_parallelism().map_or(1, |n| n.get()) as u64,
+        );
+        let slab_mx = Mutex::new(());
+        let parts: Vec<Result<Rehashed>> = if threads == 1 {
+            vec![self.rehash_range(old, new, 0, 1, &slab_mx)]
+        } else {
+            std::thread::scope(|sc| {
+                let workers: Vec<_> = (0..threads)
+                    .map(|i| {
+                        let slab_mx = &slab_mx;
+                        sc.spawn(move || self.rehash_range(old, new, i, threads, slab_mx))
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| {
+                        let part = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                        // The helpers' flushes and fences are this insert's.
+                        if let Ok(r) = &part {
+                            pmem::persist::add_counters(&r.spent);
+                        }
+                        part
+                    })
+                    .collect()
+            })
+        };
         let mut free = Vec::new();
         let mut slab_total = 0;
-        let moved = (|| -> Result<()> {
-            for h in 0..old.heads() {
-                let mut b = old.head(h);
-                while b != 0 {
-                    let w = pool.words(b, 8);
-                    let tok = w[W_TOKENS].load(Ordering::Relaxed);
-                    for s in 0..SLOTS {
-                        if tok & token(s) != 0 {
-                            let key = w[w_key(s)].load(Ordering::Relaxed);
-                            let value = w[w_val(s)].load(Ordering::Relaxed);
-                            let nh = new.head(new.bucket_of(self.hash(key)));
-                            self.place(new, nh, key, value, &mut free, &mut slab_total)?;
-                        }
-                    }
-                    b = w[W_NEXT].load(Ordering::Relaxed);
+        let mut failed = None;
+        for part in parts {
+            match part {
+                Ok(r) => {
+                    free.extend(r.free);
+                    slab_total += r.added;
                 }
+                Err(e) => failed = Some(e),
             }
-            Ok(())
-        })();
-        if let Err(e) = moved {
+        }
+        if let Some(e) = failed {
             free_table(pool, new, self.root + R_NEXT)?;
             return match e {
                 Error::OutOfSpace(_) => {
@@ -263,12 +311,12 @@ impl Rophi {
                 e => Err(e),
             };
         }
-        pool.flush(new.off, new.bytes() as usize);
         for (s, n) in slabs(pool, new) {
             pool.flush(s, (S_BUCKETS + n * BUCKET) as usize);
         }
-        // persist: every line of the new table and its slabs before the
-        // commit below.
+        // persist: every line of the new table (flushed and fenced by the
+        // thread that wrote it, before it finished) and of its slabs,
+        // before the commit below.
         pool.fence();
         let r = self.root;
         pool.store_u64(r + R_OLD, old.desc());
@@ -291,6 +339,57 @@ impl Rophi {
         Ok(())
     }
 
+    /// Rehash thread `i` of `n`: moves the pairs of old heads
+    /// `[lo, hi)` (the `i`-th of `n` equal ranges) into new heads
+    /// `[2lo, 2hi)`, zeroed here first; returns the slab buckets it took
+    /// and left free, the slab buckets it added, and the persists it made.
+    fn rehash_range(
+        &self,
+        old: Table,
+        new: Table,
+        i: u64,
+        n: u64,
+        slab_mx: &Mutex<()>,
+    ) -> Result<Rehashed> {
+        let before = pmem::persist::counters();
+        let pool = &*self.pool;
+        let lo = old.heads() * i / n;
+        let hi = old.heads() * (i + 1) / n;
+        let (first, bytes) = (new.head(2 * lo), (2 * (hi - lo) * BUCKET) as usize);
+        pool.zero(first, bytes);
+        let mut spare = Spare {
+            free: Vec::new(),
+            added: 0,
+            slab_mx,
+        };
+        for h in lo..hi {
+            let mut b = old.head(h);
+            while b != 0 {
+                let w = pool.words(b, 8);
+                let tok = w[W_TOKENS].load(Ordering::Relaxed);
+                for s in 0..SLOTS {
+                    if tok & token(s) != 0 {
+                        let key = w[w_key(s)].load(Ordering::Relaxed);
+                        let value = w[w_val(s)].load(Ordering::Relaxed);
+                        let nh = new.head(new.bucket_of(self.hash(key)));
+                        self.place(new, nh, key, value, &mut spare)?;
+                    }
+                }
+                b = w[W_NEXT].load(Ordering::Relaxed);
+            }
+        }
+        pool.flush(first, bytes);
+        // persist: this thread's heads flushed and fenced before it
+        // reports done; the committing thread joins it, then fences the
+        // slabs, then commits.
+        pool.fence();
+        Ok(Rehashed {
+            free: spare.free,
+            added: spare.added,
+            spent: pmem::persist::counters().since(&before),
+        })
+    }
+
     /// A resize found no room: count it, and wait for 1/8 more keys
     /// before the next try.
     fn resize_failed(&self) {
@@ -308,20 +407,25 @@ impl Rophi {
         head: u64,
         key: u64,
         value: u64,
-        free: &mut Vec<u64>,
-        slab_total: &mut u64,
+        spare: &mut Spare<'_>,
     ) -> Result<()> {
         let s = self.scan(head, key, false);
         let (b, i) = match s.empty {
             Some(slot) => slot,
             None => {
-                if free.is_empty() {
+                if spare.free.is_empty() {
                     let n = slab_buckets(t.heads());
-                    let sl = add_slab(&self.pool, t, n)?;
-                    *slab_total += n;
-                    free.extend((0..n).rev().map(|i| sl + S_BUCKETS + i * BUCKET));
+                    // The rehash threads share the table's slab word.
+                    let sl = {
+                        let _one = spare.slab_mx.lock().unwrap_or_else(|e| e.into_inner());
+                        add_slab(&self.pool, t, n)?
+                    };
+                    spare.added += n;
+                    spare
+                        .free
+                        .extend((0..n).rev().map(|i| sl + S_BUCKETS + i * BUCKET));
                 }
-                let nb = free.pop().expect("refilled above");
+                let nb = spare.free.pop().expect("refilled above");
                 self.pool.store_u64(s.last + 8 * W_NEXT as u64, nb);
                 (nb, 0)
             }

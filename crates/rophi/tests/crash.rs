@@ -358,6 +358,66 @@ fn resize_crash_at_every_fence_keeps_every_acknowledged_insert() {
     );
 }
 
+/// The doubling of a 1024-head table, which every available thread
+/// rehashes (each zeroes, fills, flushes and fences its own range of new
+/// heads, then the resizing thread fences the slabs and commits), with a
+/// crash image at every fence of the insert that triggers it, the
+/// helpers' fences included. Images cut in the middle of it recover the
+/// old table with every key, and their recovery is crashed again.
+#[test]
+fn parallel_rehash_crash_at_every_fence_keeps_every_acknowledged_insert() {
+    let pool = mem_pool(Mode::Simulated, 4 * MIB, 4 * MIB, 71);
+    let e = Rophi::create(pool.clone(), &cfg(16, 1)).unwrap();
+    let shared = Arc::new(Mutex::new(Shared {
+        ex: Expect::default(),
+        t: Tally::default(),
+        randoms: 1,
+        line_choices: 2,
+        nested: vec![CrashChoice::Persisted],
+    }));
+    let key = |i: u64| fmix(i ^ 0x9a11e1);
+    // Every key up to the last before the 1024-head table doubles (at more
+    // than 2.0 keys per head), without the hook.
+    let mut i = 0u64;
+    while !(head_k(&e) == 10 && e.len() == 2048) {
+        assert!(e.insert(key(i), val(key(i), i)).unwrap());
+        shared
+            .lock()
+            .unwrap()
+            .ex
+            .acked
+            .insert(key(i), val(key(i), i));
+        i += 1;
+        assert!(i < 3000, "the table never held 2048 keys in 2^10 heads");
+    }
+    install(&pool, &shared);
+    let f0 = pool.fence_count();
+    run_op(&e, &shared, Op::Insert(key(i), val(key(i), i)));
+    pool.set_fence_hook(None).unwrap();
+    let fences = pool.fence_count() - f0;
+    assert_eq!(head_k(&e), 11, "the insert did not double the table");
+    let g = shared.lock().unwrap();
+    let t = &g.t;
+    eprintln!("{fences} fences in the doubling insert: {t:?}");
+    assert!(t.failures.is_empty(), "{}", failures_report(t));
+    assert!(
+        t.images >= 4 * fences,
+        "{} images for {fences} fences",
+        t.images
+    );
+    assert!(t.next_pending > 0, "no image was cut during the rehash");
+    assert!(t.old_pending > 0, "no image was cut while giving back");
+    assert!(t.nested > 0, "no recovery was crashed");
+    drop(g);
+    verify(
+        &e,
+        &pool,
+        &shared.lock().unwrap().ex.acked,
+        &[],
+        "the original after the doubling",
+    );
+}
+
 /// Inserts, updates, upserts and removes on a small key space around two
 /// resizes, with a crash image at every fence; the removes empty chain
 /// buckets, which some recovered image must release at open.

@@ -16,6 +16,7 @@ pub mod filter;
 pub mod filtered;
 pub mod gate;
 pub mod hash;
+pub mod hits;
 pub mod hugemem;
 pub mod slotarray;
 pub mod sync;

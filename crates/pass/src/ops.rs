@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use engine::{Error, Result};
+use engine::{hits, Error, Result};
 use pmem::Link;
 
 use crate::layout::*;
@@ -266,14 +266,17 @@ impl Pass {
         );
         let wt = self.pool.words(bt, 32);
         let wp = self.pool.words(bp, 32);
-        // The slot lines of both buckets are fetched with their line 0:
-        // a hit's key line then arrives with the fingerprints instead of
-        // after them (one miss instead of two in a row). 4M keys grown,
-        // one thread, interleaved: positive gets +22%; negative gets,
-        // which need line 0 only, -7% (the extra lines' bandwidth).
-        for l in 1..4 {
-            self.pool.prefetch(bt + l * LINE);
-            self.pool.prefetch(bp + l * LINE);
+        // In a run of hits (`engine::hits`) the slot lines of both
+        // buckets are requested with their line 0: a hit's key line then
+        // arrives with the fingerprints instead of after them (one miss
+        // instead of two in a row). A miss needs line 0 alone, and the six
+        // extra lines cost negative gets 2-17% (4M keys grown, one thread,
+        // interleaved sittings), so outside a run they are not requested.
+        if hits::in_run() {
+            for l in 1..4 {
+                self.pool.prefetch(bt + l * LINE);
+                self.pool.prefetch(bp + l * LINE);
+            }
         }
         let word = |w: &[AtomicU64], i: usize| w[i].load(Ordering::Relaxed);
         let (vt, vp) = (wt[0].load(Ordering::Acquire), wp[0].load(Ordering::Acquire));
@@ -298,7 +301,11 @@ impl Pass {
         // and no split published since the snapshot.
         fence(Ordering::Acquire);
         let stable = word(wt, 0) == vt && word(wp, 0) == vp && self.still(&sn);
-        (self.lock.is_free(vt) && self.lock.is_free(vp) && stable).then_some(res)
+        let r = (self.lock.is_free(vt) && self.lock.is_free(vp) && stable).then_some(res);
+        if let Some(found) = r {
+            hits::record(found.is_some());
+        }
+        r
     }
 
     pub(crate) fn get_key(&self, k: Key) -> Option<u64> {

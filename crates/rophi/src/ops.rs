@@ -9,30 +9,15 @@
 //! be mistaken for an unchanged value (the paper's value re-check would be
 //! fooled by an update that writes back an earlier value).
 
-use std::cell::Cell;
 use std::sync::atomic::{fence, Ordering};
 
-use engine::Result;
+use engine::{hits, Result};
 
 use crate::layout::*;
 use crate::Rophi;
 
 /// Batch width of [`Rophi::get_many`]: keys whose misses overlap.
 const BATCH: usize = 16;
-
-thread_local! {
-    /// This thread's score of recent single gets: +1 for a key found, -
-    /// [`MISS_COST`] for one absent, within `0..=`[`HITS_MAX`]. At
-    /// [`PM_FIRST_AT`] or above, gets walk the chain without the filter.
-    /// It is a speed hint only (shared by every table the thread reads):
-    /// either path answers exactly.
-    static RECENT_HITS: Cell<u32> = const { Cell::new(0) };
-}
-/// Score above which a get skips the filter. The score climbs while more
-/// than `MISS_COST / (MISS_COST + 1)` (7/8) of the gets find their key.
-const PM_FIRST_AT: u32 = 32;
-const HITS_MAX: u32 = 64;
-const MISS_COST: u32 = 7;
 
 /// What a locked walk of one chain found.
 pub(crate) struct Scan {
@@ -97,6 +82,7 @@ impl Rophi {
         // run of hits the filter probe is a second cache miss in series
         // with the head bucket's; a negative get wants the filter alone
         // (no PM line). Each thread keeps a score of its recent answers
+        // (`engine::hits`)
         // and, while nearly all were hits, walks the chain without asking
         // the filter: a validated walk is exact on its own (the region
         // seqlock covers every writer's persist), the filter only saves
@@ -104,29 +90,18 @@ impl Rophi {
         // filter probe for every get was measured at 10M keys: +8%
         // positive gets, -40% negative gets.)
         let h = self.hash(key);
-        let hits = RECENT_HITS.with(Cell::get);
-        if hits >= PM_FIRST_AT {
+        if hits::in_run() {
             let r = self.walk(h, key);
-            RECENT_HITS.with(|c| {
-                c.set(match r {
-                    Some(_) => (hits + 1).min(HITS_MAX),
-                    None => hits.saturating_sub(MISS_COST),
-                })
-            });
+            hits::record(r.is_some());
             return r;
         }
         if !self.filter.get().contains(key) {
-            RECENT_HITS.with(|c| c.set(hits.saturating_sub(MISS_COST)));
+            hits::record(false);
             return None;
         }
         let r = self.walk(h, key);
-        RECENT_HITS.with(|c| {
-            c.set(match r {
-                Some(_) => hits + 1,
-                // A false positive of the filter: a miss all the same.
-                None => hits.saturating_sub(MISS_COST),
-            })
-        });
+        // A false positive of the filter is a miss all the same.
+        hits::record(r.is_some());
         r
     }
 
@@ -366,25 +341,24 @@ impl Rophi {
         self.pool.prefetch(t.head(bn));
         let f = self.filter.get();
         let p = f.probe(key);
-        let hits = RECENT_HITS.with(Cell::get);
-        if hits >= PM_FIRST_AT {
+        if hits::in_run() {
             // In a run of hits (see `get_key`) the key is looked for in PM
             // straight away: its filter buckets load meanwhile, for the
             // removal below.
             f.prefetch(&p);
         } else if !f.contains_probe(&p) {
             // A filter miss answers without touching PM.
-            RECENT_HITS.with(|c| c.set(hits.saturating_sub(MISS_COST)));
+            hits::record(false);
             return Ok(false);
         }
         let region = self.lock_region(bn);
         let Some((b, i)) = self.scan(t.head(bn), key, true).hit else {
             // Not in PM (a false positive of the filter, or no filter
             // asked): a fingerprint there is another key's and must stay.
-            RECENT_HITS.with(|c| c.set(hits.saturating_sub(MISS_COST)));
+            hits::record(false);
             return Ok(false);
         };
-        RECENT_HITS.with(|c| c.set((hits + 1).min(HITS_MAX)));
+        hits::record(true);
         let w = self.pool.words(b, 8);
         let tok = w[W_TOKENS].load(Ordering::Relaxed);
         w[W_TOKENS].store(tok & !token(i), Ordering::Release);
@@ -405,9 +379,7 @@ mod tests {
     use engine::testkit::{mem_pool, strict_config, test_pool_options};
     use pmem::Mode;
 
-    fn score() -> u32 {
-        RECENT_HITS.with(Cell::get)
-    }
+    use engine::hits::{score, RUN_AT};
 
     #[test]
     fn a_run_of_hits_skips_the_filter_and_every_answer_stays_exact() {
@@ -425,11 +397,11 @@ mod tests {
         for k in 1..=3000u64 {
             assert!(t.insert_key(3 * k, k).unwrap());
         }
-        RECENT_HITS.with(|c| c.set(0));
+        engine::hits::reset();
         for k in 1..=100u64 {
             assert_eq!(t.get_key(3 * k), Some(k));
         }
-        assert!(score() >= PM_FIRST_AT, "a run of hits: score {}", score());
+        assert!(score() >= RUN_AT, "a run of hits: score {}", score());
         // Without the filter: absent, removed, updated and re-inserted
         // keys all answer from PM exactly.
         assert_eq!(t.get_key(3 * 5 + 1), None);
@@ -438,11 +410,7 @@ mod tests {
         let len = t.filter.get().len();
         assert!(!t.remove_key(3 * 5 + 1).unwrap());
         assert_eq!(t.filter.get().len(), len);
-        assert!(
-            score() >= PM_FIRST_AT,
-            "still in the run: score {}",
-            score()
-        );
+        assert!(score() >= RUN_AT, "still in the run: score {}", score());
         assert!(t.remove_key(3 * 7).unwrap());
         assert_eq!(t.filter.get().len(), len - 1);
         assert!(!t.remove_key(3 * 7).unwrap());
@@ -452,11 +420,7 @@ mod tests {
         assert_eq!(t.get_key(3 * 8), Some(88));
         assert!(t.insert_key(3 * 7, 77).unwrap());
         assert_eq!(t.get_key(3 * 7), Some(77));
-        assert!(
-            score() >= PM_FIRST_AT,
-            "still in the run: score {}",
-            score()
-        );
+        assert!(score() >= RUN_AT, "still in the run: score {}", score());
         for k in 1..=3000u64 {
             let want = match k {
                 7 => Some(77),
@@ -470,7 +434,7 @@ mod tests {
         for k in 5000..5010u64 {
             assert_eq!(t.get_key(3 * k + 1), None);
         }
-        assert!(score() < PM_FIRST_AT, "a run of misses: score {}", score());
+        assert!(score() < RUN_AT, "a run of misses: score {}", score());
         assert_eq!(t.get_key(3 * 9), Some(9));
         assert_eq!(t.get_key(3 * 9 + 1), None);
     }

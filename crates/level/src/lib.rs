@@ -428,7 +428,7 @@ impl Level {
         );
         if rec.phase != Phase::Normal {
             let _w = lv.gate.close();
-            match lv.finish_resize(&g, false) {
+            match lv.finish_resize(&g, false, None) {
                 // A rehash that finds no slot leaves the resize in progress:
                 // every key stays reachable (searches probe the interim
                 // level) and the table opens; inserts report the lack of room.
@@ -996,8 +996,9 @@ impl Level {
 
     /// Placement during a rehash: direct into the top level, then direct
     /// into the bottom level, and only then the full insert algorithm. The
-    /// first two steps are exactly what [`shrink_fits`](Self::shrink_fits)
-    /// simulates, so a shrink it approved never needs the third.
+    /// first two steps are what [`shrink_plan`](Self::shrink_plan)
+    /// simulates (a shrink started by this handle follows the plan itself:
+    /// [`place_planned`](Self::place_planned)).
     ///
     /// A direct placement is flushed, not fenced: the rehash fences once
     /// for a batch of items, before it clears their interim tokens. The
@@ -1015,10 +1016,15 @@ impl Level {
 
     /// Whether every item of the top level would find a slot by direct
     /// placement in the shrunk table (the old bottom as top, a new empty
-    /// bottom of N/4), simulated in DRAM on bucket counts, in the order the
-    /// rehash takes. A shrink that could get stuck is not started (the
-    /// paper gives no fallback for a failed rehash).
-    fn shrink_fits(&self, g: &Geo) -> bool {
+    /// bottom of N/4), simulated in DRAM on bucket counts. A shrink that
+    /// could get stuck is not started (the paper gives no fallback for a
+    /// failed rehash). `Some(plan)`: every item fits, and `plan[i]` names
+    /// the bucket chosen for the item in slot `i` of the old top level
+    /// (bucket × 6 + line × 3 + slot): bit 1 the level (0 top, 1 bottom),
+    /// bit 0 the candidate. No bucket is chosen more often than it has
+    /// free slots, so the rehash may place the items in any order, on any
+    /// number of threads, and never runs out of room.
+    fn shrink_plan(&self, g: &Geo) -> Option<Vec<u8>> {
         let (old, top) = (g.lv[TOP], g.lv[BOT]);
         let bot = Lvl {
             raw: 0,
@@ -1026,8 +1032,12 @@ impl Level {
         };
         let mut top_free: Vec<u32> = (0..top.n).map(|b| self.bucket_free(&top, b)).collect();
         let mut bot_free: Vec<u32> = vec![SLOTS_PER_BUCKET as u32; bot.n as usize];
+        let mut plan = vec![0u8; (old.n * SLOTS_PER_BUCKET) as usize];
         for b in 0..old.n {
-            for line in [old.bucket(b), old.bucket(b) + LINE] {
+            for (half, line) in [old.bucket(b), old.bucket(b) + LINE]
+                .into_iter()
+                .enumerate()
+            {
                 let w = self.pool.words(line, 8);
                 let hdr = w[W_HDR].load(Ordering::Relaxed);
                 for s in 0..SLOTS_PER_LINE {
@@ -1036,25 +1046,63 @@ impl Level {
                     }
                     let h = self.hashes(w[w_key(s)].load(Ordering::Relaxed));
                     let mut placed = false;
-                    for (l, free) in [(&top, &mut top_free), (&bot, &mut bot_free)] {
+                    for (li, (l, free)) in [(&top, &mut top_free), (&bot, &mut bot_free)]
+                        .into_iter()
+                        .enumerate()
+                    {
                         let (c, nc) = Self::cands(l, h);
-                        let mut best = c[0] as usize;
-                        if nc == 2 && free[c[1] as usize] > free[best] {
-                            best = c[1] as usize;
+                        let mut pick = 0;
+                        if nc == 2 && free[c[1] as usize] > free[c[0] as usize] {
+                            pick = 1;
                         }
+                        let best = c[pick] as usize;
                         if free[best] > 0 {
                             free[best] -= 1;
+                            let i = b * SLOTS_PER_BUCKET + (half * SLOTS_PER_LINE + s) as u64;
+                            plan[i as usize] = (li << 1 | pick) as u8;
                             placed = true;
                             break;
                         }
                     }
                     if !placed {
-                        return false;
+                        return None;
                     }
                 }
             }
         }
-        true
+        Some(plan)
+    }
+
+    /// Places an interim item in the bucket `code` names (see
+    /// [`shrink_plan`](Self::shrink_plan)); the level it went to. Flushed,
+    /// not fenced, like a rehash's direct placement. The plan guarantees a
+    /// free slot; if none is found anyway the full algorithm places it.
+    fn place_planned(
+        &self,
+        g: &Geo,
+        code: u8,
+        h: (u64, u64),
+        key: u64,
+        value: u64,
+    ) -> Option<usize> {
+        let level = if code & 2 == 0 { TOP } else { BOT };
+        let l = &g.lv[level];
+        let (c, _) = Self::cands(l, h);
+        let b = c[(code & 1) as usize];
+        for line in [l.bucket(b), l.bucket(b) + LINE] {
+            let w = self.pool.words(line, 8);
+            if free_count(w[W_HDR].load(Ordering::Relaxed)) == 0 {
+                continue;
+            }
+            self.lock.lock(&w[W_LOCK]);
+            if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
+                self.fill_slot(line, w, s, key, value, Fence::Later);
+                self.lock.unlock(&w[W_LOCK]);
+                return Some(level);
+            }
+            self.lock.unlock(&w[W_LOCK]);
+        }
+        self.place_rehash(g, h, key, value)
     }
 
     /// Announces a move to readers (before any line changes).
@@ -1188,7 +1236,7 @@ impl Level {
             return Ok(());
         }
         if g.phase != Phase::Normal {
-            return self.finish_resize(&g, false);
+            return self.finish_resize(&g, false, None);
         }
         let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as f64;
         let lf = len / Self::slots(&g) as f64;
@@ -1217,7 +1265,7 @@ impl Level {
         };
         let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
         self.expansions.fetch_add(1, Ordering::Relaxed);
-        let done = self.start_resize(r, &rec, [0, t, b]);
+        let done = self.start_resize(r, &rec, [0, t, b], None);
         if done.is_ok() {
             self.structural.record(start);
         }
@@ -1235,10 +1283,12 @@ impl Level {
             || g.phase != Phase::Normal
             || g.lv[TOP].n / 2 < self.min_top
             || len * Self::shrink_divisor(&g) >= Self::slots(&g)
-            || !self.shrink_fits(&g)
         {
             return Ok(());
         }
+        let Some(plan) = self.shrink_plan(&g) else {
+            return Ok(());
+        };
         let bot_n = g.lv[TOP].n / 4;
         let r = self.new_level(bot_n, g.seq + 1)?;
         let rec = Record {
@@ -1253,7 +1303,7 @@ impl Level {
         };
         let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
         self.shrinks.fetch_add(1, Ordering::Relaxed);
-        let done = self.start_resize(r, &rec, [b, 0, t]);
+        let done = self.start_resize(r, &rec, [b, 0, t], Some(&plan));
         if done.is_ok() {
             self.structural.record(start);
         }
@@ -1263,7 +1313,13 @@ impl Level {
     /// Makes `rec` (a resize with its new level reserved in `r`) current,
     /// relabels the per-level counts to `counts` (top, bottom, interim),
     /// publishes the geometry to readers, and rehashes the interim level.
-    fn start_resize(&self, r: pmem::Reservation, rec: &Record, counts: [i64; 3]) -> Result<()> {
+    fn start_resize(
+        &self,
+        r: pmem::Reservation,
+        rec: &Record,
+        counts: [i64; 3],
+        plan: Option<&[u8]>,
+    ) -> Result<()> {
         self.write_record(rec);
         self.pool.commit(r);
         for (c, v) in self.counts.iter().zip(counts) {
@@ -1271,7 +1327,7 @@ impl Level {
         }
         let g = Geo::from_record(rec);
         self.publish(&g);
-        self.finish_resize(&g, true)
+        self.finish_resize(&g, true, plan)
     }
 
     /// Rehashes every item left in the interim level into the top two
@@ -1279,12 +1335,17 @@ impl Level {
     /// exclusively (or are `open`). `fresh`: the resize was started by
     /// this handle and nothing interrupted its rehash, so no interim item
     /// can have a copy in the top two levels yet and none is looked for.
-    fn finish_resize(&self, g: &Geo, fresh: bool) -> Result<()> {
+    /// `plan`: a shrink's placements ([`shrink_plan`](Self::shrink_plan)),
+    /// computed by this handle after it closed the gate.
+    fn finish_resize(&self, g: &Geo, fresh: bool, plan: Option<&[u8]>) -> Result<()> {
         let il = g.lv[IL];
         let batches = il.n.div_ceil(REHASH_BATCH);
-        // Only an expansion's rehash is shared: a shrink's must take the
-        // placements `shrink_fits` simulated, in the same order.
-        let helpers = if g.phase == Phase::Expanding && il.n >= PARALLEL_REHASH_BUCKETS {
+        // An expansion's rehash is shared, and so is a shrink's that follows
+        // its plan (each item goes to the bucket the plan chose, which has
+        // room whatever the order). A shrink resumed by `open` has no plan
+        // and keeps to one thread.
+        let shared = g.phase == Phase::Expanding || plan.is_some();
+        let helpers = if shared && il.n >= PARALLEL_REHASH_BUCKETS {
             self.rehash_threads.min(batches as usize)
         } else {
             1
@@ -1303,7 +1364,7 @@ impl Level {
                     break;
                 }
                 let b = i * REHASH_BATCH;
-                let done = self.rehash_batch(g, b..(b + REHASH_BATCH).min(il.n), fresh);
+                let done = self.rehash_batch(g, b..(b + REHASH_BATCH).min(il.n), fresh, plan);
                 if done.is_err() {
                     stop.store(true, Ordering::Relaxed);
                     return done;
@@ -1361,7 +1422,13 @@ impl Level {
     /// paper's I_first rule). Readers never act on a non-durable copy's
     /// absence or presence alone: until the fence the same item is valid
     /// and durable in the interim level, which readers probe too.
-    fn rehash_batch(&self, g: &Geo, range: std::ops::Range<u64>, fresh: bool) -> Result<()> {
+    fn rehash_batch(
+        &self,
+        g: &Geo,
+        range: std::ops::Range<u64>,
+        fresh: bool,
+        plan: Option<&[u8]>,
+    ) -> Result<()> {
         let il = g.lv[IL];
         let top = g.lv[TOP];
         let mut items = [(0u64, 0u64, 0u64, (0u64, 0u64)); BATCH_SLOTS];
@@ -1405,7 +1472,14 @@ impl Level {
                 done[slot_id as usize / 64] |= 1 << (slot_id % 64);
                 continue;
             }
-            match self.place_rehash(g, h, k, v) {
+            let placed = match plan {
+                Some(p) => {
+                    let code = p[(range.start * SLOTS_PER_BUCKET + slot_id) as usize];
+                    self.place_planned(g, code, h, k, v)
+                }
+                None => self.place_rehash(g, h, k, v),
+            };
+            match placed {
                 Some(level) => {
                     self.counts[level].add(1);
                     done[slot_id as usize / 64] |= 1 << (slot_id % 64);

@@ -1096,6 +1096,10 @@ impl Level {
             }
             self.lock.lock(&w[W_LOCK]);
             if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
+                // persist: the copy (item before its token, `fill_slot`) is
+                // flushed here and fenced by `rehash_batch` before the
+                // batch clears any interim token, because until that fence
+                // the interim copy is the durable one.
                 self.fill_slot(line, w, s, key, value, Fence::Later);
                 self.lock.unlock(&w[W_LOCK]);
                 return Some(level);

@@ -43,8 +43,23 @@ const BATCH_SLOTS: usize = REHASH_BATCH as usize * 2 * SLOTS_PER_LINE;
 /// An expansion's interim level of at least this many buckets is rehashed
 /// by several threads (`EngineConfig::threads`, at most 8).
 const PARALLEL_REHASH_BUCKETS: u64 = 1024;
-/// Shrink when items fall below 1/5 of the slots (the result is at most 2/5 full).
+/// A table of more than this many top buckets shrinks when its items fall
+/// below 1/[`SHRINK_DIVISOR_LARGE`] of the slots; a smaller one below 1/5
+/// (the result is at most 2/5 full). Both take the same shrink path.
+const SHRINK_LARGE_TOP: u64 = 1024;
+/// Shrink when items fall below 1/5 of the slots (tables of at most
+/// [`SHRINK_LARGE_TOP`] top buckets: a shrink of at most ~6k items takes
+/// well under a millisecond, so giving memory back early costs nothing).
 const SHRINK_DIVISOR: u64 = 5;
+/// Shrink a larger table when its items fall below 1/10 of the slots (the
+/// result is at most 1/5 full). A shrink rehashes the old top level (about
+/// 2/3 of the items, ~500 ns each on a 2-vCPU EPYC), so a draining table
+/// that waits until it is this sparse moves half as many items per shrink
+/// as at 1/5. The cost is memory: a table between 1/10 and 1/5 full keeps
+/// twice the slots it needs. Expansion happens only on an insertion
+/// failure (0.8 to 0.9 load), far above, so a table never alternates
+/// between expanding and shrinking.
+const SHRINK_DIVISOR_LARGE: u64 = 10;
 
 /// The registry entry.
 pub fn spec() -> EngineSpec {
@@ -413,7 +428,7 @@ impl Level {
         );
         if rec.phase != Phase::Normal {
             let _w = lv.gate.close();
-            match lv.finish_resize(&g, false) {
+            match lv.finish_resize(&g, false, None) {
                 // A rehash that finds no slot leaves the resize in progress:
                 // every key stays reachable (searches probe the interim
                 // level) and the table opens; inserts report the lack of room.
@@ -981,8 +996,9 @@ impl Level {
 
     /// Placement during a rehash: direct into the top level, then direct
     /// into the bottom level, and only then the full insert algorithm. The
-    /// first two steps are exactly what [`shrink_fits`](Self::shrink_fits)
-    /// simulates, so a shrink it approved never needs the third.
+    /// first two steps are what [`shrink_plan`](Self::shrink_plan)
+    /// simulates (a shrink started by this handle follows the plan itself:
+    /// [`place_planned`](Self::place_planned)).
     ///
     /// A direct placement is flushed, not fenced: the rehash fences once
     /// for a batch of items, before it clears their interim tokens. The
@@ -1000,10 +1016,15 @@ impl Level {
 
     /// Whether every item of the top level would find a slot by direct
     /// placement in the shrunk table (the old bottom as top, a new empty
-    /// bottom of N/4), simulated in DRAM on bucket counts, in the order the
-    /// rehash takes. A shrink that could get stuck is not started (the
-    /// paper gives no fallback for a failed rehash).
-    fn shrink_fits(&self, g: &Geo) -> bool {
+    /// bottom of N/4), simulated in DRAM on bucket counts. A shrink that
+    /// could get stuck is not started (the paper gives no fallback for a
+    /// failed rehash). `Some(plan)`: every item fits, and `plan[i]` names
+    /// the bucket chosen for the item in slot `i` of the old top level
+    /// (bucket × 6 + line × 3 + slot): bit 1 the level (0 top, 1 bottom),
+    /// bit 0 the candidate. No bucket is chosen more often than it has
+    /// free slots, so the rehash may place the items in any order, on any
+    /// number of threads, and never runs out of room.
+    fn shrink_plan(&self, g: &Geo) -> Option<Vec<u8>> {
         let (old, top) = (g.lv[TOP], g.lv[BOT]);
         let bot = Lvl {
             raw: 0,
@@ -1011,8 +1032,12 @@ impl Level {
         };
         let mut top_free: Vec<u32> = (0..top.n).map(|b| self.bucket_free(&top, b)).collect();
         let mut bot_free: Vec<u32> = vec![SLOTS_PER_BUCKET as u32; bot.n as usize];
+        let mut plan = vec![0u8; (old.n * SLOTS_PER_BUCKET) as usize];
         for b in 0..old.n {
-            for line in [old.bucket(b), old.bucket(b) + LINE] {
+            for (half, line) in [old.bucket(b), old.bucket(b) + LINE]
+                .into_iter()
+                .enumerate()
+            {
                 let w = self.pool.words(line, 8);
                 let hdr = w[W_HDR].load(Ordering::Relaxed);
                 for s in 0..SLOTS_PER_LINE {
@@ -1021,25 +1046,67 @@ impl Level {
                     }
                     let h = self.hashes(w[w_key(s)].load(Ordering::Relaxed));
                     let mut placed = false;
-                    for (l, free) in [(&top, &mut top_free), (&bot, &mut bot_free)] {
+                    for (li, (l, free)) in [(&top, &mut top_free), (&bot, &mut bot_free)]
+                        .into_iter()
+                        .enumerate()
+                    {
                         let (c, nc) = Self::cands(l, h);
-                        let mut best = c[0] as usize;
-                        if nc == 2 && free[c[1] as usize] > free[best] {
-                            best = c[1] as usize;
+                        let mut pick = 0;
+                        if nc == 2 && free[c[1] as usize] > free[c[0] as usize] {
+                            pick = 1;
                         }
+                        let best = c[pick] as usize;
                         if free[best] > 0 {
                             free[best] -= 1;
+                            let i = b * SLOTS_PER_BUCKET + (half * SLOTS_PER_LINE + s) as u64;
+                            plan[i as usize] = (li << 1 | pick) as u8;
                             placed = true;
                             break;
                         }
                     }
                     if !placed {
-                        return false;
+                        return None;
                     }
                 }
             }
         }
-        true
+        Some(plan)
+    }
+
+    /// Places an interim item in the bucket `code` names (see
+    /// [`shrink_plan`](Self::shrink_plan)); the level it went to. Flushed,
+    /// not fenced, like a rehash's direct placement. The plan guarantees a
+    /// free slot; if none is found anyway the full algorithm places it.
+    fn place_planned(
+        &self,
+        g: &Geo,
+        code: u8,
+        h: (u64, u64),
+        key: u64,
+        value: u64,
+    ) -> Option<usize> {
+        let level = if code & 2 == 0 { TOP } else { BOT };
+        let l = &g.lv[level];
+        let (c, _) = Self::cands(l, h);
+        let b = c[(code & 1) as usize];
+        for line in [l.bucket(b), l.bucket(b) + LINE] {
+            let w = self.pool.words(line, 8);
+            if free_count(w[W_HDR].load(Ordering::Relaxed)) == 0 {
+                continue;
+            }
+            self.lock.lock(&w[W_LOCK]);
+            if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
+                // persist: the copy (item before its token, `fill_slot`) is
+                // flushed here and fenced by `rehash_batch` before the
+                // batch clears any interim token, because until that fence
+                // the interim copy is the durable one.
+                self.fill_slot(line, w, s, key, value, Fence::Later);
+                self.lock.unlock(&w[W_LOCK]);
+                return Some(level);
+            }
+            self.lock.unlock(&w[W_LOCK]);
+        }
+        self.place_rehash(g, h, key, value)
     }
 
     /// Announces a move to readers (before any line changes).
@@ -1173,7 +1240,7 @@ impl Level {
             return Ok(());
         }
         if g.phase != Phase::Normal {
-            return self.finish_resize(&g, false);
+            return self.finish_resize(&g, false, None);
         }
         let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as f64;
         let lf = len / Self::slots(&g) as f64;
@@ -1202,7 +1269,7 @@ impl Level {
         };
         let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
         self.expansions.fetch_add(1, Ordering::Relaxed);
-        let done = self.start_resize(r, &rec, [0, t, b]);
+        let done = self.start_resize(r, &rec, [0, t, b], None);
         if done.is_ok() {
             self.structural.record(start);
         }
@@ -1219,11 +1286,13 @@ impl Level {
         if g.seq != seen
             || g.phase != Phase::Normal
             || g.lv[TOP].n / 2 < self.min_top
-            || len * SHRINK_DIVISOR >= Self::slots(&g)
-            || !self.shrink_fits(&g)
+            || len * Self::shrink_divisor(&g) >= Self::slots(&g)
         {
             return Ok(());
         }
+        let Some(plan) = self.shrink_plan(&g) else {
+            return Ok(());
+        };
         let bot_n = g.lv[TOP].n / 4;
         let r = self.new_level(bot_n, g.seq + 1)?;
         let rec = Record {
@@ -1238,7 +1307,7 @@ impl Level {
         };
         let (t, b) = (self.counts[TOP].get(), self.counts[BOT].get());
         self.shrinks.fetch_add(1, Ordering::Relaxed);
-        let done = self.start_resize(r, &rec, [b, 0, t]);
+        let done = self.start_resize(r, &rec, [b, 0, t], Some(&plan));
         if done.is_ok() {
             self.structural.record(start);
         }
@@ -1248,7 +1317,13 @@ impl Level {
     /// Makes `rec` (a resize with its new level reserved in `r`) current,
     /// relabels the per-level counts to `counts` (top, bottom, interim),
     /// publishes the geometry to readers, and rehashes the interim level.
-    fn start_resize(&self, r: pmem::Reservation, rec: &Record, counts: [i64; 3]) -> Result<()> {
+    fn start_resize(
+        &self,
+        r: pmem::Reservation,
+        rec: &Record,
+        counts: [i64; 3],
+        plan: Option<&[u8]>,
+    ) -> Result<()> {
         self.write_record(rec);
         self.pool.commit(r);
         for (c, v) in self.counts.iter().zip(counts) {
@@ -1256,7 +1331,7 @@ impl Level {
         }
         let g = Geo::from_record(rec);
         self.publish(&g);
-        self.finish_resize(&g, true)
+        self.finish_resize(&g, true, plan)
     }
 
     /// Rehashes every item left in the interim level into the top two
@@ -1264,12 +1339,17 @@ impl Level {
     /// exclusively (or are `open`). `fresh`: the resize was started by
     /// this handle and nothing interrupted its rehash, so no interim item
     /// can have a copy in the top two levels yet and none is looked for.
-    fn finish_resize(&self, g: &Geo, fresh: bool) -> Result<()> {
+    /// `plan`: a shrink's placements ([`shrink_plan`](Self::shrink_plan)),
+    /// computed by this handle after it closed the gate.
+    fn finish_resize(&self, g: &Geo, fresh: bool, plan: Option<&[u8]>) -> Result<()> {
         let il = g.lv[IL];
         let batches = il.n.div_ceil(REHASH_BATCH);
-        // Only an expansion's rehash is shared: a shrink's must take the
-        // placements `shrink_fits` simulated, in the same order.
-        let helpers = if g.phase == Phase::Expanding && il.n >= PARALLEL_REHASH_BUCKETS {
+        // An expansion's rehash is shared, and so is a shrink's that follows
+        // its plan (each item goes to the bucket the plan chose, which has
+        // room whatever the order). A shrink resumed by `open` has no plan
+        // and keeps to one thread.
+        let shared = g.phase == Phase::Expanding || plan.is_some();
+        let helpers = if shared && il.n >= PARALLEL_REHASH_BUCKETS {
             self.rehash_threads.min(batches as usize)
         } else {
             1
@@ -1288,7 +1368,7 @@ impl Level {
                     break;
                 }
                 let b = i * REHASH_BATCH;
-                let done = self.rehash_batch(g, b..(b + REHASH_BATCH).min(il.n), fresh);
+                let done = self.rehash_batch(g, b..(b + REHASH_BATCH).min(il.n), fresh, plan);
                 if done.is_err() {
                     stop.store(true, Ordering::Relaxed);
                     return done;
@@ -1346,7 +1426,13 @@ impl Level {
     /// paper's I_first rule). Readers never act on a non-durable copy's
     /// absence or presence alone: until the fence the same item is valid
     /// and durable in the interim level, which readers probe too.
-    fn rehash_batch(&self, g: &Geo, range: std::ops::Range<u64>, fresh: bool) -> Result<()> {
+    fn rehash_batch(
+        &self,
+        g: &Geo,
+        range: std::ops::Range<u64>,
+        fresh: bool,
+        plan: Option<&[u8]>,
+    ) -> Result<()> {
         let il = g.lv[IL];
         let top = g.lv[TOP];
         let mut items = [(0u64, 0u64, 0u64, (0u64, 0u64)); BATCH_SLOTS];
@@ -1390,7 +1476,14 @@ impl Level {
                 done[slot_id as usize / 64] |= 1 << (slot_id % 64);
                 continue;
             }
-            match self.place_rehash(g, h, k, v) {
+            let placed = match plan {
+                Some(p) => {
+                    let code = p[(range.start * SLOTS_PER_BUCKET + slot_id) as usize];
+                    self.place_planned(g, code, h, k, v)
+                }
+                None => self.place_rehash(g, h, k, v),
+            };
+            match placed {
                 Some(level) => {
                     self.counts[level].add(1);
                     done[slot_id as usize / 64] |= 1 << (slot_id % 64);
@@ -1546,6 +1639,15 @@ impl Level {
         }
     }
 
+    /// Items below 1/this of the slots make the table shrink.
+    fn shrink_divisor(g: &Geo) -> u64 {
+        if g.lv[TOP].n > SHRINK_LARGE_TOP {
+            SHRINK_DIVISOR_LARGE
+        } else {
+            SHRINK_DIVISOR
+        }
+    }
+
     /// Every 128th remove of a thread: refresh the dynamic search order and
     /// shrink if the table became sparse.
     fn maybe_shrink(&self, t: u64) {
@@ -1560,7 +1662,7 @@ impl Level {
         let len = self.counts.iter().map(|c| c.get()).sum::<i64>().max(0) as u64;
         if g.phase == Phase::Normal
             && g.lv[TOP].n / 2 >= self.min_top
-            && len * SHRINK_DIVISOR < Self::slots(&g)
+            && len * Self::shrink_divisor(&g) < Self::slots(&g)
         {
             // A failed shrink (out of space for the small new level) leaves
             // the table as it was; there is nothing to report to the caller

@@ -1379,11 +1379,27 @@ impl Level {
         if helpers > 1 {
             self.parallel_rehashes.fetch_add(1, Ordering::Relaxed);
             std::thread::scope(|sc| {
-                let others: Vec<_> = (1..helpers).map(|_| sc.spawn(work)).collect();
+                // A helper's flushes and fences are charged to this
+                // thread, whose operation they belong to (per-operation
+                // persist counts stay whole).
+                let others: Vec<_> = (1..helpers)
+                    .map(|_| {
+                        sc.spawn(|| {
+                            let before = pmem::persist::counters();
+                            let done = work();
+                            (done, pmem::persist::counters().since(&before))
+                        })
+                    })
+                    .collect();
                 let mine = work();
                 others
                     .into_iter()
-                    .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .map(|t| {
+                        let (done, spent) =
+                            t.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                        pmem::persist::add_counters(&spent);
+                        done
+                    })
                     .fold(mine, |a, b| a.and(b))
             })?;
         } else {

@@ -166,6 +166,33 @@ pub(crate) fn reserve_file_space(file: &File, offset: u64, len: u64) -> io::Resu
     Ok(())
 }
 
+/// Deallocates the blocks of `[offset, offset+len)` of `file`
+/// (`fallocate` with `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`): the
+/// range reads as zeros afterwards, and every mapping of its pages is
+/// dropped. The caller reserves the range again before anything touches it.
+pub(crate) fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    // SAFETY: fallocate reads no memory of ours; the fd is open for the
+    // lifetime of `file`.
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            n,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether the error says the file system (or a quota) has no room.
 pub(crate) fn is_no_space(e: &io::Error) -> bool {
     matches!(

@@ -1059,6 +1059,48 @@ impl Pool {
         }
     }
 
+    /// Zeroes `[off, off+len)` (whole lines) like [`zero_nt`](Self::zero_nt),
+    /// but leaves the whole pages inside the range untouched by this
+    /// process: in `mapped` mode their blocks are deallocated (a hole
+    /// punched in the pool file, so they read as zeros) and reserved again
+    /// at once (`posix_fallocate`, so a later store cannot raise SIGBUS on
+    /// a full file system). The pages join the process's resident set only
+    /// when first touched; zeroing them with stores faulted in all of them.
+    /// The partial pages at the ends, and every other mode (`dax`, where a
+    /// punched block's zeros are not known durable; the simulator, which
+    /// must see the stores; volatile pools), are zeroed with non-temporal
+    /// stores. Durable, as `zero_nt`, after the next fence: the hole is in
+    /// the file when the call returns, and `sync` (msync) makes it durable
+    /// against power loss with the rest of the file.
+    ///
+    /// The caller guarantees that nothing reads or writes the range
+    /// meanwhile (a block just reserved from the allocator). An `Err`
+    /// (`OutOfSpace` when the file system filled up between the punch and
+    /// the reservation) may leave the range unbacked: the caller must not
+    /// touch it nor hand it back to the allocator in this run (the next
+    /// writable open backs every hole before mapping the file).
+    pub fn zero_release(&self, off: u64, len: usize) -> Result<()> {
+        self.bounds(off, len);
+        let page = 4096u64;
+        let start = round_up(off, page);
+        let end = (off + len as u64) / page * page;
+        let file = match (&self.file, self.mode) {
+            (Some(f), Mode::Mapped) if !self.read_only && end > start => f,
+            _ => {
+                self.zero_nt(off, len);
+                return Ok(());
+            }
+        };
+        let path = self.path.as_deref().unwrap_or(Path::new("(unnamed pool)"));
+        osmap::punch_hole(file, start, end - start)
+            .map_err(|e| Error::io("cannot punch a hole in pool file", Some(path), e))?;
+        reserve_space(file, path, start, end - start, "back the zeroed range of")?;
+        // The partial pages at both ends, if any.
+        self.zero_nt(off, (start - off) as usize);
+        self.zero_nt(end, (off + len as u64 - end) as usize);
+        Ok(())
+    }
+
     /// Zeroes `[off, off+len)` (whole lines) with non-temporal stores: no
     /// flush needed, durable after the next fence, and the cache is left
     /// alone. For large ranges (a new log file).

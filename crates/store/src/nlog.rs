@@ -328,16 +328,24 @@ impl Nlog {
             self.extent_size as usize,
             node,
         );
-        // Non-temporal: 8 MB of zeros through the cache would evict a
-        // quarter of a 32 MiB L3 (the index's lines among them) and need a
-        // flush per line.
-        pool.zero_nt(off, self.extent_size as usize);
+        // Zeroed without touching its pages where the pool file allows
+        // (`zero_release`: a hole punched and reserved again), so a file's
+        // unwritten rest takes no memory of this process until it is
+        // written; elsewhere with non-temporal stores (8 MB of zeros through
+        // the cache would evict a quarter of a 32 MiB L3 and need a flush
+        // per line). On an error the block stays reserved and unlinked: the
+        // next open frees it (and backs any hole first).
+        if let Err(e) = pool.zero_release(off, self.extent_size as usize) {
+            self.free_slots.lock().expect("slots lock").push(slot);
+            return Err(e.into());
+        }
         let head = [EXT_MAGIC, node as u64 | ((cluster as u64) << 32), seq, slot];
         for (i, w) in head.iter().enumerate() {
             pool.store_u64(off + 8 * i as u64, *w);
         }
         pool.store_u64(off + X_CHECK, words_crc(&head) as u64);
-        // persist: the zeroed file (non-temporal stores, ordered by this
+        // persist: the zeroed file (the hole, in the file once
+        // `zero_release` returned, and non-temporal stores, ordered by this
         // fence) and its header before the table links it (F11): a linked
         // file never holds garbage where entries go.
         pool.persist(off, X_DATA as usize);

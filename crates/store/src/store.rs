@@ -346,6 +346,13 @@ impl Store {
                     };
                     let dry = Store::open_pool_with(probe, ro_opts, false)?;
                     let _ = dry.close();
+                } else {
+                    // Unmapped before the writable open: the check read
+                    // every record of the image and every key's log entry
+                    // through this mapping, and its pages would otherwise
+                    // stay in the process beside the writable mapping's
+                    // while the image loads (932 MiB at 10M keys).
+                    drop(probe);
                 }
                 // Every check passed on the read-only open, under the lock
                 // held since: the writable open's engine skips the walks

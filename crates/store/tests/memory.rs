@@ -1,0 +1,230 @@
+//! Memory the store's pool takes in the process: a new log file's
+//! unwritten pages, the close's image, the open's read-only check.
+//!
+//! Each test runs its store in a tmpfs directory (`/dev/shm`), where the
+//! pool file's pages are memory, and reads the process's resident pages
+//! from `/proc/self`: the pages of the pool file's mappings
+//! (`/proc/self/smaps`), or the resident-set high-water mark (`VmHWM`,
+//! reset through `/proc/self/clear_refs`). The tests in this file run one
+//! at a time (a lock), so one test's allocations never show in another's
+//! figures.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use store::{GcMode, Options, Store};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const MIB: u64 = 1 << 20;
+
+/// A directory in `/dev/shm`, removed on drop.
+struct ShmDir(PathBuf);
+
+impl ShmDir {
+    fn new(tag: &str) -> ShmDir {
+        let shm = Path::new("/dev/shm");
+        assert!(shm.is_dir(), "these tests need a tmpfs at /dev/shm");
+        let d = shm.join(format!("store-memory-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        ShmDir(d)
+    }
+}
+
+impl Drop for ShmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Resident bytes of every mapping of `file` in this process.
+fn mapped_rss(file: &Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
+    let name = file.to_str().expect("utf-8 path");
+    let mut ours = false;
+    let mut kib = 0u64;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            ours = line.ends_with(name);
+        } else if ours && first == "Rss:" {
+            kib += line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("Rss value");
+        }
+    }
+    kib * 1024
+}
+
+/// `VmHWM` or `VmRSS` of this process, in bytes.
+fn status_bytes(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let line = s
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"));
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse::<u64>().ok())
+        .expect("a number of kB")
+        * 1024
+}
+
+/// Resets the resident-set high-water mark to the current resident set.
+fn reset_peak() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("write /proc/self/clear_refs");
+}
+
+fn opts(extent: u64, expected_keys: u64) -> Options {
+    Options {
+        pool_size: 64 * MIB,
+        max_pool_size: 4096 * MIB,
+        clusters: 4,
+        extent_size: extent,
+        nodes: Some(1),
+        gc: GcMode::Manual,
+        raf_bytes: 0,
+        recovery_threads: 2,
+        expected_keys,
+        ..Options::default()
+    }
+}
+
+fn key(i: u64) -> [u8; 8] {
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes()
+}
+
+#[test]
+fn a_new_log_file_takes_no_pages_until_written() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = ShmDir::new("newfile");
+    let s = Store::open(&dir.0, opts(8 * MIB, 1024)).expect("create");
+    let pool = dir.0.join("store.pool");
+    let before = mapped_rss(&pool);
+    // One put into each of the 4 clusters' first files (8 MiB each).
+    let mut i = 0u64;
+    while s.stats().files < 4 {
+        s.put(&key(i), &i.to_le_bytes()).expect("put");
+        i += 1;
+        assert!(i < 10_000, "4 files never made");
+    }
+    let after = mapped_rss(&pool);
+    let grown = after.saturating_sub(before);
+    // Zeroed with stores, the 4 files faulted in 32 MiB; untouched, only
+    // their headers' and entries' pages (and a few of the allocator's).
+    assert!(
+        grown < 2 * MIB,
+        "4 new 8 MiB log files made the pool's mapping {} KiB larger",
+        grown / 1024
+    );
+    // The files read as zeros past their entries, so a crash open (a scan
+    // that checks every byte after each file's last entry) finds clean
+    // ends, and every key.
+    drop(s); // no close: the next open scans the log
+    let s = Store::open(&dir.0, opts(8 * MIB, 1024)).expect("crash open");
+    assert_eq!(s.stats().opened_from, "log scan");
+    for j in 0..i {
+        assert_eq!(s.get(&key(j)).expect("get"), Some(j.to_le_bytes().to_vec()));
+    }
+    s.close().expect("close");
+}
+
+#[test]
+fn a_reused_log_block_is_zero_past_its_entries() {
+    // Files freed by GC come back from the allocator holding old entries;
+    // a new file made from one must read as zeros past its header, or the
+    // crash open would find bytes after the file's last entry.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = ShmDir::new("reuse");
+    let o = opts(64 << 10, 1024);
+    let s = Store::open(&dir.0, o.clone()).expect("create");
+    let v = [7u8; 200];
+    for round in 0..20u64 {
+        for i in 0..500u64 {
+            s.put(&key(i), &v).expect("put");
+        }
+        s.gc(64).expect("gc");
+        assert_eq!(s.len(), 500, "round {round}");
+    }
+    let st = s.stats();
+    assert!(
+        st.files_reclaimed > 20,
+        "GC freed {} files",
+        st.files_reclaimed
+    );
+    drop(s); // no close: the next open scans every file to its end
+    let s = Store::open(&dir.0, o).expect("crash open");
+    assert_eq!(s.stats().opened_from, "log scan");
+    assert_eq!(s.len(), 500);
+    for i in 0..500u64 {
+        assert_eq!(s.get(&key(i)).expect("get").as_deref(), Some(&v[..]));
+    }
+    s.close().expect("close");
+}
+
+/// Puts `n` 8-byte keys with 8-byte values.
+fn fill(s: &Store, n: u64) {
+    for i in 0..n {
+        s.put(&key(i), &i.to_le_bytes()).expect("put");
+    }
+}
+
+#[test]
+fn the_close_holds_the_image_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = ShmDir::new("close");
+    let n = 1_000_000u64;
+    let s = Store::open(&dir.0, opts(4 * MIB, n)).expect("create");
+    fill(&s, n);
+    reset_peak();
+    let base = status_bytes("VmRSS:");
+    s.close().expect("close");
+    let rise = status_bytes("VmHWM:").saturating_sub(base);
+    // The image: 32 bytes a record (length word, key, v_addr, value).
+    let image = 32 * n;
+    // Gathered in DRAM and then copied into the pool, the records were
+    // resident twice at the end of the close.
+    assert!(
+        rise < image * 3 / 2,
+        "the close raised the resident set by {} MiB for a {} MiB image",
+        rise / MIB,
+        image / MIB
+    );
+    drop(s);
+    let s = Store::open(&dir.0, opts(4 * MIB, n)).expect("reopen");
+    assert_eq!(s.stats().opened_from, "image");
+    assert_eq!(s.len(), n);
+    for i in (0..n).step_by(997) {
+        assert_eq!(s.get(&key(i)).expect("get"), Some(i.to_le_bytes().to_vec()));
+    }
+    s.close().expect("close");
+}
+
+#[test]
+fn the_open_unmaps_its_check_before_loading() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = ShmDir::new("open");
+    let n = 1_000_000u64;
+    let s = Store::open(&dir.0, opts(4 * MIB, n)).expect("create");
+    fill(&s, n);
+    s.close().expect("close");
+    drop(s);
+    reset_peak();
+    let base = status_bytes("VmRSS:");
+    let s = Store::open(&dir.0, opts(4 * MIB, n)).expect("reopen");
+    let rise = status_bytes("VmHWM:").saturating_sub(base);
+    let after = status_bytes("VmRSS:").saturating_sub(base);
+    assert_eq!(s.stats().opened_from, "image");
+    // The read-only check reads the image and every key's log entry; left
+    // mapped through the writable open's load, its pages were resident
+    // beside the loaded index and the writable mapping's image.
+    assert!(
+        rise < after + after / 4,
+        "the open's peak was {} MiB over the start, {} MiB once open",
+        rise / MIB,
+        after / MIB
+    );
+    s.close().expect("close");
+}

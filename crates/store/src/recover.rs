@@ -794,7 +794,7 @@ fn link_image(
     let pool = &s.pool;
     let root = s.log.root;
     let clusters = s.log.clusters as u64;
-    let tl = s.log.table_len as u64;
+    let tl = s.log.table_len;
     head[0..8].copy_from_slice(&IMAGE_MAGIC.to_le_bytes());
     head[8..16].copy_from_slice(&len.to_le_bytes());
     head[24..32].copy_from_slice(&keys.to_le_bytes());

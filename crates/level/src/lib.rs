@@ -854,21 +854,32 @@ impl Level {
             if best_free == 0 {
                 return false;
             }
-            for line in [l.bucket(best), l.bucket(best) + LINE] {
-                let w = self.pool.words(line, 8);
-                if free_count(w[W_HDR].load(Ordering::Relaxed)) == 0 {
-                    continue;
-                }
-                self.lock.lock(&w[W_LOCK]);
-                if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
-                    self.fill_slot(line, w, s, key, value, fence);
-                    self.lock.unlock(&w[W_LOCK]);
-                    return true;
-                }
-                self.lock.unlock(&w[W_LOCK]);
+            if self.fill_bucket(l, best, key, value, fence) {
+                return true;
             }
             // Another writer took the slots we saw free: look again.
         }
+    }
+
+    /// Writes `key`/`value` into the first free slot of bucket `b` of
+    /// level `l`, under that line's lock (`fill_slot`'s persist order);
+    /// false if the bucket has none.
+    #[inline(always)]
+    fn fill_bucket(&self, l: &Lvl, b: u64, key: u64, value: u64, fence: Fence) -> bool {
+        for line in [l.bucket(b), l.bucket(b) + LINE] {
+            let w = self.pool.words(line, 8);
+            if free_count(w[W_HDR].load(Ordering::Relaxed)) == 0 {
+                continue;
+            }
+            self.lock.lock(&w[W_LOCK]);
+            if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
+                self.fill_slot(line, w, s, key, value, fence);
+                self.lock.unlock(&w[W_LOCK]);
+                return true;
+            }
+            self.lock.unlock(&w[W_LOCK]);
+        }
+        false
     }
 
     /// Moves the item in (`src`, `slot`) to a free slot of bucket `dst_b` of
@@ -1089,22 +1100,12 @@ impl Level {
         let l = &g.lv[level];
         let (c, _) = Self::cands(l, h);
         let b = c[(code & 1) as usize];
-        for line in [l.bucket(b), l.bucket(b) + LINE] {
-            let w = self.pool.words(line, 8);
-            if free_count(w[W_HDR].load(Ordering::Relaxed)) == 0 {
-                continue;
-            }
-            self.lock.lock(&w[W_LOCK]);
-            if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
-                // persist: the copy (item before its token, `fill_slot`) is
-                // flushed here and fenced by `rehash_batch` before the
-                // batch clears any interim token, because until that fence
-                // the interim copy is the durable one.
-                self.fill_slot(line, w, s, key, value, Fence::Later);
-                self.lock.unlock(&w[W_LOCK]);
-                return Some(level);
-            }
-            self.lock.unlock(&w[W_LOCK]);
+        // persist: the copy (item before its token, `fill_slot`) is
+        // flushed here and fenced by `rehash_batch` before the batch
+        // clears any interim token, because until that fence the interim
+        // copy is the durable one.
+        if self.fill_bucket(l, b, key, value, Fence::Later) {
+            return Some(level);
         }
         self.place_rehash(g, h, key, value)
     }

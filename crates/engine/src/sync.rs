@@ -49,7 +49,9 @@ impl LineLock {
     /// Whether a lock word read by a reader shows the line free.
     #[inline]
     pub fn is_free(&self, w: u64) -> bool {
-        self.version(w) & 1 == 0
+        // `version(w) & 1 == 0` without the select: the low bit is the
+        // version's, and a word of another epoch is free whatever it holds.
+        w & 1 == 0 || w >> EPOCH_SHIFT != self.epoch
     }
 
     /// Takes the line (spins while another writer holds it).
@@ -424,6 +426,25 @@ impl Counter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn is_free_is_an_even_version_in_the_lock_epoch() {
+        // Every combination of epoch (this one, another), version parity
+        // and high version bits: free exactly when the word's version in
+        // this epoch is even (a word of another epoch has version 0).
+        let lock = LineLock::new(5);
+        for epoch in [0u64, 4, 5, 6, 0xff_ffff] {
+            for version in [0u64, 1, 2, 3, 0x7f, 0x80, VERSION_MASK - 1, VERSION_MASK] {
+                let w = epoch << EPOCH_SHIFT | version;
+                assert_eq!(
+                    lock.is_free(w),
+                    lock.version(w) & 1 == 0,
+                    "epoch {epoch} version {version:#x}"
+                );
+                assert_eq!(lock.is_free(w), epoch != 5 || version & 1 == 0);
+            }
+        }
+    }
 
     #[test]
     fn stale_epoch_locks_count_as_free() {

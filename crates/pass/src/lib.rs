@@ -478,8 +478,14 @@ impl Pass {
     /// Whether no split published since `s` was taken.
     #[inline]
     pub(crate) fn still(&self, s: &Snap) -> bool {
+        self.still_at(s.v)
+    }
+
+    /// Whether no split published since the spiral state's version was `v`.
+    #[inline]
+    pub(crate) fn still_at(&self, v: u64) -> bool {
         std::sync::atomic::fence(Ordering::Acquire);
-        self.sv.load(Ordering::Relaxed) == s.v
+        self.sv.load(Ordering::Relaxed) == v
     }
 
     pub(crate) fn set_threshold(&self, first: u64) {
@@ -605,19 +611,51 @@ impl Pass {
     /// its cell's entry gives `max{L : S(L) ≤ P}`.
     #[inline(always)]
     pub(crate) fn logical_of_hash(&self, h: u64, s: &Snap) -> Option<u64> {
+        self.logical_in(h, s.cf, s.k, |t| s.tables[t])
+    }
+
+    /// [`logical_of_hash`](Self::logical_of_hash) from the window's fields:
+    /// `cf` and `k`, and `table(t)` the octave table of slot `t`.
+    #[inline(always)]
+    fn logical_in(&self, h: u64, cf: u64, k: u32, table: impl FnOnce(usize) -> u64) -> Option<u64> {
         const FMASK: u64 = (1 << table::FINE) - 1;
         let x = h >> (64 - table::FINE);
-        let pos = s.cf + (x.wrapping_sub(s.cf) & FMASK);
-        let i = pos >> (table::FINE - s.k);
-        let tb = s.tables[((pos >> table::FINE) % 3) as usize];
+        let pos = cf + (x.wrapping_sub(cf) & FMASK);
+        let i = pos >> (table::FINE - k);
+        let tb = table(((pos >> table::FINE) % 3) as usize);
         if tb == 0 {
             return None;
         }
-        let off = tb + OCT_HEADER + 8 * (i & ((1 << s.k) - 1));
+        let off = tb + OCT_HEADER + 8 * (i & ((1 << k) - 1));
         // A torn snapshot may name a freed block: still inside the pool,
         // and the caller's version check rejects what it reads.
         let e = self.pool.try_words(off, 1)?[0].load(Ordering::Acquire);
-        Some(table::entry_logical(e, pos, s.k))
+        Some(table::entry_logical(e, pos, k))
+    }
+
+    /// [`locate`](Self::locate) with the spiral state read once, for the
+    /// 8-byte-key get: the segment of `h` and the state's version, or
+    /// `None` while a publish is in flight. Unlike [`snap`](Self::snap) it
+    /// does not check that the fields it reads belong together (a publish
+    /// may land between their loads) and reads only the one octave table
+    /// it needs. What they lead to is checked as a stale snapshot's is
+    /// (the cell through `try_words`, the segment array through `dir`,
+    /// both inside the pool), and the caller keeps its answer only if
+    /// [`still_at`](Self::still_at) the version.
+    #[inline(always)]
+    pub(crate) fn locate_once(&self, h: u64) -> Option<(u64, u64)> {
+        let v = self.sv.load(Ordering::Acquire);
+        if v & 1 != 0 {
+            return None;
+        }
+        let cf = self.s_cf.load(Ordering::Relaxed);
+        let k = self.s_k.load(Ordering::Relaxed) as u32;
+        let l = self.logical_in(h, cf, k, |t| self.tables[t].load(Ordering::Relaxed))?;
+        let p = spiral::physical(l);
+        if p >= self.s_first.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some((v, self.seg_off(p)?))
     }
 
     /// Offset of physical segment `p`, if its array exists.

@@ -257,8 +257,7 @@ impl Pass {
         if h == 0 {
             return None;
         }
-        let sn = self.snap();
-        let seg = self.locate(h, &sn)?;
+        let (sv, seg) = self.locate_once(h)?;
         let (fp, bix) = self.fp_bix(h);
         let (bt, bp) = (
             self.geo.bucket(seg, bix),
@@ -300,7 +299,7 @@ impl Pass {
         // Validate as `read_find` does: both lock words free and unchanged,
         // and no split published since the snapshot.
         fence(Ordering::Acquire);
-        let stable = word(wt, 0) == vt && word(wp, 0) == vp && self.still(&sn);
+        let stable = word(wt, 0) == vt && word(wp, 0) == vp && self.still_at(sv);
         let r = (self.lock.is_free(vt) && self.lock.is_free(vp) && stable).then_some(res);
         if let Some(found) = r {
             hits::record(found.is_some());

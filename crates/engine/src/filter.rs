@@ -36,7 +36,7 @@
 //!   fails, nothing has moved, and the kick searches again. (Until
 //!   2026-11-26 every insert took the writer lock: on 16 cores ROPHI's
 //!   inserts fell from 2.9 Mops/s at 1 thread to 1.3 at 16,
-//!   `docs/benchmarks.md`.)
+//!   `docs/benchmarks.md`, "Scalability".)
 //! - [`CuckooFilter::try_insert_free`] takes no lock: it may run
 //!   concurrently with itself and with readers, not with `insert` or
 //!   `remove` (it is meant for bulk builds, see [`build`]).
@@ -72,7 +72,7 @@
 //! paper's power-of-two sizing the load of `n` keys would fall anywhere in
 //! 0.45..0.9 and the memory up to twice this; at 10M keys 32 MiB against
 //! 23.5 MiB, which decides whether negative lookups hit the cache here
-//! (`docs/benchmarks.md`).
+//! (`docs/benchmarks.md`, "ROPHI").
 //! [`CuckooFilter::expected_fpr`] gives the false-positive rate of a lookup
 //! at the current load: the lookup compares its fingerprint with the
 //! occupied lanes of two buckets, `8 · load` of them on average, and each

@@ -39,7 +39,7 @@ pub const DEFAULT_SPLIT_LOAD: f64 = 0.7;
 /// Split loads above this make lookups fetch the filter word with the
 /// home bucket: at 0.7 a third of misses read it and the extra line costs
 /// 1–4% of get throughput; at 1.05 four in five do, and it gains about 4%
-/// (10M keys, docs/benchmarks.md).
+/// (10M keys).
 pub const DENSE_SPLIT_LOAD: f64 = 0.85;
 
 /// A registry entry of this layout (every entry opens with [`Pass::open`]:

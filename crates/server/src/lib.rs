@@ -270,8 +270,7 @@ impl Server {
             // One CPU is left to the store's background thread (GC, the
             // ordered index) and to clients on the same machine: on 2
             // CPUs, two loops against redis-benchmark made 3+ busy threads
-            // on 2 CPUs and unpipelined requests 25% slower than one loop
-            // (docs/benchmarks.md).
+            // on 2 CPUs and unpipelined requests 25% slower than one loop.
             0 => {
                 std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
             }

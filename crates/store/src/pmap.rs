@@ -122,7 +122,7 @@ const REBUILT_LOAD: f64 = 0.5;
 /// AMD host get-pos at 2M keys went 9.3–10.0 → 9.6–10.9 Mops/s at 1 thread
 /// and 17.9–18.9 → 19.5–21.6 at 2; 16-byte keys and inserts did not move;
 /// get-neg at 1.5M keys (load 0.72, where two-slot buckets probe
-/// further) went 7.3–8.3 → 6.8–7.6 (docs/benchmarks.md).
+/// further) went 7.3–8.3 → 6.8–7.6.
 const BUCKET_WORDS: usize = 8;
 /// The word of slot 0's inline value.
 const VAL: usize = 2 * SLOTS;
@@ -694,7 +694,7 @@ impl PointMap {
     /// into the caller, with the first bucket's probe: gets of 2M keys
     /// overlap their misses only while one get, from its miss to the next
     /// get's, fits the CPU's out-of-order window (see docs/benchmarks.md,
-    /// 2026-11-26, 13:10 UTC).
+    /// "Why a get's length matters: the out-of-order window").
     #[inline(always)]
     pub(crate) fn get8_pinned(&self, h: u64, p: &Pin<'_>) -> Got {
         // Crate-private: its callers pass the store's own pin.

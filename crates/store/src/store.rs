@@ -864,7 +864,7 @@ impl Store {
     /// around it: with 2M keys a get waits for one cache miss, and gets
     /// overlap their misses only while the instructions between two of
     /// them fit the CPU's out-of-order window (docs/benchmarks.md,
-    /// 2026-11-26, 13:10 UTC).
+    /// "Why a get's length matters: the out-of-order window").
     #[inline]
     pub fn get_in(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
         let s = &*self.inner;

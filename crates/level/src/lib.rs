@@ -105,6 +105,9 @@ impl Geo {
     }
 }
 
+/// A locked line: its words and the lock word as held (for `release`).
+type Held<'a> = (&'a [AtomicU64], u64);
+
 /// Where a key was found.
 #[derive(Clone, Copy, Debug)]
 struct Loc {
@@ -871,13 +874,13 @@ impl Level {
             if free_count(w[W_HDR].load(Ordering::Relaxed)) == 0 {
                 continue;
             }
-            self.lock.lock(&w[W_LOCK]);
+            let held = self.lock.acquire(&w[W_LOCK]);
             if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
                 self.fill_slot(line, w, s, key, value, fence);
-                self.lock.unlock(&w[W_LOCK]);
+                self.lock.release(&w[W_LOCK], held);
                 return true;
             }
-            self.lock.unlock(&w[W_LOCK]);
+            self.lock.release(&w[W_LOCK], held);
         }
         false
     }
@@ -903,8 +906,8 @@ impl Level {
         let sw = self.pool.words(src, 8);
         let dw = self.pool.words(dline, 8);
         let (first, second) = if src < dline { (sw, dw) } else { (dw, sw) };
-        self.lock.lock(&first[W_LOCK]);
-        self.lock.lock(&second[W_LOCK]);
+        let held1 = self.lock.acquire(&first[W_LOCK]);
+        let held2 = self.lock.acquire(&second[W_LOCK]);
         let shdr = sw[W_HDR].load(Ordering::Relaxed);
         let ok = shdr & (1 << slot) != 0 && sw[w_key(slot)].load(Ordering::Relaxed) == item;
         let dslot = free_slot(dw[W_HDR].load(Ordering::Relaxed));
@@ -932,13 +935,13 @@ impl Level {
             // persist: the moved item's old slot is free and durable; the new
             // key goes in with the usual one-line order.
             self.fill_slot(src, sw, slot, key, value, Fence::Now);
-            self.lock.unlock(&second[W_LOCK]);
-            self.lock.unlock(&first[W_LOCK]);
+            self.lock.release(&second[W_LOCK], held2);
+            self.lock.release(&first[W_LOCK], held1);
             self.moves.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        self.lock.unlock(&second[W_LOCK]);
-        self.lock.unlock(&first[W_LOCK]);
+        self.lock.release(&second[W_LOCK], held2);
+        self.lock.release(&first[W_LOCK], held1);
         false
     }
 
@@ -1162,7 +1165,7 @@ impl Level {
         &self,
         key: u64,
         h: (u64, u64),
-    ) -> Result<Option<(Loc, &[AtomicU64], engine::gate::Inside<'_>)>> {
+    ) -> Result<Option<(Loc, Held<'_>, engine::gate::Inside<'_>)>> {
         loop {
             // Look before taking the gate, so the misses overlap the previous
             // operation's persist; then check the geometry did not change.
@@ -1173,8 +1176,8 @@ impl Level {
             if self.geo_ver.load(Ordering::Acquire) != gv {
                 continue;
             }
-            if let Some(w) = self.lock_at(&loc, key) {
-                return Ok(Some((loc, w, gate)));
+            if let Some(held) = self.lock_at(&loc, key) {
+                return Ok(Some((loc, held, gate)));
             }
         }
     }
@@ -1189,15 +1192,15 @@ impl Level {
     }
 
     /// Locks the line of `loc` and checks that it still holds `key`; the
-    /// words on success (line left locked).
-    fn lock_at(&self, loc: &Loc, key: u64) -> Option<&[AtomicU64]> {
+    /// words and the held lock word on success (line left locked).
+    fn lock_at(&self, loc: &Loc, key: u64) -> Option<Held<'_>> {
         let w = self.pool.words(loc.line, 8);
-        self.lock.lock(&w[W_LOCK]);
+        let held = self.lock.acquire(&w[W_LOCK]);
         let hdr = w[W_HDR].load(Ordering::Relaxed);
         if hdr & (1 << loc.slot) != 0 && w[w_key(loc.slot)].load(Ordering::Relaxed) == key {
-            Some(w)
+            Some((w, held))
         } else {
-            self.lock.unlock(&w[W_LOCK]);
+            self.lock.release(&w[W_LOCK], held);
             None
         }
     }
@@ -1524,13 +1527,13 @@ impl Level {
                     continue;
                 }
                 let w = self.pool.words(line, 8);
-                self.lock.lock(&w[W_LOCK]);
+                let held = self.lock.acquire(&w[W_LOCK]);
                 let hdr = w[W_HDR].load(Ordering::Relaxed);
                 // persist: one 8-byte store clears the line's rehashed
                 // tokens; flushed here, fenced once for the batch below.
                 w[W_HDR].store(hdr & !mask, Ordering::Release);
                 self.pool.flush(line, LINE as usize);
-                self.lock.unlock(&w[W_LOCK]);
+                self.lock.release(&w[W_LOCK], held);
                 cleared += mask.count_ones() as i64;
             }
         }
@@ -1733,7 +1736,7 @@ impl Engine for Level {
     fn update(&self, key: u64, value: u64) -> Result<bool> {
         let h = self.hashes(key);
         {
-            let Some((loc, w, gate)) = self.lock_found(key, h)? else {
+            let Some((loc, (w, held), gate)) = self.lock_found(key, h)? else {
                 return Ok(false);
             };
             let hdr = w[W_HDR].load(Ordering::Relaxed);
@@ -1777,7 +1780,7 @@ impl Engine for Level {
                 self.pool.fence();
                 self.logged_updates.fetch_add(1, Ordering::Relaxed);
             }
-            self.lock.unlock(&w[W_LOCK]);
+            self.lock.release(&w[W_LOCK], held);
             drop(gate);
         }
         Ok(true)
@@ -1785,7 +1788,7 @@ impl Engine for Level {
 
     fn remove(&self, key: u64) -> Result<bool> {
         let h = self.hashes(key);
-        let Some((loc, w, gate)) = self.lock_found(key, h)? else {
+        let Some((loc, (w, held), gate)) = self.lock_found(key, h)? else {
             return Ok(false);
         };
         let hdr = w[W_HDR].load(Ordering::Relaxed);
@@ -1794,7 +1797,9 @@ impl Engine for Level {
         // The line stays locked until it is durable, so no reader acts on a
         // delete a crash could undo (CRASH-PATTERNS #6).
         self.pool.persist_line(loc.line);
-        self.lock.unlock(&w[W_LOCK]);
+        // The release is a store computed from the held word: a load of
+        // the line just written back would wait for a cache miss.
+        self.lock.release(&w[W_LOCK], held);
         // The count changes inside the gate, so a resize never relabels
         // the levels between the delete and its count. Leaving the gate is
         // a plain store: nothing after the fence holds back the next

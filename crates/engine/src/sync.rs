@@ -112,9 +112,10 @@ impl LineLock {
 
     /// Releases a line taken by [`acquire`](Self::acquire), whose `held`
     /// word it returned, without reading the line: after a `clwb` (which
-    /// evicts the line on some CPUs, this host's EPYC among them) a load of
-    /// the lock word would wait for a cache miss; the store waits in the
-    /// store buffer instead.
+    /// leaves the line uncached on some CPUs, the AMD EPYC of
+    /// `docs/engines/level.md`'s measurements among them) a load of the
+    /// lock word would wait for a cache miss; the store waits in the store
+    /// buffer instead.
     #[inline]
     pub fn release(&self, word: &AtomicU64, held: u64) {
         debug_assert!(

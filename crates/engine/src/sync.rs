@@ -57,6 +57,13 @@ impl LineLock {
     /// Takes the line (spins while another writer holds it).
     #[inline]
     pub fn lock(&self, word: &AtomicU64) {
+        self.acquire(word);
+    }
+
+    /// Takes the line like [`lock`](Self::lock) and returns the word as
+    /// held, for [`release`](Self::release).
+    #[inline]
+    pub fn acquire(&self, word: &AtomicU64) -> u64 {
         loop {
             let w = word.load(Ordering::Relaxed);
             let v = self.version(w);
@@ -67,7 +74,7 @@ impl LineLock {
                     .is_ok()
                 {
                     fence(Ordering::Release);
-                    return;
+                    return locked;
                 }
             }
             std::hint::spin_loop();
@@ -101,6 +108,25 @@ impl LineLock {
         debug_assert!(v & 1 == 1, "unlock of a line not held");
         word.store(
             (self.epoch << EPOCH_SHIFT) | ((v + 1) & VERSION_MASK),
+            Ordering::Release,
+        );
+    }
+
+    /// Releases a line taken by [`acquire`](Self::acquire), whose `held`
+    /// word it returned, without reading the line: after a `clwb` (which
+    /// leaves the line uncached on some CPUs, the AMD EPYC of
+    /// `docs/engines/level.md`'s measurements among them) a load of the
+    /// lock word would wait for a cache miss; the store waits in the store
+    /// buffer instead.
+    #[inline]
+    pub fn release(&self, word: &AtomicU64, held: u64) {
+        debug_assert!(
+            word.load(Ordering::Relaxed) == held,
+            "release of a line not held"
+        );
+        debug_assert!(self.version(held) & 1 == 1, "release of a line not held");
+        word.store(
+            (self.epoch << EPOCH_SHIFT) | ((held + 1) & VERSION_MASK),
             Ordering::Release,
         );
     }
@@ -464,6 +490,33 @@ mod tests {
         new.unlock(&word);
         assert!(new.is_free(word.load(Ordering::Relaxed)));
         assert_ne!(word.load(Ordering::Relaxed), seen, "the version moved");
+    }
+
+    #[test]
+    fn release_matches_unlock() {
+        // `release` from the held word leaves the same word as `unlock`
+        // (which reads it back), across the version's wrap too.
+        for start in [
+            0,
+            6,
+            3 << EPOCH_SHIFT | 6,
+            3 << EPOCH_SHIFT | (VERSION_MASK - 1),
+        ] {
+            let lock = LineLock::new(3);
+            let (a, b) = (AtomicU64::new(start), AtomicU64::new(start));
+            let held = lock.acquire(&a);
+            lock.lock(&b);
+            assert_eq!(held, b.load(Ordering::Relaxed), "acquire returns the word");
+            assert!(!lock.is_free(held));
+            lock.release(&a, held);
+            lock.unlock(&b);
+            let w = a.load(Ordering::Relaxed);
+            assert_eq!(w, b.load(Ordering::Relaxed));
+            assert!(lock.is_free(w) && w != held, "free again, a new version");
+            // Taken again, it holds (not a stale word).
+            let again = lock.acquire(&a);
+            assert!(!lock.is_free(again) && again != held);
+        }
     }
 
     #[test]

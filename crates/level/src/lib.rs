@@ -105,6 +105,9 @@ impl Geo {
     }
 }
 
+/// A locked line: its words and the lock word as held (for `release`).
+type Held<'a> = (&'a [AtomicU64], u64);
+
 /// Where a key was found.
 #[derive(Clone, Copy, Debug)]
 struct Loc {
@@ -164,7 +167,9 @@ fn with_slot(hdr: u64, s: usize, fp: u64) -> u64 {
     (hdr & !(0xff << shift)) | (fp << shift) | (1 << s)
 }
 
-/// Whether a slot write is fenced at once or by the caller later.
+/// Whether a slot write is persisted at once, or flushed and fenced by
+/// the caller later (a rehash batch: it flushes the lines it filled after
+/// releasing them, then fences once).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Fence {
     Now,
@@ -798,8 +803,9 @@ impl Level {
     // ----- writing ---------------------------------------------------------------
 
     /// Writes `key`/`value` into free `slot` of a locked line and makes it
-    /// durable (`Fence::Now`), or only flushes it (`Fence::Later`: a rehash,
-    /// whose item stays valid in the interim level until the caller's fence).
+    /// durable (`Fence::Now`), or leaves the flush to the caller
+    /// (`Fence::Later`: a rehash, whose item stays valid in the interim
+    /// level until the caller's flush and fence).
     fn fill_slot(
         &self,
         line: u64,
@@ -822,7 +828,7 @@ impl Level {
         // #1): one flush and one fence per insert.
         match fence {
             Fence::Now => self.pool.persist_line(line),
-            Fence::Later => self.pool.flush(line, LINE as usize),
+            Fence::Later => {}
         }
     }
 
@@ -841,7 +847,14 @@ impl Level {
 
     /// Direct insert into the less-loaded of a level's candidate buckets.
     #[inline(always)]
-    fn try_direct(&self, l: &Lvl, h: (u64, u64), key: u64, value: u64, fence: Fence) -> bool {
+    fn try_direct(
+        &self,
+        l: &Lvl,
+        h: (u64, u64),
+        key: u64,
+        value: u64,
+        fence: Fence,
+    ) -> Option<u64> {
         let (c, nc) = Self::cands(l, h);
         loop {
             let (mut best, mut best_free) = (c[0], self.bucket_free(l, c[0]));
@@ -852,10 +865,10 @@ impl Level {
                 }
             }
             if best_free == 0 {
-                return false;
+                return None;
             }
-            if self.fill_bucket(l, best, key, value, fence) {
-                return true;
+            if let Some(line) = self.fill_bucket(l, best, key, value, fence) {
+                return Some(line);
             }
             // Another writer took the slots we saw free: look again.
         }
@@ -863,23 +876,23 @@ impl Level {
 
     /// Writes `key`/`value` into the first free slot of bucket `b` of
     /// level `l`, under that line's lock (`fill_slot`'s persist order);
-    /// false if the bucket has none.
+    /// the line written, `None` if the bucket has no free slot.
     #[inline(always)]
-    fn fill_bucket(&self, l: &Lvl, b: u64, key: u64, value: u64, fence: Fence) -> bool {
+    fn fill_bucket(&self, l: &Lvl, b: u64, key: u64, value: u64, fence: Fence) -> Option<u64> {
         for line in [l.bucket(b), l.bucket(b) + LINE] {
             let w = self.pool.words(line, 8);
             if free_count(w[W_HDR].load(Ordering::Relaxed)) == 0 {
                 continue;
             }
-            self.lock.lock(&w[W_LOCK]);
+            let held = self.lock.acquire(&w[W_LOCK]);
             if let Some(s) = free_slot(w[W_HDR].load(Ordering::Relaxed)) {
                 self.fill_slot(line, w, s, key, value, fence);
-                self.lock.unlock(&w[W_LOCK]);
-                return true;
+                self.lock.release(&w[W_LOCK], held);
+                return Some(line);
             }
-            self.lock.unlock(&w[W_LOCK]);
+            self.lock.release(&w[W_LOCK], held);
         }
-        false
+        None
     }
 
     /// Moves the item in (`src`, `slot`) to a free slot of bucket `dst_b` of
@@ -903,8 +916,8 @@ impl Level {
         let sw = self.pool.words(src, 8);
         let dw = self.pool.words(dline, 8);
         let (first, second) = if src < dline { (sw, dw) } else { (dw, sw) };
-        self.lock.lock(&first[W_LOCK]);
-        self.lock.lock(&second[W_LOCK]);
+        let held1 = self.lock.acquire(&first[W_LOCK]);
+        let held2 = self.lock.acquire(&second[W_LOCK]);
         let shdr = sw[W_HDR].load(Ordering::Relaxed);
         let ok = shdr & (1 << slot) != 0 && sw[w_key(slot)].load(Ordering::Relaxed) == item;
         let dslot = free_slot(dw[W_HDR].load(Ordering::Relaxed));
@@ -932,13 +945,13 @@ impl Level {
             // persist: the moved item's old slot is free and durable; the new
             // key goes in with the usual one-line order.
             self.fill_slot(src, sw, slot, key, value, Fence::Now);
-            self.lock.unlock(&second[W_LOCK]);
-            self.lock.unlock(&first[W_LOCK]);
+            self.lock.release(&second[W_LOCK], held2);
+            self.lock.release(&first[W_LOCK], held1);
             self.moves.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        self.lock.unlock(&second[W_LOCK]);
-        self.lock.unlock(&first[W_LOCK]);
+        self.lock.release(&second[W_LOCK], held2);
+        self.lock.release(&first[W_LOCK], held1);
         false
     }
 
@@ -983,13 +996,13 @@ impl Level {
     /// Places a new key in the top two levels; the level it landed in.
     fn place(&self, g: &Geo, h: (u64, u64), key: u64, value: u64) -> Option<usize> {
         let (top, bot) = (&g.lv[TOP], &g.lv[BOT]);
-        if self.try_direct(top, h, key, value, Fence::Now) {
+        if self.try_direct(top, h, key, value, Fence::Now).is_some() {
             return Some(TOP);
         }
         if self.try_move(top, top, true, h, key, value) {
             return Some(TOP);
         }
-        if self.try_direct(bot, h, key, value, Fence::Now) {
+        if self.try_direct(bot, h, key, value, Fence::Now).is_some() {
             return Some(BOT);
         }
         if self.try_move(bot, bot, true, h, key, value) {
@@ -1011,18 +1024,24 @@ impl Level {
     /// simulates (a shrink started by this handle follows the plan itself:
     /// [`place_planned`](Self::place_planned)).
     ///
-    /// A direct placement is flushed, not fenced: the rehash fences once
+    /// A direct placement is neither flushed nor fenced here: the level
+    /// it went to and its line, which the rehash flushes and fences once
     /// for a batch of items, before it clears their interim tokens. The
-    /// full algorithm's movements fence as they go (which also makes every
-    /// earlier flush durable).
-    fn place_rehash(&self, g: &Geo, h: (u64, u64), key: u64, value: u64) -> Option<usize> {
-        if self.try_direct(&g.lv[TOP], h, key, value, Fence::Later) {
-            return Some(TOP);
+    /// full algorithm's movements persist as they go (no line to flush).
+    fn place_rehash(
+        &self,
+        g: &Geo,
+        h: (u64, u64),
+        key: u64,
+        value: u64,
+    ) -> Option<(usize, Option<u64>)> {
+        if let Some(line) = self.try_direct(&g.lv[TOP], h, key, value, Fence::Later) {
+            return Some((TOP, Some(line)));
         }
-        if self.try_direct(&g.lv[BOT], h, key, value, Fence::Later) {
-            return Some(BOT);
+        if let Some(line) = self.try_direct(&g.lv[BOT], h, key, value, Fence::Later) {
+            return Some((BOT, Some(line)));
         }
-        self.place(g, h, key, value)
+        self.place(g, h, key, value).map(|level| (level, None))
     }
 
     /// Whether every item of the top level would find a slot by direct
@@ -1085,8 +1104,8 @@ impl Level {
     }
 
     /// Places an interim item in the bucket `code` names (see
-    /// [`shrink_plan`](Self::shrink_plan)); the level it went to. Flushed,
-    /// not fenced, like a rehash's direct placement. The plan guarantees a
+    /// [`shrink_plan`](Self::shrink_plan)); the level it went to and the
+    /// line to flush, like a rehash's direct placement. The plan guarantees a
     /// free slot; if none is found anyway the full algorithm places it.
     fn place_planned(
         &self,
@@ -1095,17 +1114,17 @@ impl Level {
         h: (u64, u64),
         key: u64,
         value: u64,
-    ) -> Option<usize> {
+    ) -> Option<(usize, Option<u64>)> {
         let level = if code & 2 == 0 { TOP } else { BOT };
         let l = &g.lv[level];
         let (c, _) = Self::cands(l, h);
         let b = c[(code & 1) as usize];
         // persist: the copy (item before its token, `fill_slot`) is
-        // flushed here and fenced by `rehash_batch` before the batch
-        // clears any interim token, because until that fence the interim
-        // copy is the durable one.
-        if self.fill_bucket(l, b, key, value, Fence::Later) {
-            return Some(level);
+        // flushed and fenced by `rehash_batch` before the batch clears any
+        // interim token, because until that fence the interim copy is the
+        // durable one.
+        if let Some(line) = self.fill_bucket(l, b, key, value, Fence::Later) {
+            return Some((level, Some(line)));
         }
         self.place_rehash(g, h, key, value)
     }
@@ -1162,7 +1181,7 @@ impl Level {
         &self,
         key: u64,
         h: (u64, u64),
-    ) -> Result<Option<(Loc, &[AtomicU64], engine::gate::Inside<'_>)>> {
+    ) -> Result<Option<(Loc, Held<'_>, engine::gate::Inside<'_>)>> {
         loop {
             // Look before taking the gate, so the misses overlap the previous
             // operation's persist; then check the geometry did not change.
@@ -1173,8 +1192,8 @@ impl Level {
             if self.geo_ver.load(Ordering::Acquire) != gv {
                 continue;
             }
-            if let Some(w) = self.lock_at(&loc, key) {
-                return Ok(Some((loc, w, gate)));
+            if let Some(held) = self.lock_at(&loc, key) {
+                return Ok(Some((loc, held, gate)));
             }
         }
     }
@@ -1189,15 +1208,15 @@ impl Level {
     }
 
     /// Locks the line of `loc` and checks that it still holds `key`; the
-    /// words on success (line left locked).
-    fn lock_at(&self, loc: &Loc, key: u64) -> Option<&[AtomicU64]> {
+    /// words and the held lock word on success (line left locked).
+    fn lock_at(&self, loc: &Loc, key: u64) -> Option<Held<'_>> {
         let w = self.pool.words(loc.line, 8);
-        self.lock.lock(&w[W_LOCK]);
+        let held = self.lock.acquire(&w[W_LOCK]);
         let hdr = w[W_HDR].load(Ordering::Relaxed);
         if hdr & (1 << loc.slot) != 0 && w[w_key(loc.slot)].load(Ordering::Relaxed) == key {
-            Some(w)
+            Some((w, held))
         } else {
-            self.lock.unlock(&w[W_LOCK]);
+            self.lock.release(&w[W_LOCK], held);
             None
         }
     }
@@ -1485,6 +1504,10 @@ impl Level {
         // Bit i: interim slot `slot_id` i is placed (or had a copy already).
         let mut done = [0u64; BATCH_SLOTS.div_ceil(64)];
         let mut failed = None;
+        // The lines of the direct placements, flushed after the loop: a
+        // line lock taken after a `clwb` would wait for its write-back.
+        let mut flush = [0u64; BATCH_SLOTS];
+        let mut nf = 0;
         for &(slot_id, k, v, h) in &items[..n] {
             // An item whose copy already sits in the top two levels was
             // being rehashed when a crash hit (the paper's I_first rule,
@@ -1501,7 +1524,11 @@ impl Level {
                 None => self.place_rehash(g, h, k, v),
             };
             match placed {
-                Some(level) => {
+                Some((level, line)) => {
+                    if let Some(line) = line {
+                        flush[nf] = line;
+                        nf += 1;
+                    }
                     self.counts[level].add(1);
                     done[slot_id as usize / 64] |= 1 << (slot_id % 64);
                 }
@@ -1511,28 +1538,46 @@ impl Level {
                 }
             }
         }
-        // persist: the copies above before the interim tokens below.
+        // persist: the copies above (flushed here, or persisted by their
+        // movements) before the interim tokens below.
+        for &line in &flush[..nf] {
+            self.pool.flush(line, LINE as usize);
+        }
         self.pool.fence();
-        let mut cleared = 0;
+        // The interim lines to clear, each with its rehashed slots.
+        let mut lines = [(0u64, 0u64, 0u64); 2 * REHASH_BATCH as usize];
+        let mut nl = 0;
         for b in range.clone() {
             for (half, line) in [il.bucket(b), il.bucket(b) + LINE].into_iter().enumerate() {
                 let base = ((b - range.start) * 2 + half as u64) * SLOTS_PER_LINE as u64;
                 let mask = (0..SLOTS_PER_LINE as u64)
                     .filter(|s| done[((base + s) / 64) as usize] & (1 << ((base + s) % 64)) != 0)
                     .fold(0u64, |m, s| m | 1 << s);
-                if mask == 0 {
-                    continue;
+                if mask != 0 {
+                    lines[nl] = (line, mask, 0);
+                    nl += 1;
                 }
-                let w = self.pool.words(line, 8);
-                self.lock.lock(&w[W_LOCK]);
-                let hdr = w[W_HDR].load(Ordering::Relaxed);
-                // persist: one 8-byte store clears the line's rehashed
-                // tokens; flushed here, fenced once for the batch below.
-                w[W_HDR].store(hdr & !mask, Ordering::Release);
-                self.pool.flush(line, LINE as usize);
-                self.lock.unlock(&w[W_LOCK]);
-                cleared += mask.count_ones() as i64;
             }
+        }
+        // All the lines are locked (in address order) before the first
+        // `clwb`: a locked instruction waits for every earlier `clwb`, so
+        // locking each line after the previous line's flush would wait
+        // for one write-back per line.
+        for (line, _, held) in &mut lines[..nl] {
+            *held = self.lock.acquire(&self.pool.words(*line, 1)[W_LOCK]);
+        }
+        let mut cleared = 0;
+        for &(line, mask, _) in &lines[..nl] {
+            let w = self.pool.words(line, 8);
+            let hdr = w[W_HDR].load(Ordering::Relaxed);
+            // persist: one 8-byte store clears the line's rehashed
+            // tokens; flushed here, fenced once for the batch below.
+            w[W_HDR].store(hdr & !mask, Ordering::Release);
+            self.pool.flush(line, LINE as usize);
+            cleared += mask.count_ones() as i64;
+        }
+        for &(line, _, held) in &lines[..nl] {
+            self.lock.release(&self.pool.words(line, 1)[W_LOCK], held);
         }
         self.pool.fence();
         self.move_end();
@@ -1733,7 +1778,7 @@ impl Engine for Level {
     fn update(&self, key: u64, value: u64) -> Result<bool> {
         let h = self.hashes(key);
         {
-            let Some((loc, w, gate)) = self.lock_found(key, h)? else {
+            let Some((loc, (w, held), gate)) = self.lock_found(key, h)? else {
                 return Ok(false);
             };
             let hdr = w[W_HDR].load(Ordering::Relaxed);
@@ -1777,7 +1822,7 @@ impl Engine for Level {
                 self.pool.fence();
                 self.logged_updates.fetch_add(1, Ordering::Relaxed);
             }
-            self.lock.unlock(&w[W_LOCK]);
+            self.lock.release(&w[W_LOCK], held);
             drop(gate);
         }
         Ok(true)
@@ -1785,7 +1830,7 @@ impl Engine for Level {
 
     fn remove(&self, key: u64) -> Result<bool> {
         let h = self.hashes(key);
-        let Some((loc, w, gate)) = self.lock_found(key, h)? else {
+        let Some((loc, (w, held), gate)) = self.lock_found(key, h)? else {
             return Ok(false);
         };
         let hdr = w[W_HDR].load(Ordering::Relaxed);
@@ -1794,7 +1839,9 @@ impl Engine for Level {
         // The line stays locked until it is durable, so no reader acts on a
         // delete a crash could undo (CRASH-PATTERNS #6).
         self.pool.persist_line(loc.line);
-        self.lock.unlock(&w[W_LOCK]);
+        // The release is a store computed from the held word: a load of
+        // the line just written back would wait for a cache miss.
+        self.lock.release(&w[W_LOCK], held);
         // The count changes inside the gate, so a resize never relabels
         // the levels between the delete and its count. Leaving the gate is
         // a plain store: nothing after the fence holds back the next

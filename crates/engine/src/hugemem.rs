@@ -99,13 +99,7 @@ impl HugeWords {
         // SAFETY: [start, end) lies inside this array's mapping (checked
         // above: whole pages within words [from, to) of `len`). The words
         // are atomics and stay mapped: any later load reads zero.
-        unsafe {
-            libc::madvise(
-                start as *mut libc::c_void,
-                end - start,
-                libc::MADV_DONTNEED,
-            )
-        };
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
         end - start
     }
 }
@@ -171,7 +165,11 @@ mod tests {
         let first = 1000usize.next_multiple_of(512);
         let last = 300_000 / 512 * 512;
         for (i, x) in w.iter().enumerate() {
-            let want = if (first..last).contains(&i) { 0 } else { i as u64 + 1 };
+            let want = if (first..last).contains(&i) {
+                0
+            } else {
+                i as u64 + 1
+            };
             assert_eq!(x.load(Ordering::Relaxed), want, "word {i}");
         }
         assert_eq!(w.discard(10, 5), 0);

@@ -817,4 +817,3 @@ mod tests {
         assert_eq!(ix.len(), 100);
     }
 }
-

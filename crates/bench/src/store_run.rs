@@ -324,7 +324,8 @@ fn clean_reopen(dir: &StoreDir, opts: &Options, len: u64) -> Result<f64, String>
             st.opened_from, st.keys
         ));
     }
-    s.close().map_err(|e| format!("close after reopen: {e}"))?;
+    s.close_and_free()
+        .map_err(|e| format!("close after reopen: {e}"))?;
     Ok(st.open_ms)
 }
 
@@ -362,8 +363,12 @@ pub(crate) fn run_one(
     let m = runner::measure(&target, cfg, workload, threads, inputs, rep)?;
     let stats = target.store.stats();
     let scans = target.scans.load(Ordering::Relaxed);
-    target.store.close().map_err(|e| format!("close: {e}"))?;
-    drop(target);
+    // The store's owner is done with it: its index is freed as its image
+    // is written.
+    target
+        .store
+        .close_and_free()
+        .map_err(|e| format!("close: {e}"))?;
     let mut r = runner::new_result(spec.name, workload, threads, cfg.keys, m);
     if matches!(mode, pmem::Mode::Mapped | pmem::Mode::Dax) {
         r.reopen_ms = Some(clean_reopen(&dir, &opts, r.len_after)?);

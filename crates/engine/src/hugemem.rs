@@ -79,6 +79,29 @@ impl HugeWords {
     pub fn is_mapped(&self) -> bool {
         self.map.is_some()
     }
+
+    /// Gives the pages lying wholly inside words `[from, to)` back to the
+    /// system (`madvise(MADV_DONTNEED)`): they read zero afterwards and
+    /// take memory again only when written. For a part of the array its
+    /// owner is done with while the rest is in use. Only a mapped array's
+    /// pages are given back; returns the bytes given back.
+    pub fn discard(&self, from: usize, to: usize) -> usize {
+        if self.map.is_none() || from >= to || to > self.len {
+            return 0;
+        }
+        let page = 4096usize;
+        let base = self.ptr.as_ptr() as usize;
+        let start = (base + from * 8).next_multiple_of(page);
+        let end = (base + to * 8) / page * page;
+        if end <= start {
+            return 0;
+        }
+        // SAFETY: [start, end) lies inside this array's mapping (checked
+        // above: whole pages within words [from, to) of `len`). The words
+        // are atomics and stay mapped: any later load reads zero.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        end - start
+    }
 }
 
 impl Deref for HugeWords {
@@ -125,5 +148,32 @@ mod tests {
                 assert_eq!(w.as_ptr() as usize % HUGE, 0);
             }
         }
+    }
+
+    #[test]
+    fn discarded_pages_read_zero_and_the_rest_is_kept() {
+        let n = (4 << 20) / 8;
+        let w = HugeWords::zeroed(n);
+        for (i, x) in w.iter().enumerate() {
+            x.store(i as u64 + 1, Ordering::Relaxed);
+        }
+        // Words 1000..300_000: the whole pages inside go, the partial
+        // pages at both ends stay.
+        let gone = w.discard(1000, 300_000);
+        assert_eq!(gone % 4096, 0);
+        assert!(gone > 2 << 20, "{gone} bytes given back");
+        let first = 1000usize.next_multiple_of(512);
+        let last = 300_000 / 512 * 512;
+        for (i, x) in w.iter().enumerate() {
+            let want = if (first..last).contains(&i) {
+                0
+            } else {
+                i as u64 + 1
+            };
+            assert_eq!(x.load(Ordering::Relaxed), want, "word {i}");
+        }
+        assert_eq!(w.discard(10, 5), 0);
+        assert_eq!(w.discard(0, n + 1), 0);
+        assert_eq!(HugeWords::zeroed(1000).discard(0, 1000), 0, "heap array");
     }
 }

@@ -123,6 +123,7 @@ pub struct Reservation {
     size: u64,
     lane: usize,
     block: Block,
+    zeroed: bool,
 }
 
 impl Reservation {
@@ -133,6 +134,14 @@ impl Reservation {
     /// Usable bytes (at least what was asked).
     pub fn size(&self) -> u64 {
         self.size
+    }
+    /// Whether every byte of the block reads zero: an extent taken wholly
+    /// from chunks no block has used since this `Pool` was created or grew
+    /// into them (above the heap's high-water mark). `false` for reused
+    /// space, for run slots, and for everything a pool held when it was
+    /// opened (the mark is not persisted; see `LargeState::fresh`).
+    pub fn is_zeroed(&self) -> bool {
+        self.zeroed
     }
 }
 
@@ -168,6 +177,15 @@ struct ClassState {
 struct LargeState {
     free: BTreeMap<u64, u64>,
     total: u64,
+    /// High-water mark: chunks at and above it have never been part of a
+    /// run or an extent since the pool file was made, so they read zero
+    /// except for the 8-byte free head `take_chunks` writes at the start
+    /// of the remainder it leaves (always at the mark itself, where the
+    /// next extent's header goes, never inside a payload). `Pool::create`
+    /// sets it to 1 (a new file is zero); an open sets it to the pool's
+    /// size, because a crash leaves no record of which free chunks were
+    /// written, and growth adds chunks above it. Kept in DRAM only.
+    fresh: u64,
 }
 
 pub(crate) struct Heap {
@@ -177,6 +195,8 @@ pub(crate) struct Heap {
     in_use: AtomicU64,
     blocks: AtomicU64,
     recovered: AtomicU64,
+    /// Bytes `Pool::zero_release` has zeroed (read by `Pool::zeroed_bytes`).
+    pub(crate) zeroed: AtomicU64,
 }
 
 fn mix(mut z: u64) -> u64 {
@@ -315,6 +335,7 @@ impl Heap {
             in_use: AtomicU64::new(0),
             blocks: AtomicU64::new(0),
             recovered: AtomicU64::new(0),
+            zeroed: AtomicU64::new(0),
         }
     }
 
@@ -389,7 +410,13 @@ impl Heap {
         if let Some((s, m)) = last_free {
             free.insert(s, m);
         }
-        *self.large.lock().expect("heap lock") = LargeState { free, total };
+        // Everything the pool holds now may have been written: only space
+        // taken from growth counts as fresh (`Pool::create` lowers it).
+        *self.large.lock().expect("heap lock") = LargeState {
+            free,
+            total,
+            fresh: total,
+        };
         for (slot, st) in self.classes.iter().zip(classes) {
             *slot.lock().expect("class lock") = st;
         }
@@ -555,12 +582,22 @@ impl Heap {
         self.release_lane(lane);
     }
 
+    /// Marks the heap of a just-created pool (a zero-filled file) as never
+    /// used past its metadata chunk.
+    pub(crate) fn mark_all_fresh(&self) {
+        self.large.lock().expect("heap lock").fresh = 1;
+    }
+
     /// Takes `n` contiguous free chunks, growing the pool if allowed. The
     /// caller holds the large lock. Persists the remainder's free header.
-    fn take_chunks(&self, pool: &Pool, large: &mut LargeState, n: u64) -> Result<u64> {
+    /// Returns the first chunk and whether all `n` lay above the
+    /// high-water mark (never used: they read zero past their chunk word).
+    fn take_chunks(&self, pool: &Pool, large: &mut LargeState, n: u64) -> Result<(u64, bool)> {
         loop {
             if let Some((&start, &len)) = large.free.iter().find(|(_, &len)| len >= n) {
                 large.free.remove(&start);
+                let fresh = start >= large.fresh;
+                large.fresh = large.fresh.max(start + n);
                 if len > n {
                     let rest = start + n;
                     // persist: the remainder's free head before the taken
@@ -569,7 +606,7 @@ impl Heap {
                     pool.persist(rest * CHUNK, 8);
                     large.free.insert(rest, len - n);
                 }
-                return Ok(start);
+                return Ok((start, fresh));
             }
             // A free range at the end of the pool joins the grown space.
             let tail = match large.free.iter().next_back() {
@@ -643,7 +680,7 @@ impl Heap {
         // A new run: zero its bitmap, then make the chunk a run.
         let chunk = {
             let mut large = self.large.lock().expect("heap lock");
-            self.take_chunks(pool, &mut large, 1)?
+            self.take_chunks(pool, &mut large, 1)?.0
         };
         let (nslots, first) = run_geometry(class);
         let base = chunk * CHUNK;
@@ -760,15 +797,15 @@ impl Pool {
         let heap = &self.heap;
         let lane = heap.acquire_lane();
         let block = match class_of(size) {
-            Some(class) => heap.pick_slot(self, class),
+            Some(class) => heap.pick_slot(self, class).map(|b| (b, false)),
             None => {
                 let n = (size + 64).div_ceil(CHUNK);
                 let mut large = heap.large.lock().expect("heap lock");
                 heap.take_chunks(self, &mut large, n)
-                    .map(|chunk| Block::Extent { chunk, n })
+                    .map(|(chunk, fresh)| (Block::Extent { chunk, n }, fresh))
             }
         };
-        let block = match block {
+        let (block, zeroed) = match block {
             Ok(b) => b,
             Err(e) => {
                 heap.release_lane(lane);
@@ -796,6 +833,7 @@ impl Pool {
             size: usable,
             lane,
             block,
+            zeroed,
         })
     }
 

@@ -342,6 +342,7 @@ impl Pool {
         pool.write(0, &id_bytes);
         pool.persist(0, SLOT_OFFSET + SLOT_LEN);
         pool.heap.rebuild(&pool)?;
+        pool.heap.mark_all_fresh();
         pool.sync()?;
         Ok(pool)
     }
@@ -1081,6 +1082,7 @@ impl Pool {
     /// writable open backs every hole before mapping the file).
     pub fn zero_release(&self, off: u64, len: usize) -> Result<()> {
         self.bounds(off, len);
+        self.heap.zeroed.fetch_add(len as u64, Ordering::Relaxed);
         let page = 4096u64;
         let start = round_up(off, page);
         let end = (off + len as u64) / page * page;
@@ -1099,6 +1101,13 @@ impl Pool {
         self.zero_nt(off, (start - off) as usize);
         self.zero_nt(end, (off + len as u64 - end) as usize);
         Ok(())
+    }
+
+    /// Bytes [`zero_release`](Self::zero_release) has been asked to zero
+    /// since this `Pool` was made (a block [`Reservation::is_zeroed`](crate::Reservation::is_zeroed) says
+    /// reads zero needs none).
+    pub fn zeroed_bytes(&self) -> u64 {
+        self.heap.zeroed.load(Ordering::Relaxed)
     }
 
     /// Zeroes `[off, off+len)` (whole lines) with non-temporal stores: no

@@ -328,26 +328,32 @@ impl Nlog {
             self.extent_size as usize,
             node,
         );
-        // Zeroed without touching its pages where the pool file allows
-        // (`zero_release`: a hole punched and reserved again), so a file's
-        // unwritten rest takes no memory of this process until it is
-        // written; elsewhere with non-temporal stores (8 MB of zeros through
-        // the cache would evict a quarter of a 32 MiB L3 and need a flush
-        // per line). On an error the block stays reserved and unlinked: the
-        // next open frees it (and backs any hole first).
-        if let Err(e) = pool.zero_release(off, self.extent_size as usize) {
-            self.free_slots.lock().expect("slots lock").push(slot);
-            return Err(e.into());
+        // A block from never-used pool space already reads zero
+        // (`is_zeroed`: above the allocator's high-water mark, whose pages
+        // the file system reserved when the pool was made or grew), so it
+        // needs no zeroing and its pages join this process only when
+        // written. A reused block is zeroed without touching its pages
+        // where the pool file allows (`zero_release`: a hole punched and
+        // reserved again); elsewhere with non-temporal stores (8 MB of
+        // zeros through the cache would evict a quarter of a 32 MiB L3 and
+        // need a flush per line). On an error the block stays reserved and
+        // unlinked: the next open frees it (and backs any hole first).
+        if !r.is_zeroed() {
+            if let Err(e) = pool.zero_release(off, self.extent_size as usize) {
+                self.free_slots.lock().expect("slots lock").push(slot);
+                return Err(e.into());
+            }
         }
         let head = [EXT_MAGIC, node as u64 | ((cluster as u64) << 32), seq, slot];
         for (i, w) in head.iter().enumerate() {
             pool.store_u64(off + 8 * i as u64, *w);
         }
         pool.store_u64(off + X_CHECK, words_crc(&head) as u64);
-        // persist: the zeroed file (the hole, in the file once
-        // `zero_release` returned, and non-temporal stores, ordered by this
-        // fence) and its header before the table links it (F11): a linked
-        // file never holds garbage where entries go.
+        // persist: the zeroed file (zero since the file system backed it,
+        // for a fresh block; the hole, in the file once `zero_release`
+        // returned, and non-temporal stores, ordered by this fence, for a
+        // reused one) and its header before the table links it (F11): a
+        // linked file never holds garbage where entries go.
         pool.persist(off, X_DATA as usize);
         pool.store_u64(owner, off);
         // persist: the link before commit (allocator protocol).

@@ -817,6 +817,47 @@ impl PointMap {
         tab.for_each(&mut |h, word, _| f(h, word & !TAG_BITS));
     }
 
+    /// Empties shard `i` and frees its table: a one-bucket empty table
+    /// takes its place, and the old one is freed once no pin can reach it
+    /// (this waits for every pinned operation: never call it while holding
+    /// a pin). For a close that is done with the map (the index image
+    /// written from this shard); a later get or put on the shard works on
+    /// the empty table.
+    pub fn release_shard(&self, i: usize) {
+        let (words, from, to) = {
+            let mut c = self.writers[i].counts.lock();
+            let p = self.epochs.pin();
+            let (old, tab) = self.table(i, &p);
+            let span = (
+                tab.words.clone(),
+                tab.base,
+                tab.base + tab.len() * BUCKET_WORDS,
+            );
+            let new = Table::new(1);
+            let hint = new.hint();
+            let new = Box::into_raw(Box::new(new));
+            // As `rebuild` publishes a table: the table, then its hint.
+            self.tables[i].store(new, Ordering::Release);
+            self.hints[i].store(hint.0, Ordering::Release);
+            // `old` is unlinked (the lock keeps every writer out): only
+            // pins taken before can reach it, and `collect` waits for them.
+            self.retired
+                .lock()
+                .expect("retired tables")
+                .push(Retired(old));
+            *c = Counts { live: 0, used: 0 };
+            self.writers[i].live.store(0, Ordering::Relaxed);
+            span
+        };
+        self.collect();
+        // No pin reaches the old table now. Its words may be one part of
+        // an array every shard's first table shares (`with_capacity`),
+        // freed only with the last of them: its pages go back now.
+        if Arc::strong_count(&words) > 1 {
+            words.discard(from, to);
+        }
+    }
+
     /// Live keys (a sum over the shards' counts: no walk).
     pub fn len(&self) -> usize {
         self.writers

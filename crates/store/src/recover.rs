@@ -659,7 +659,14 @@ const IMAGE_CHUNK: usize = 4 << 20;
 /// more at 10M 8-byte keys and values). If the bound cannot be reserved,
 /// or the walk outgrows it (dead-byte accounting off after a repair, say),
 /// the records are gathered in DRAM chunks and written after.
-pub(crate) fn write_image(s: &Inner) -> Result<()> {
+///
+/// `release`: the close owns the store and frees the DRAM point index shard
+/// by shard as its records are written ([`Index::drain_each`]); the walk
+/// then cannot be repeated, so an image that outgrows its block is given
+/// up (the next open scans the log) instead of gathered again.
+///
+/// [`Index::drain_each`]: crate::index::Index::drain_each
+pub(crate) fn write_image(s: &Inner, release: bool) -> Result<()> {
     let pool = &s.pool;
     let head = image_head(s);
     let live: u64 = s
@@ -692,7 +699,7 @@ pub(crate) fn write_image(s: &Inner) -> Result<()> {
                 }
                 st.clear();
             };
-            let keys = image_records(s, |rec| {
+            let keys = image_records(s, release, |rec| {
                 if !fits {
                     return;
                 }
@@ -705,13 +712,18 @@ pub(crate) fn write_image(s: &Inner) -> Result<()> {
             if fits {
                 let len = at - off;
                 link_image(s, r, head, keys, len, crc)
+            } else if release {
+                // Nothing links the block: returned as it is. The index is
+                // gone: no image, and the next open scans the log.
+                pool.cancel(r);
+                Ok(())
             } else {
                 // Nothing links the block: returned as it is.
                 pool.cancel(r);
-                write_image_gathered(s, head)
+                write_image_gathered(s, head, release)
             }
         }
-        Err(pmem::Error::OutOfSpace(_)) => write_image_gathered(s, head),
+        Err(pmem::Error::OutOfSpace(_)) => write_image_gathered(s, head, release),
         Err(e) => Err(e.into()),
     }
 }
@@ -746,14 +758,14 @@ fn image_head(s: &Inner) -> Vec<u8> {
 }
 
 /// Walks the index and hands each key's record to `out`; returns the
-/// number of records.
-fn image_records(s: &Inner, mut out: impl FnMut(&[u8])) -> u64 {
+/// number of records (`release`: see [`write_image`]).
+fn image_records(s: &Inner, release: bool, mut out: impl FnMut(&[u8])) -> u64 {
     let mut keys = 0u64;
     let inlines = s.index.inlines();
     let mut vbuf = Vec::new();
     let mut rec: Vec<u8> = Vec::new();
     let put = |b: &mut Vec<u8>, w: u64| b.extend_from_slice(&w.to_le_bytes());
-    s.index.for_each(|k, va| {
+    let record = |k: &[u8], va: u64| {
         // The key was just read from this entry: its header is in cache.
         let val = (inlines && k.len() == 8)
             .then(|| s.log.header(vaddr_off(va)))
@@ -776,7 +788,12 @@ fn image_records(s: &Inner, mut out: impl FnMut(&[u8])) -> u64 {
         }
         out(&rec);
         keys += 1;
-    });
+    };
+    if release {
+        s.index.drain_each(record);
+    } else {
+        s.index.for_each(record);
+    }
     keys
 }
 
@@ -821,10 +838,10 @@ fn link_image(
 /// the block is then reserved at the image's exact length. (One buffer
 /// grown by doubling held up to three times the records' size while it
 /// copied.)
-fn write_image_gathered(s: &Inner, head: Vec<u8>) -> Result<()> {
+fn write_image_gathered(s: &Inner, head: Vec<u8>, release: bool) -> Result<()> {
     let pool = &s.pool;
     let mut chunks: Vec<Vec<u8>> = vec![Vec::with_capacity(IMAGE_CHUNK)];
-    let keys = image_records(s, |rec| {
+    let keys = image_records(s, release, |rec| {
         let last = chunks.last_mut().expect("one chunk at least");
         if last.len() + rec.len() <= last.capacity() {
             last.extend_from_slice(rec);

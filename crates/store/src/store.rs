@@ -1061,6 +1061,18 @@ impl Store {
     /// Clean shutdown: writes the index image so the next open skips the
     /// log scan, then marks the pool clean. The store refuses writes after.
     pub fn close(&self) -> Result<()> {
+        self.close_with(false)
+    }
+
+    /// [`close`](Self::close) for an owner that is done with the store: the
+    /// DRAM point index is freed shard by shard as the image is written,
+    /// so the close never holds the whole index and the whole image at
+    /// once (at 10M 8-byte keys: 512 MiB of index, 305 of image).
+    pub fn close_and_free(self) -> Result<()> {
+        self.close_with(true)
+    }
+
+    fn close_with(&self, release: bool) -> Result<()> {
         self.stop_background();
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -1073,7 +1085,7 @@ impl Store {
             // The engine's clean close is the store's: nothing to rebuild.
             crate::index::Point::Engine(p) => p.engine.close()?,
             crate::index::Point::Dram(..) => {
-                crate::recover::write_image(&self.inner)?;
+                crate::recover::write_image(&self.inner, release)?;
                 self.inner.pool.close()?;
             }
         }

@@ -664,21 +664,8 @@ impl Index {
     /// each key from its entry: one shard's pairs at a time, with the log
     /// pinned from before they are listed until `f` has seen them (`f`
     /// must not wait for GC).
-    pub fn for_each(&self, mut f: impl FnMut(&[u8], u64)) {
-        match &self.point {
-            Point::Dram(m, keys) => {
-                let mut kbuf = Vec::new();
-                for i in 0..m.shards() {
-                    let _p = keys.pin();
-                    m.for_shard(i, |h, va| {
-                        if keys.read(va, &mut kbuf) && key_hash(&kbuf) == h {
-                            f(&kbuf, va);
-                        }
-                    });
-                }
-            }
-            Point::Engine(p) => p.for_each(&mut f),
-        }
+    pub fn for_each(&self, f: impl FnMut(&[u8], u64)) {
+        self.walk(f, false);
     }
 
     /// [`for_each`](Self::for_each) for a close that is done with the
@@ -686,7 +673,15 @@ impl Index {
     /// seen its pairs, so the index shrinks while the caller's image of it
     /// grows (at 10M keys the index is 512 MiB and the image 305). The
     /// caller must own the store: the index is empty afterwards.
-    pub fn drain_each(&self, mut f: impl FnMut(&[u8], u64)) {
+    pub fn drain_each(&self, f: impl FnMut(&[u8], u64)) {
+        self.walk(f, true);
+    }
+
+    /// [`for_each`], and with `release` [`drain_each`].
+    ///
+    /// [`for_each`]: Self::for_each
+    /// [`drain_each`]: Self::drain_each
+    fn walk(&self, mut f: impl FnMut(&[u8], u64), release: bool) {
         match &self.point {
             Point::Dram(m, keys) => {
                 let mut kbuf = Vec::new();
@@ -699,12 +694,17 @@ impl Index {
                             }
                         });
                     }
-                    m.release_shard(i);
-                    if i % 64 == 63 {
-                        give_back_freed_memory();
+                    // No pin is held here: the release waits for pins.
+                    if release {
+                        m.release_shard(i);
+                        if i % 64 == 63 {
+                            give_back_freed_memory();
+                        }
                     }
                 }
-                give_back_freed_memory();
+                if release {
+                    give_back_freed_memory();
+                }
             }
             Point::Engine(p) => p.for_each(&mut f),
         }

@@ -779,21 +779,28 @@ impl PointMap {
         let buckets = ((want as f64 / REBUILT_LOAD) as usize).div_ceil(SLOTS);
         let new = Table::new(buckets.max(tab.len() / 2));
         tab.for_each(&mut |h, word, val| new.place(h, word, val));
+        let new = self.install(i, new, old);
+        // SAFETY: `new` is the shard's table now; a later replacement is
+        // freed only after every pin from before it, `p` included, is gone.
+        unsafe { &*new }
+    }
+
+    /// Publishes `new` as shard `i`'s table in place of `old` and retires
+    /// `old`; the caller holds the shard's lock, so no other writer can
+    /// reach `old` after this, only pins taken before (which `collect`
+    /// waits for). Returns the new table.
+    fn install(&self, i: usize, new: Table, old: *mut Table) -> *mut Table {
         let hint = new.hint();
         let new = Box::into_raw(Box::new(new));
         // The hint is a table pointer too (`get8` reads through it): its
-        // release publishes the filled table.
+        // release publishes the filled table, so the table goes first.
         self.tables[i].store(new, Ordering::Release);
         self.hints[i].store(hint.0, Ordering::Release);
-        // `old` is unlinked (the lock keeps every other writer out): only
-        // pins taken before can reach it, and `collect` waits for them.
         self.retired
             .lock()
             .expect("retired tables")
             .push(Retired(old));
-        // SAFETY: `new` is the shard's table now; a later replacement is
-        // freed only after every pin from before it, `p` included, is gone.
-        unsafe { &*new }
+        new
     }
 
     /// Removes the key (`h`, `who`). True if it was present.
@@ -833,18 +840,7 @@ impl PointMap {
                 tab.base,
                 tab.base + tab.len() * BUCKET_WORDS,
             );
-            let new = Table::new(1);
-            let hint = new.hint();
-            let new = Box::into_raw(Box::new(new));
-            // As `rebuild` publishes a table: the table, then its hint.
-            self.tables[i].store(new, Ordering::Release);
-            self.hints[i].store(hint.0, Ordering::Release);
-            // `old` is unlinked (the lock keeps every writer out): only
-            // pins taken before can reach it, and `collect` waits for them.
-            self.retired
-                .lock()
-                .expect("retired tables")
-                .push(Retired(old));
+            self.install(i, Table::new(1), old);
             *c = Counts { live: 0, used: 0 };
             self.writers[i].live.store(0, Ordering::Relaxed);
             span

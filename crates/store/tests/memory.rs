@@ -291,6 +291,18 @@ fn the_open_unmaps_its_check_before_loading() {
     s.close().expect("close");
 }
 
+/// Opens the store at `dir` after a clean close: it must load the image
+/// and hold the `n` keys `fill` put (every `step`-th one is read back).
+fn reopen_from_image(dir: &Path, n: u64, step: usize) -> Store {
+    let s = Store::open(dir, opts(4 * MIB, 1024)).expect("reopen");
+    assert_eq!(s.stats().opened_from, "image");
+    assert_eq!(s.len(), n);
+    for i in (0..n).step_by(step) {
+        assert_eq!(s.get(&key(i)).expect("get"), Some(i.to_le_bytes().to_vec()));
+    }
+    s
+}
+
 #[test]
 fn a_close_that_frees_the_index_never_holds_it_beside_the_image() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -326,12 +338,7 @@ fn a_close_that_frees_the_index_never_holds_it_beside_the_image() {
         index / MIB,
         image / MIB
     );
-    let s = Store::open(&dir.0, opts(4 * MIB, 1024)).expect("reopen");
-    assert_eq!(s.stats().opened_from, "image");
-    assert_eq!(s.len(), n);
-    for i in (0..n).step_by(997) {
-        assert_eq!(s.get(&key(i)).expect("get"), Some(i.to_le_bytes().to_vec()));
-    }
+    let s = reopen_from_image(&dir.0, n, 997);
     // Loaded from the image, the index is one array every shard's table
     // is a part of: each part's pages go back as its shard is written.
     // This close also reads every key from the log (not mapped since the
@@ -353,11 +360,6 @@ fn a_close_that_frees_the_index_never_holds_it_beside_the_image() {
         image / MIB,
         index / MIB
     );
-    let s = Store::open(&dir.0, opts(4 * MIB, 1024)).expect("reopen");
-    assert_eq!(s.stats().opened_from, "image");
-    assert_eq!(s.len(), n);
-    for i in (0..n).step_by(991) {
-        assert_eq!(s.get(&key(i)).expect("get"), Some(i.to_le_bytes().to_vec()));
-    }
+    let s = reopen_from_image(&dir.0, n, 991);
     s.close().expect("close");
 }

@@ -103,13 +103,7 @@ impl LineLock {
     /// Releases the line; readers that saw the old version retry.
     #[inline]
     pub fn unlock(&self, word: &AtomicU64) {
-        let w = word.load(Ordering::Relaxed);
-        let v = self.version(w);
-        debug_assert!(v & 1 == 1, "unlock of a line not held");
-        word.store(
-            (self.epoch << EPOCH_SHIFT) | ((v + 1) & VERSION_MASK),
-            Ordering::Release,
-        );
+        self.release(word, word.load(Ordering::Relaxed));
     }
 
     /// Releases a line taken by [`acquire`](Self::acquire), whose `held`

@@ -159,7 +159,7 @@ impl Spill {
 
 pub struct Heads {
     shift: u32,
-    chunks: Box<[OnceLock<Box<[Head; CHUNK]>>]>,
+    chunks: Box<[OnceLock<Box<[Head]>>]>,
 }
 
 impl Heads {
@@ -178,23 +178,9 @@ impl Heads {
     #[inline]
     pub fn get(&self, seg: u64) -> &[AtomicU64; HEAD_WORDS] {
         let i = (seg >> self.shift) as usize;
-        let cell = &self.chunks[i / CHUNK];
-        // A chunk is allocated once, by the first touch of any head in it;
-        // every later call takes the branch above the cold one.
-        let chunk = match cell.get() {
-            Some(c) => c,
-            None => Self::fill(cell),
-        };
+        let chunk =
+            self.chunks[i / CHUNK].get_or_init(|| (0..CHUNK).map(|_| Head::default()).collect());
         &chunk[i % CHUNK].0
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn fill(cell: &OnceLock<Box<[Head; CHUNK]>>) -> &Box<[Head; CHUNK]> {
-        cell.get_or_init(|| {
-            let v: Box<[Head]> = (0..CHUNK).map(|_| Head::default()).collect();
-            v.try_into().unwrap_or_else(|_| unreachable!("CHUNK heads"))
-        })
     }
 
     /// DRAM bytes allocated.

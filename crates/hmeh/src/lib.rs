@@ -603,20 +603,13 @@ impl Hmeh {
     /// The segment the current directory names for `h`.
     #[inline]
     fn locate(&self, h: u64) -> (&Dir, u64) {
-        let (d, _, s) = self.locate_at(h);
-        (d, s)
-    }
-
-    /// [`locate`](Self::locate) with the entry's index in the directory.
-    #[inline]
-    fn locate_at(&self, h: u64) -> (&Dir, usize, u64) {
         let d = self.dir.current();
         let i = d.index(h);
         let s = d.load(i);
         if s != 0 {
-            (d, i, s)
+            (d, s)
         } else {
-            (d, i, self.dir.resolve(d, i))
+            (d, self.dir.resolve(d, i))
         }
     }
 
@@ -672,104 +665,75 @@ impl Hmeh {
     }
 
     /// Optimistic lookup (paper Alg. 2 with the §4.1 fixes: version read,
-    /// value copied, then version, directory entry and free counter
-    /// re-read, on hits and misses alike).
-    ///
-    /// Ownership is proved by the directory entry, not by the head's
-    /// identity: the current directory named `seg` for `h` before the
-    /// version was read and still names it after the probe, the directory
-    /// is still current, no block was freed meanwhile, and the version did
-    /// not move. An entry stops naming its segment only under that
-    /// segment's lock (a split or merge stores the new entries before it
-    /// unlocks, into the current directory and every newer one), so a
-    /// segment named by the current entry while unlocked owns `h`; and
-    /// without a free the entry cannot leave `seg` and come back to it
-    /// (a split keeps the old block, a merge frees both).
-    #[inline]
+    /// then ownership verified, value copied, version re-read on hits and
+    /// misses alike).
     fn lookup(&self, h: u64) -> Option<u64> {
         let (hi, lo) = (h >> 32, h & 0xffff_ffff);
         let home = self.geo.home(h);
         loop {
             let f0 = self.frees.load(Ordering::Acquire);
-            let (d, i, seg) = self.locate_at(h);
-            let line = self.geo.bucket(seg, home);
-            self.pool.prefetch(line);
+            let (_, seg) = self.locate(h);
+            self.pool.prefetch(self.geo.bucket(seg, home));
             let hw = self.head(seg);
             let v1 = hw[HD_LOCK].load(Ordering::Acquire);
             if !self.lock.is_free(v1) {
                 std::hint::spin_loop();
                 continue;
             }
-            let mut res = self.probe_line(line, hi, lo);
-            if res.is_none() {
-                // Without the home's spill bit the key can only be in its
-                // home bucket (or the stash, or an overflow block).
-                let reach = Spill::head_reach(hw, home);
-                if reach > 1 {
-                    res = self.probe_window(seg, home, reach, hi, lo);
+            match Ident::decode(hw[HD_IDENT].load(Ordering::Relaxed)) {
+                Some(id) if id.owns(h) => {}
+                _ => {
+                    std::hint::spin_loop();
+                    continue;
                 }
-                if res.is_none()
-                    && (hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0
-                        || hw[HD_OVERFLOW].load(Ordering::Relaxed) != 0)
-                {
-                    res = self.probe_far(seg, hw, home, hi, lo);
+            }
+            let mut res = None;
+            // Without the home's spill bit the key can only be in its home
+            // bucket (or the stash, or an overflow block).
+            let probe = Spill::head_reach(hw, home);
+            for j in 0..probe {
+                let mut b = home + j;
+                if b >= self.geo.buckets {
+                    b -= self.geo.buckets;
+                }
+                res = self.probe_line(self.geo.bucket(seg, b), hi, lo);
+                if res.is_some() {
+                    break;
+                }
+            }
+            if res.is_none()
+                && hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0
+            {
+                for i in 0..self.geo.stash {
+                    res = self.probe_line(self.geo.stash_bucket(seg, i), hi, lo);
+                    if res.is_some() {
+                        break;
+                    }
+                }
+            }
+            if res.is_none() {
+                let mut ovf = hw[HD_OVERFLOW].load(Ordering::Relaxed);
+                let mut hops = 0;
+                'chain: while ovf != 0 && hops < 1 << 20 {
+                    if self.pool.check_range(ovf, self.geo.bytes()).is_err() {
+                        break;
+                    }
+                    for l in 1..self.geo.lines {
+                        res = self.probe_line(ovf + l * LINE, hi, lo);
+                        if res.is_some() {
+                            break 'chain;
+                        }
+                    }
+                    ovf = self.pool.load_u64(ovf + H_OVERFLOW);
+                    hops += 1;
                 }
             }
             fence(Ordering::Acquire);
-            if hw[HD_LOCK].load(Ordering::Relaxed) == v1
-                && d.load(i) == seg
-                && std::ptr::eq(self.dir.current(), d)
-                && self.frees.load(Ordering::Relaxed) == f0
+            if hw[HD_LOCK].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0
             {
                 return res;
             }
-            std::hint::spin_loop();
         }
-    }
-
-    /// The buckets of `home`'s window past the home bucket, up to `reach`.
-    #[inline(never)]
-    fn probe_window(&self, seg: u64, home: u64, reach: u64, hi: u64, lo: u64) -> Option<u64> {
-        (1..reach)
-            .find_map(|j| self.probe_line(self.geo.bucket(seg, self.geo.ring(home, j)), hi, lo))
-    }
-
-    /// The stash (where the home's stash bit is set) and the overflow
-    /// chain: segments at the depth cap only, out of the common path.
-    #[cold]
-    #[inline(never)]
-    fn probe_far(
-        &self,
-        seg: u64,
-        hw: &[AtomicU64; HEAD_WORDS],
-        home: u64,
-        hi: u64,
-        lo: u64,
-    ) -> Option<u64> {
-        if hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0 {
-            for i in 0..self.geo.stash {
-                let r = self.probe_line(self.geo.stash_bucket(seg, i), hi, lo);
-                if r.is_some() {
-                    return r;
-                }
-            }
-        }
-        let mut ovf = hw[HD_OVERFLOW].load(Ordering::Relaxed);
-        let mut hops = 0;
-        while ovf != 0 && hops < 1 << 20 {
-            if self.pool.check_range(ovf, self.geo.bytes()).is_err() {
-                break;
-            }
-            for l in 1..self.geo.lines {
-                let r = self.probe_line(ovf + l * LINE, hi, lo);
-                if r.is_some() {
-                    return r;
-                }
-            }
-            ovf = self.pool.load_u64(ovf + H_OVERFLOW);
-            hops += 1;
-        }
-        None
     }
 
     // ----- writes ----------------------------------------------------------------

@@ -544,13 +544,20 @@ impl Pass {
         let size = entry_segments(e) * geo.seg_bytes();
         let r = pool.reserve(size, Link::Pointer { owner })?;
         let blk = r.offset();
-        // Zero through non-temporal stores in pieces (arrays reach MiBs).
-        let zero = vec![0u8; 64 << 10];
-        let mut off = 0;
-        while off < size {
-            let n = (size - off).min(zero.len() as u64);
-            pool.write_nt(blk + off, &zero[..n as usize]);
-            off += n;
+        // An unused segment must read zero (recovery reads its chain
+        // heads), although each split zeroes its new segment again. Space
+        // the pool never used reads zero already (`is_zeroed`: above the
+        // allocator's high-water mark, reserved by the file system when
+        // the pool was made or grew), so only a reused block is zeroed:
+        // through non-temporal stores in pieces (arrays reach MiBs).
+        if !r.is_zeroed() {
+            let zero = vec![0u8; 64 << 10];
+            let mut off = 0;
+            while off < size {
+                let n = (size - off).min(zero.len() as u64);
+                pool.write_nt(blk + off, &zero[..n as usize]);
+                off += n;
+            }
         }
         // persist: the zeroed array before the directory entry names it.
         pool.fence();

@@ -21,6 +21,7 @@ use pmem::{Link, Pool};
 
 mod api;
 pub mod layout;
+mod mirror;
 mod ops;
 mod recover;
 pub mod spiral;
@@ -233,6 +234,9 @@ pub struct Pass {
     pub(crate) tables: [AtomicU64; 3],
     /// Segment arrays (DRAM copy of the root's directory).
     pub(crate) dir: Vec<AtomicU64>,
+    /// The live window's mapping cells with their segments' offsets
+    /// (DRAM; kept by `publish`, read by the 8-byte-key get).
+    pub(crate) mirror: mirror::Mirror,
     /// Every stored key (the zero-hash key in the root included).
     pub(crate) len: Counter,
     /// Bytes mode: the stored keys that are not the form of a u64 key
@@ -408,6 +412,7 @@ impl Pass {
             s_k: AtomicU64::new(0),
             tables: Default::default(),
             dir: (0..DIR_ENTRIES).map(|_| AtomicU64::new(0)).collect(),
+            mirror: mirror::Mirror::new(),
             len: Counter::default(),
             odd: Counter::default(),
             threshold: AtomicU64::new(0),
@@ -439,18 +444,70 @@ impl Pass {
     }
 
     /// Publishes a new spiral state to readers (the caller holds
-    /// `split_mx`, or no one else runs).
+    /// `split_mx`, or no one else runs), with the DRAM mapping cells of
+    /// its window ([`mirror`]). The segment arrays the window reaches are
+    /// in `dir` already.
     pub(crate) fn publish(&self, first: u64, k: u32, tables: [u64; 3]) {
+        let (f0, k0) = (
+            self.s_first.load(Ordering::Relaxed),
+            self.s_k.load(Ordering::Relaxed) as u32,
+        );
+        let cf = table::fine_log2(first);
+        let end = cf + (1 << table::FINE);
+        // A split (`first` one more, same k) brings in the cells of the
+        // old segment's two children, `S(2·f0) .. S(2·first)`; the rest of
+        // the window keeps its buckets and their segments. Anything else
+        // fills the whole window: a new k into cells no reader uses yet
+        // (readers take the cells of the k they read), before the publish.
+        let step = k == k0 && f0 != 0 && first == f0 + 1;
+        if !step && k != k0 {
+            self.mirror_fill(first, k, tables, cf, end);
+        }
         let v = self.sv.load(Ordering::Relaxed);
         self.sv.store(v | 1, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
+        if step {
+            self.mirror_fill(
+                first,
+                k,
+                tables,
+                table::fine_log2(f0) + (1 << table::FINE),
+                end,
+            );
+        } else if k == k0 {
+            self.mirror_fill(first, k, tables, cf, end);
+        }
         self.s_first.store(first, Ordering::Relaxed);
-        self.s_cf.store(table::fine_log2(first), Ordering::Relaxed);
+        self.s_cf.store(cf, Ordering::Relaxed);
         self.s_k.store(k as u64, Ordering::Relaxed);
         for (t, b) in self.tables.iter().zip(tables) {
             t.store(b, Ordering::Relaxed);
         }
         self.sv.store((v | 1) + 1, Ordering::Release);
+    }
+
+    /// Writes the DRAM cells (at `2^k` per octave) that cover fine
+    /// positions `lo .. hi` of the window of `first`, from the PM octave
+    /// tables `tables` of that `k`.
+    fn mirror_fill(&self, first: u64, k: u32, tables: [u64; 3], lo: u64, hi: u64) {
+        let sh = table::FINE - k;
+        for j in lo >> sh..=(hi - 1) >> sh {
+            let tb = tables[((j >> k) % 3) as usize];
+            let e = if tb == 0 {
+                0
+            } else {
+                self.pool
+                    .load_u64(tb + OCT_HEADER + 8 * (j & ((1 << k) - 1)))
+            };
+            let l = e & 0xffff_ffff;
+            let seg = (first..2 * first)
+                .contains(&l)
+                .then(|| self.seg_off(spiral::physical(l)))
+                .flatten();
+            let boff = e >> 32;
+            self.mirror
+                .set(k, j, seg, if boff == 0 { 1 << sh } else { boff });
+        }
     }
 
     /// A snapshot of the spiral state; valid while `sv` still equals `v`.
@@ -544,13 +601,20 @@ impl Pass {
         let size = entry_segments(e) * geo.seg_bytes();
         let r = pool.reserve(size, Link::Pointer { owner })?;
         let blk = r.offset();
-        // Zero through non-temporal stores in pieces (arrays reach MiBs).
-        let zero = vec![0u8; 64 << 10];
-        let mut off = 0;
-        while off < size {
-            let n = (size - off).min(zero.len() as u64);
-            pool.write_nt(blk + off, &zero[..n as usize]);
-            off += n;
+        // An unused segment must read zero (recovery reads its chain
+        // heads), although each split zeroes its new segment again. Space
+        // the pool never used reads zero already (`is_zeroed`: above the
+        // allocator's high-water mark, reserved by the file system when
+        // the pool was made or grew), so only a reused block is zeroed:
+        // through non-temporal stores in pieces (arrays reach MiBs).
+        if !r.is_zeroed() {
+            let zero = vec![0u8; 64 << 10];
+            let mut off = 0;
+            while off < size {
+                let n = (size - off).min(zero.len() as u64);
+                pool.write_nt(blk + off, &zero[..n as usize]);
+                off += n;
+            }
         }
         // persist: the zeroed array before the directory entry names it.
         pool.fence();
@@ -634,28 +698,26 @@ impl Pass {
     }
 
     /// [`locate`](Self::locate) with the spiral state read once, for the
-    /// 8-byte-key get: the segment of `h` and the state's version, or
-    /// `None` while a publish is in flight. Unlike [`snap`](Self::snap) it
-    /// does not check that the fields it reads belong together (a publish
-    /// may land between their loads) and reads only the one octave table
-    /// it needs. What they lead to is checked as a stale snapshot's is
-    /// (the cell through `try_words`, the segment array through `dir`,
-    /// both inside the pool), and the caller keeps its answer only if
+    /// 8-byte-key get: the segment of `h` (from the DRAM cells,
+    /// [`mirror`]) and the state's version, or `None` while a publish is
+    /// in flight or where the cells name no segment. Unlike
+    /// [`snap`](Self::snap) it does not check that the fields it reads
+    /// belong together (a publish may land between their loads): the
+    /// cells only ever hold offsets of segments (arrays are never freed
+    /// while the table is open), and the caller keeps its answer only if
     /// [`still_at`](Self::still_at) the version.
     #[inline(always)]
     pub(crate) fn locate_once(&self, h: u64) -> Option<(u64, u64)> {
+        const FMASK: u64 = (1 << table::FINE) - 1;
         let v = self.sv.load(Ordering::Acquire);
         if v & 1 != 0 {
             return None;
         }
         let cf = self.s_cf.load(Ordering::Relaxed);
         let k = self.s_k.load(Ordering::Relaxed) as u32;
-        let l = self.logical_in(h, cf, k, |t| self.tables[t].load(Ordering::Relaxed))?;
-        let p = spiral::physical(l);
-        if p >= self.s_first.load(Ordering::Relaxed) {
-            return None;
-        }
-        Some((v, self.seg_off(p)?))
+        let x = h >> (64 - table::FINE);
+        let pos = cf + (x.wrapping_sub(cf) & FMASK);
+        Some((v, self.mirror.seg(pos, k)?))
     }
 
     /// Offset of physical segment `p`, if its array exists.

@@ -576,10 +576,16 @@ impl Pass {
     /// under a spiral state no split has moved.
     fn with_locked<T>(&self, h: u64, bix: u64, mut f: impl FnMut(u64) -> T) -> T {
         loop {
-            let sn = self.snap();
-            if let Some(seg) = self.locate(h, &sn) {
+            // The segment from the DRAM cells as the get finds it (the
+            // version read first, so a publish after it fails the check
+            // below), else from a full snapshot.
+            let at = self.locate_once(h).or_else(|| {
+                let sn = self.snap();
+                Some((sn.v, self.locate(h, &sn)?))
+            });
+            if let Some((v, seg)) = at {
                 let held = self.lock_pair(seg, bix);
-                if self.still(&sn) {
+                if self.still_at(v) {
                     let r = f(seg);
                     drop(held);
                     return r;

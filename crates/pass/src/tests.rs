@@ -202,3 +202,55 @@ fn the_zero_hash_key_is_an_ordinary_key() {
     assert_eq!(e.get(k0), Some(5));
     assert_eq!(e.len(), 301);
 }
+
+/// The DRAM cells give the get the segment the PM tables give, at every
+/// state a growth from one segment passes through: each split's step and
+/// every growth of `k` (8 → 11 here), and again after a reopen rebuilds
+/// them. Hashes near every bucket boundary of the window are checked, on
+/// both sides, besides random ones.
+#[test]
+fn dram_cells_locate_as_the_pm_tables_do() {
+    let p = pool(Mode::Volatile, 64 << 20);
+    let ps = Pass::create(p.clone(), &cfg(16)).unwrap();
+    let mut rng = Rng::new(3);
+    let check = |ps: &Pass, rng: &mut Rng| {
+        let sn = ps.snap();
+        let mut hs: Vec<u64> = (0..200).map(|_| rng.next() | 1).collect();
+        for l in sn.first..=2 * sn.first {
+            let s = crate::table::fine_log2(l) & ((1 << crate::table::FINE) - 1);
+            for d in [-2i64, -1, 0, 1] {
+                let x = s.wrapping_add(d as u64) & ((1 << crate::table::FINE) - 1);
+                hs.push(x << (64 - crate::table::FINE) | 0x5a5a);
+            }
+        }
+        for h in hs {
+            let want = ps.locate(h, &sn);
+            let got = ps.locate_once(h).map(|(v, seg)| {
+                assert_eq!(v, sn.v);
+                seg
+            });
+            assert_eq!(got, want, "hash {h:#x}, first {}, k {}", sn.first, sn.k);
+            // Every position of the window has its segment in the cells.
+            assert!(want.is_some(), "hash {h:#x} outside the window");
+            const FMASK: u64 = (1 << crate::table::FINE) - 1;
+            let pos = sn.cf + ((h >> (64 - crate::table::FINE)).wrapping_sub(sn.cf) & FMASK);
+            assert_eq!(ps.mirror.seg(pos, sn.k), want, "position {pos:#x}");
+        }
+    };
+    let mut i = 0u64;
+    let mut splits = 0;
+    while ps.snap().k < 11 {
+        i += 1;
+        ps.insert(rng.next() | 1, i).unwrap();
+        let s = detail(&ps, "splits") as u64;
+        if s != splits {
+            splits = s;
+            check(&ps, &mut rng);
+        }
+    }
+    assert!(splits > 300, "only {splits} splits");
+    ps.close().unwrap();
+    let p2 = Arc::new(Pool::from_image(p.image(), Mode::Volatile).unwrap());
+    let ps = Pass::open(p2, &cfg(16)).unwrap();
+    check(&ps, &mut rng);
+}

@@ -46,3 +46,37 @@ fn a_split_flushes_each_dirty_line_once() {
         per_split.len()
     );
 }
+
+/// A split that starts a new segment array in never-used pool space does
+/// not zero the array: that space reads zero already, and the split zeroes
+/// and flushes its new segment anyway. Zeroing an array of 8 segments
+/// wrote 8 × 249 lines non-temporally, each counted as a flush.
+#[test]
+fn a_new_array_in_fresh_space_is_not_zeroed_again() {
+    let pool = mem_pool(Mode::Simulated, 96 * MIB, 96 * MIB, 12);
+    let e = Pass::create(pool, &cfg(4096, 1)).unwrap();
+    let seg_lines = e.geometry().seg_bytes() / 64;
+    let mut rng = Rng::new(6);
+    let mut arrays = Vec::new();
+    let mut i = 0u64;
+    while e.first_segment() < 130 {
+        i += 1;
+        assert!(i < 1_000_000, "first stuck at {}", e.first_segment());
+        let f = e.first_segment();
+        let (entry, at) = pass::layout::dir_pos(f);
+        let starts_array = at == 0 && pass::layout::entry_segments(entry) >= 8;
+        let before = persist::counters();
+        assert!(e.insert(fmix(rng.next() | 1), i).unwrap());
+        if starts_array && e.first_segment() == f + 1 {
+            arrays.push(persist::counters().since(&before).flushes);
+        }
+    }
+    // Segments 56, 64, .., 128 start arrays of 8 segments each.
+    assert!(arrays.len() >= 8, "splits that made an array: {arrays:?}");
+    let bound = 4 * seg_lines;
+    assert!(
+        arrays.iter().all(|&f| f < bound),
+        "splits that made an 8-segment array flushed {arrays:?} lines (bound {bound}, segment of {seg_lines} lines)"
+    );
+    e.check().unwrap();
+}

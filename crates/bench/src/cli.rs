@@ -6,10 +6,11 @@ use clap::Parser;
 use engine::{Durability, EngineConfig, EngineSpec};
 
 use crate::chart;
+use crate::config::{BenchConfig, Sizing};
 use crate::dist::Dist;
 use crate::progress::Progress;
 use crate::report::Report;
-use crate::runner::{self, BenchConfig, Sizing};
+use crate::runner;
 use crate::workload::Workload;
 
 /// Options of `pmhash bench` (embed with `#[command(flatten)]` or as a
@@ -199,7 +200,7 @@ impl BenchArgs {
             (false, Some(n)) => Sizing::Grown(n),
             (false, None) => Sizing::Grown(EngineConfig::default().initial_capacity),
         };
-        let has_store = engines.iter().any(crate::store_run::is_store);
+        let has_store = engines.iter().any(crate::config::is_store);
         if let Some(w) = workloads.iter().find(|w| w.store_only()) {
             if !has_store {
                 return Err(format!(

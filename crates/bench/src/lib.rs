@@ -9,19 +9,27 @@
 //!
 //! One file per concept: [`keys`] (distinct random keys), [`dist`]
 //! (distributions), [`workload`] (workloads and YCSB mixes), [`baselines`]
-//! (hashbrown, dashmap), [`target`] (what the threads drive), [`runner`]
-//! (building, loading, timing, checking), [`store_run`] (the store engine:
-//! byte keys and values, real scans, recovery, its figures), [`report`]
-//! (table and JSON), [`chart`] (SVG), [`cli`] (options).
+//! (hashbrown, dashmap), [`target`] (what the threads drive), [`config`]
+//! (the plan: engines, workloads, sizing, pool file sizes), [`measure`]
+//! (loading, timing, checking), [`runner`] (building each engine, running
+//! the plan), [`store_run`] (the store engine: byte keys and values, real
+//! scans, recovery, its figures), [`report`] (table and JSON), [`chart`]
+//! (SVG), [`cli`] (options).
+//!
+//! The modules form layers, each using only those below it: [`cli`], then
+//! [`runner`], then [`store_run`], then [`measure`], then [`config`] and
+//! the rest.
 
 #![forbid(unsafe_code)]
 
 pub mod baselines;
 pub mod chart;
 pub mod cli;
+pub mod config;
 pub mod dist;
 pub mod keys;
 pub mod machine;
+pub mod measure;
 mod progress;
 pub mod report;
 mod rng;

@@ -3,8 +3,8 @@
 //! bytes (8/8 by default; Viper's setup is 16/200), real range scans for
 //! YCSB E, and `--numa-emulate` virtual nodes passed in its options.
 //!
-//! Every workload runs here, through the runner's loading, timing and
-//! checking ([`runner::measure`]) on a [`StoreTarget`]; the run adds the
+//! Every workload runs here, through the shared loading, timing and
+//! checking ([`measure::measure`]) on a [`StoreTarget`]; the run adds the
 //! store's figures: space amplification, local and remote log reads and
 //! writes, GC and cache counts, and the clean reopen. `recovery` is the
 //! store's own: it writes the keys and updates every other one (with GC
@@ -28,13 +28,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use engine::{EngineKind, EngineSpec};
+use engine::EngineSpec;
 use store::{GcMode, Options, Store, StoreStats};
 
+use crate::config::{BenchConfig, Sizing};
 use crate::keys::load_value;
+use crate::measure::{self, Inputs, Measured, Ran};
 use crate::report::{Recovery, StoreFigures};
 use crate::rng::GAMMA;
-use crate::runner::{self, BenchConfig, Inputs, Measured, Ran, Sizing};
 use crate::target::{Scanned, Target};
 use crate::workload::Workload;
 
@@ -43,15 +44,6 @@ const CLUSTERS: u32 = 256;
 const MIB: u64 = 1 << 20;
 /// Largest pool the benchmark lets the store grow to.
 const MAX_POOL: u64 = 20 << 30;
-
-/// Whether `spec` is the store engine `store` (driven directly here). Other
-/// engine forms of the store (other point indexes, under other names) run
-/// through their `Engine` like any engine.
-pub fn is_store(spec: &EngineSpec) -> bool {
-    let own = store::spec();
-    spec.name == own.name
-        && matches!(spec.kind, EngineKind::Persistent { layout, .. } if layout == store::LAYOUT)
-}
 
 /// The store as a benchmark [`Target`].
 pub(crate) struct StoreTarget {
@@ -357,10 +349,10 @@ pub(crate) fn run_one(
     );
     let target = StoreTarget::new(store, cfg);
     if workload.preloads() {
-        runner::load(&target, &inputs.keys.loaded)?;
+        measure::load(&target, &inputs.keys.loaded)?;
     }
     let loaded = target.store.stats();
-    let m = runner::measure(&target, cfg, workload, threads, inputs, rep)?;
+    let m = measure::measure(&target, cfg, workload, threads, inputs, rep)?;
     let stats = target.store.stats();
     let scans = target.scans.load(Ordering::Relaxed);
     // The store's owner is done with it: its index is freed as its image
@@ -369,7 +361,7 @@ pub(crate) fn run_one(
         .store
         .close_and_free()
         .map_err(|e| format!("close: {e}"))?;
-    let mut r = runner::new_result(spec.name, workload, threads, cfg.keys, m);
+    let mut r = measure::new_result(spec.name, workload, threads, cfg.keys, m);
     if matches!(mode, pmem::Mode::Mapped | pmem::Mode::Dax) {
         r.reopen_ms = Some(clean_reopen(&dir, &opts, r.len_after)?);
         r.reopen_detail.insert("opened_from".into(), "image".into());
@@ -537,7 +529,7 @@ fn overwrite(
         samples: Vec::new(),
         len_after: stats.keys,
     };
-    let mut r = runner::new_result(spec.name, workload, threads, keys, m);
+    let mut r = measure::new_result(spec.name, workload, threads, keys, m);
     fill(&mut r, cfg, &stats, opts.extent_size);
     r.initial_capacity = keys;
     let list: Vec<String> = mops.iter().map(|m| format!("{m:.3}")).collect();
@@ -585,8 +577,8 @@ fn recovery(
         ));
     }
     let target = StoreTarget::new(store, cfg);
-    runner::load(&target, keys)?;
-    runner::for_all_keys(&target, &updated, "update", "found nothing", |t, k| {
+    measure::load(&target, keys)?;
+    measure::for_all_keys(&target, &updated, "update", "found nothing", |t, k| {
         t.update(k, !load_value(k))
     })?;
     let before = target.store.stats();
@@ -630,7 +622,7 @@ fn recovery(
         samples: Vec::new(),
         len_after: st.keys,
     };
-    let mut r = runner::new_result(spec.name, Workload::Recovery, threads, cfg.keys, m);
+    let mut r = measure::new_result(spec.name, Workload::Recovery, threads, cfg.keys, m);
     r.reopen_ms = Some(clean_ms);
     r.reopen_detail.insert("opened_from".into(), "image".into());
     fill(&mut r, cfg, &before, opts.extent_size);

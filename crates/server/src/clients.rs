@@ -88,7 +88,7 @@ impl ClientInfo {
         let flags = if multi >= 0 { "x" } else { "N" };
         let cmd = match self.last_cmd.load(Ordering::Relaxed) {
             usize::MAX => "NULL".to_string(),
-            i => crate::cmd::TABLE
+            i => crate::table::TABLE
                 .get(i)
                 .map_or("NULL".into(), |s| s.name.to_ascii_lowercase()),
         };

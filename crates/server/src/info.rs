@@ -118,7 +118,7 @@ fn section(sh: &Shared, name: &str) -> Vec<(&'static str, String)> {
         }
         "persistence" => {
             let s = st();
-            let w = |f: fn(&crate::net::WorkerStats) -> u64| -> u64 {
+            let w = |f: fn(&crate::stats::WorkerStats) -> u64| -> u64 {
                 sh.workers.iter().map(|m| f(&m.stats)).sum()
             };
             vec![
@@ -134,7 +134,7 @@ fn section(sh: &Shared, name: &str) -> Vec<(&'static str, String)> {
             ]
         }
         "stats" => {
-            let w = |f: fn(&crate::net::WorkerStats) -> u64| -> u64 {
+            let w = |f: fn(&crate::stats::WorkerStats) -> u64| -> u64 {
                 sh.workers.iter().map(|m| f(&m.stats)).sum()
             };
             vec![

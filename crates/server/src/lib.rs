@@ -15,6 +15,12 @@
 //!   request can stop the server or starve the other clients.
 //! - **Shutdown.** `SHUTDOWN`, SIGTERM or SIGINT stop accepting, close every
 //!   connection and close the store cleanly (the next open is instant).
+//!
+//! The modules form layers, each using only the ones after it in this
+//! list (and the shared state defined here): [`net`] (event loops),
+//! [`cmd`] (dispatch), [`info`] (`INFO`), [`txn`] (transactions),
+//! [`clients`] (the connection registry), [`table`] (the command table),
+//! [`stats`] (the loops' figures), [`limits`], [`resp`], [`glob`].
 
 mod clients;
 mod cmd;
@@ -23,6 +29,8 @@ mod info;
 pub mod limits;
 mod net;
 pub mod resp;
+mod stats;
+mod table;
 mod txn;
 
 use std::collections::HashMap;
@@ -528,10 +536,13 @@ mod tests {
 
     #[test]
     fn every_command_in_the_table_is_found_in_any_case() {
-        for (i, s) in cmd::TABLE.iter().enumerate() {
-            assert_eq!(cmd::lookup(s.name.as_bytes()), Some(i));
-            assert_eq!(cmd::lookup(s.name.to_ascii_lowercase().as_bytes()), Some(i));
+        for (i, s) in table::TABLE.iter().enumerate() {
+            assert_eq!(table::lookup(s.name.as_bytes()), Some(i));
+            assert_eq!(
+                table::lookup(s.name.to_ascii_lowercase().as_bytes()),
+                Some(i)
+            );
         }
-        assert_eq!(cmd::lookup(b"NOSUCH"), None);
+        assert_eq!(table::lookup(b"NOSUCH"), None);
     }
 }

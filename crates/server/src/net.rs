@@ -23,7 +23,7 @@
 use std::io::{self, Read, Write};
 use std::net::TcpListener as StdListener;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +34,7 @@ use crate::clients::ClientInfo;
 use crate::cmd::{dispatch, Client};
 use crate::limits::{Out, Room, ALLOWANCE, OUT_SOFT};
 use crate::resp::{Parser, Reply, Request};
+use crate::stats::WorkerStats;
 use crate::txn::request_bytes;
 use crate::{set_batch, stopping, After, Shared};
 
@@ -58,39 +59,6 @@ const GET_CHUNK: usize = 8;
 /// (docs/benchmarks.md, "`pmhash serve` against redis-server"): most of
 /// 200's gain, a quarter of its spinning.
 pub const BUSY_POLL: Duration = Duration::from_micros(50);
-
-/// A counter one loop writes and any thread reads: a plain load and store,
-/// no locked instruction on the request path.
-#[derive(Default)]
-pub(crate) struct Counter(AtomicU64);
-
-impl Counter {
-    fn set(&self, n: u64) {
-        self.0.store(n, Ordering::Relaxed);
-    }
-
-    fn add(&self, n: u64) {
-        self.0
-            .store(self.0.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-    }
-
-    pub(crate) fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// One loop's figures for `INFO`.
-#[derive(Default)]
-pub(crate) struct WorkerStats {
-    pub(crate) net_in: Counter,
-    pub(crate) net_out: Counter,
-    /// Connections closed because their input could not be charged.
-    pub(crate) closed_for_input: Counter,
-    /// Persist fences and flushed lines the loop's thread has issued
-    /// (the store's writes run on it).
-    pub(crate) fences: Counter,
-    pub(crate) flushes: Counter,
-}
 
 /// A worker as seen from the other threads: where to leave new
 /// connections, how to wake it, and its figures.

@@ -310,7 +310,7 @@ fn clean_reopen(dir: &StoreDir, opts: &Options, len: u64) -> Result<f64, String>
     };
     let (s, _) = open(dir, &opts)?;
     let st = s.stats();
-    if st.opened_from != "image" || st.keys != len {
+    if st.opened_from != store::OpenedFrom::Image || st.keys != len {
         return Err(format!(
             "clean reopen: opened from {} with {} keys, expected the image with {len}",
             st.opened_from, st.keys
@@ -587,7 +587,7 @@ fn recovery(
 
     let (store, wall_ms) = open(&dir, &opts)?;
     let st = store.stats();
-    if st.opened_from != "log scan" || st.keys != n || st.recovered_entries == 0 {
+    if st.opened_from != store::OpenedFrom::LogScan || st.keys != n || st.recovered_entries == 0 {
         return Err(format!(
             "crash open: opened from {} with {} keys after scanning {} entries, expected a log scan with {n} keys",
             st.opened_from, st.keys, st.recovered_entries

@@ -47,7 +47,26 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::header::HEADER_LEN;
-use crate::pool::{Pool, PoolStats};
+use crate::region::Region;
+
+/// Growth of the space under the heap to at least the given size; returns
+/// the new size. The pool's growth, which also records the size in its
+/// header.
+pub(crate) type Grow<'a> = &'a dyn Fn(u64) -> Result<u64>;
+
+/// Allocation and recovery figures of a pool, for `inspect` and leak checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    pub size: u64,
+    /// Bytes in allocated blocks (usable sizes).
+    pub bytes_in_use: u64,
+    /// Allocated blocks.
+    pub blocks_in_use: u64,
+    /// Chunks not used by any run or extent.
+    pub free_chunks: u64,
+    /// Reservations and frees that recovery completed or rolled back at open.
+    pub recovered_lanes: u64,
+}
 use crate::slots::SlotSet;
 
 /// Allocation granule of the heap.
@@ -83,12 +102,12 @@ pub enum Link {
     /// The word at `owner` holds the block's offset with `tag` or'ed in (a
     /// tagged pointer; the tag uses bits the block's alignment leaves 0).
     Tagged { owner: u64, tag: u64 },
-    /// The pool header's root offset equals the value ([`Pool::set_root`]).
+    /// The pool header's root offset equals the value ([`Pool::set_root`](crate::Pool::set_root)).
     Root(u64),
     /// The pool header's root offset is the block itself.
     RootPointer,
     /// The pool header's auxiliary root offset is the block itself
-    /// ([`Pool::set_aux_root`]).
+    /// ([`Pool::set_aux_root`](crate::Pool::set_aux_root)).
     AuxRootPointer,
     /// Never linked: recovery always frees the block.
     Nothing,
@@ -114,8 +133,8 @@ enum Block {
     Extent { chunk: u64, n: u64 },
 }
 
-/// A reserved block: fill it, link it, then [`Pool::commit`] (or
-/// [`Pool::cancel`] if it was never linked).
+/// A reserved block: fill it, link it, then [`Pool::commit`](crate::Pool::commit) (or
+/// [`Pool::cancel`](crate::Pool::cancel) if it was never linked).
 #[must_use = "a reservation must be committed or cancelled"]
 #[derive(Debug)]
 pub struct Reservation {
@@ -145,7 +164,7 @@ impl Reservation {
     }
 }
 
-/// A free in progress: unlink the block, then [`Pool::finish_free`].
+/// A free in progress: unlink the block, then [`Pool::finish_free`](crate::Pool::finish_free).
 #[must_use = "a free must be finished"]
 #[derive(Debug)]
 pub struct FreeTicket {
@@ -195,8 +214,6 @@ pub(crate) struct Heap {
     in_use: AtomicU64,
     blocks: AtomicU64,
     recovered: AtomicU64,
-    /// Bytes `Pool::zero_release` has zeroed (read by `Pool::zeroed_bytes`).
-    pub(crate) zeroed: AtomicU64,
 }
 
 fn mix(mut z: u64) -> u64 {
@@ -262,7 +279,7 @@ fn lane_off(lane: usize) -> u64 {
 /// `Err(InvalidArgument)` unless recovery accepts the link's owner word (8-aligned,
 /// past the header, inside the pool): a lane it rejects would make the pool
 /// unopenable after a crash.
-fn check_link(pool: &Pool, link: Link) -> Result<()> {
+fn check_link(pool: &Region, link: Link) -> Result<()> {
     if let Link::Word { owner, .. } | Link::Pointer { owner } | Link::Tagged { owner, .. } = link {
         let in_pool = owner.checked_add(8).is_some_and(|end| end <= pool.size());
         if !owner.is_multiple_of(8) || owner < HEADER_LEN as u64 || !in_pool {
@@ -335,12 +352,11 @@ impl Heap {
             in_use: AtomicU64::new(0),
             blocks: AtomicU64::new(0),
             recovered: AtomicU64::new(0),
-            zeroed: AtomicU64::new(0),
         }
     }
 
     /// Walks every chunk (read-only) and rebuilds the DRAM state.
-    pub(crate) fn rebuild(&self, pool: &Pool) -> Result<()> {
+    pub(crate) fn rebuild(&self, pool: &Region) -> Result<()> {
         let total = pool.size() / CHUNK;
         let mut free = BTreeMap::new();
         let mut classes: Vec<ClassState> =
@@ -427,11 +443,9 @@ impl Heap {
 
     /// Open-time recovery: validate the heap and every lane (reading only),
     /// then settle each in-flight reservation or free by the link rule.
-    pub(crate) fn recover(&self, pool: &Pool) -> Result<()> {
+    pub(crate) fn recover(&self, pool: &Region, root: u64, aux: u64) -> Result<()> {
         self.rebuild(pool)?;
         let total = pool.size() / CHUNK;
-        let root = pool.header_state().root;
-        let aux = pool.header_state().aux;
         let mut fixes = Vec::new();
         for lane in 0..LANES {
             let mut b = [0u8; 64];
@@ -500,7 +514,7 @@ impl Heap {
     }
 
     /// Identifies the block at `off` from the chunk words (read-only).
-    fn block_at(&self, pool: &Pool, off: u64, total: u64) -> std::result::Result<Block, String> {
+    fn block_at(&self, pool: &Region, off: u64, total: u64) -> std::result::Result<Block, String> {
         let chunk = off / CHUNK;
         if chunk == 0 || chunk >= total {
             return Err(format!("offset {off:#x} is outside the heap"));
@@ -531,7 +545,7 @@ impl Heap {
     }
 
     /// Writes and flushes the allocation state of a block (no fence).
-    fn set_block_state(&self, pool: &Pool, block: Block, allocated: bool) {
+    fn set_block_state(&self, pool: &Region, block: Block, allocated: bool) {
         match block {
             Block::Slot { chunk, idx, .. } => {
                 let w = chunk * CHUNK + RUN_BITMAP_OFFSET + (idx / 64) * 8;
@@ -559,7 +573,15 @@ impl Heap {
         self.lanes.release(lane);
     }
 
-    fn write_lane(&self, pool: &Pool, lane: usize, state: u64, block: Block, off: u64, link: Link) {
+    fn write_lane(
+        &self,
+        pool: &Region,
+        lane: usize,
+        state: u64,
+        block: Block,
+        off: u64,
+        link: Link,
+    ) {
         let info = match block {
             Block::Slot { class, .. } => class as u64,
             Block::Extent { n, .. } => n | INFO_EXTENT,
@@ -576,7 +598,7 @@ impl Heap {
         pool.persist(lane_off(lane), 64);
     }
 
-    fn clear_lane(&self, pool: &Pool, lane: usize) {
+    fn clear_lane(&self, pool: &Region, lane: usize) {
         pool.store_u64(lane_off(lane), 0);
         pool.persist(lane_off(lane), 8);
         self.release_lane(lane);
@@ -592,7 +614,13 @@ impl Heap {
     /// caller holds the large lock. Persists the remainder's free header.
     /// Returns the first chunk and whether all `n` lay above the
     /// high-water mark (never used: they read zero past their chunk word).
-    fn take_chunks(&self, pool: &Pool, large: &mut LargeState, n: u64) -> Result<(u64, bool)> {
+    fn take_chunks(
+        &self,
+        pool: &Region,
+        grow: Grow<'_>,
+        large: &mut LargeState,
+        n: u64,
+    ) -> Result<(u64, bool)> {
         loop {
             if let Some((&start, &len)) = large.free.iter().find(|(_, &len)| len >= n) {
                 large.free.remove(&start);
@@ -614,7 +642,7 @@ impl Heap {
                 _ => 0,
             };
             let want = (large.total + n - tail) * CHUNK;
-            let grown = pool.grow(want).map_err(|e| match e {
+            let grown = grow(want).map_err(|e| match e {
                 Error::OutOfSpace(m) => {
                     Error::OutOfSpace(format!("no {n} free chunk(s) of {CHUNK} bytes: {m}"))
                 }
@@ -652,7 +680,7 @@ impl Heap {
         large.free.insert(s, len);
     }
 
-    fn pick_slot(&self, pool: &Pool, class: usize) -> Result<Block> {
+    fn pick_slot(&self, pool: &Region, grow: Grow<'_>, class: usize) -> Result<Block> {
         let mut st = self.classes[class].lock().expect("class lock");
         while let Some(&chunk) = st.avail.last() {
             let Some(run) = st.runs.get_mut(&chunk) else {
@@ -680,7 +708,7 @@ impl Heap {
         // A new run: zero its bitmap, then make the chunk a run.
         let chunk = {
             let mut large = self.large.lock().expect("heap lock");
-            self.take_chunks(pool, &mut large, 1)?.0
+            self.take_chunks(pool, grow, &mut large, 1)?.0
         };
         let (nslots, first) = run_geometry(class);
         let base = chunk * CHUNK;
@@ -725,7 +753,7 @@ impl Heap {
         }
     }
 
-    fn release_dram(&self, pool: &Pool, block: Block) {
+    fn release_dram(&self, pool: &Region, block: Block) {
         match block {
             Block::Slot { chunk, class, idx } => {
                 let mut st = self.classes[class].lock().expect("class lock");
@@ -765,7 +793,7 @@ impl Heap {
         }
     }
 
-    pub(crate) fn stats(&self, pool: &Pool) -> PoolStats {
+    pub(crate) fn stats(&self, pool: &Region) -> PoolStats {
         PoolStats {
             size: pool.size(),
             bytes_in_use: self.in_use.load(Ordering::Relaxed),
@@ -776,58 +804,63 @@ impl Heap {
     }
 }
 
-impl Pool {
+impl Heap {
     /// Reserves a block of at least `size` bytes that will be linked by
     /// `link`. Contents are unspecified (stale). `Err(OutOfSpace)` leaves
     /// the pool unchanged.
-    pub fn reserve(&self, size: u64, link: Link) -> Result<Reservation> {
+    pub(crate) fn reserve(
+        &self,
+        pool: &Region,
+        grow: Grow<'_>,
+        size: u64,
+        link: Link,
+    ) -> Result<Reservation> {
         if size == 0 {
             return Err(Error::InvalidArgument("cannot allocate 0 bytes".into()));
         }
-        if self.is_read_only() {
+        if pool.is_read_only() {
             return Err(Error::InvalidArgument("pool is read-only".into()));
         }
-        if size > self.max_size() {
+        if size > pool.max_size() {
             return Err(Error::OutOfSpace(format!(
                 "{size} bytes exceed the pool's size limit of {}",
-                self.max_size()
+                pool.max_size()
             )));
         }
-        check_link(self, link)?;
-        let heap = &self.heap;
-        let lane = heap.acquire_lane();
+        check_link(pool, link)?;
+        let lane = self.acquire_lane();
         let block = match class_of(size) {
-            Some(class) => heap.pick_slot(self, class).map(|b| (b, false)),
+            Some(class) => self.pick_slot(pool, grow, class).map(|b| (b, false)),
             None => {
                 let n = (size + 64).div_ceil(CHUNK);
-                let mut large = heap.large.lock().expect("heap lock");
-                heap.take_chunks(self, &mut large, n)
+                let mut large = self.large.lock().expect("heap lock");
+                self.take_chunks(pool, grow, &mut large, n)
                     .map(|(chunk, fresh)| (Block::Extent { chunk, n }, fresh))
             }
         };
         let (block, zeroed) = match block {
             Ok(b) => b,
             Err(e) => {
-                heap.release_lane(lane);
+                self.release_lane(lane);
                 return Err(e);
             }
         };
         let (off, usable) = Heap::block_off_size(block);
         // persist: the lane before the allocation state changes, because
         // recovery decides the block's fate from the lane alone.
-        heap.write_lane(self, lane, LANE_RESERVE, block, off, link);
+        self.write_lane(pool, lane, LANE_RESERVE, block, off, link);
         match block {
             Block::Slot { chunk, idx, .. } => {
                 let w = chunk * CHUNK + RUN_BITMAP_OFFSET + (idx / 64) * 8;
-                self.atomic_u64(w)
+                pool.atomic_u64(w)
                     .fetch_or(1 << (idx % 64), Ordering::AcqRel);
             }
             Block::Extent { chunk, n } => {
-                self.store_u64(chunk * CHUNK, chunk_word(KIND_EXTENT, 0, n, chunk))
+                pool.store_u64(chunk * CHUNK, chunk_word(KIND_EXTENT, 0, n, chunk))
             }
         }
-        heap.in_use.fetch_add(usable, Ordering::Relaxed);
-        heap.blocks.fetch_add(1, Ordering::Relaxed);
+        self.in_use.fetch_add(usable, Ordering::Relaxed);
+        self.blocks.fetch_add(1, Ordering::Relaxed);
         Ok(Reservation {
             off,
             size: usable,
@@ -839,47 +872,46 @@ impl Pool {
 
     /// Commits a reservation whose link is durable: after this the block
     /// stays allocated whatever happens to the owner word.
-    pub fn commit(&self, r: Reservation) {
+    pub(crate) fn commit(&self, pool: &Region, r: Reservation) {
         // persist: the allocation state before the lane is cleared, because
         // without the lane the state alone says "allocated".
-        self.heap.set_block_state(self, r.block, true);
-        self.fence();
-        self.heap.clear_lane(self, r.lane);
+        self.set_block_state(pool, r.block, true);
+        pool.fence();
+        self.clear_lane(pool, r.lane);
     }
 
     /// Returns a reservation that was never linked.
-    pub fn cancel(&self, r: Reservation) {
+    pub(crate) fn cancel(&self, pool: &Region, r: Reservation) {
         // persist: state before lane, as in commit; a crash in between is
         // settled by the lane (not linked → free).
-        self.heap.set_block_state(self, r.block, false);
-        self.fence();
-        self.heap.clear_lane(self, r.lane);
-        self.heap.in_use.fetch_sub(r.size, Ordering::Relaxed);
-        self.heap.blocks.fetch_sub(1, Ordering::Relaxed);
-        self.heap.release_dram(self, r.block);
+        self.set_block_state(pool, r.block, false);
+        pool.fence();
+        self.clear_lane(pool, r.lane);
+        self.in_use.fetch_sub(r.size, Ordering::Relaxed);
+        self.blocks.fetch_sub(1, Ordering::Relaxed);
+        self.release_dram(pool, r.block);
     }
 
     /// Starts freeing the allocated block at `off`, which `link` links while
     /// it is reachable. Unlink it and persist the unlink, then call
-    /// [`finish_free`](Self::finish_free).
-    pub fn begin_free(&self, off: u64, link: Link) -> Result<FreeTicket> {
-        if self.is_read_only() {
+    /// [`finish_free`](Heap::finish_free).
+    pub(crate) fn begin_free(&self, pool: &Region, off: u64, link: Link) -> Result<FreeTicket> {
+        if pool.is_read_only() {
             return Err(Error::InvalidArgument("pool is read-only".into()));
         }
-        check_link(self, link)?;
-        let heap = &self.heap;
-        let total = self.size() / CHUNK;
-        let block = heap
-            .block_at(self, off, total)
+        check_link(pool, link)?;
+        let total = pool.size() / CHUNK;
+        let block = self
+            .block_at(pool, off, total)
             .map_err(Error::InvalidArgument)?;
         let allocated = match block {
             Block::Slot { chunk, class, idx } => {
-                let st = heap.classes[class].lock().expect("class lock");
+                let st = self.classes[class].lock().expect("class lock");
                 st.runs
                     .get(&chunk)
                     .is_some_and(|r| r.bits[(idx / 64) as usize] & (1 << (idx % 64)) != 0)
             }
-            Block::Extent { chunk, .. } => parse_chunk_word(self.load_u64(chunk * CHUNK), chunk)
+            Block::Extent { chunk, .. } => parse_chunk_word(pool.load_u64(chunk * CHUNK), chunk)
                 .is_some_and(|k| matches!(k, ChunkKind::Extent(_))),
         };
         if !allocated {
@@ -888,10 +920,10 @@ impl Pool {
             )));
         }
         let (_, size) = Heap::block_off_size(block);
-        let lane = heap.acquire_lane();
+        let lane = self.acquire_lane();
         // persist: the lane before the caller unlinks, so a crash after the
         // unlink finds the lane and frees the block.
-        heap.write_lane(self, lane, LANE_FREE, block, off, link);
+        self.write_lane(pool, lane, LANE_FREE, block, off, link);
         Ok(FreeTicket {
             off,
             size,
@@ -901,26 +933,26 @@ impl Pool {
     }
 
     /// Completes a free whose unlink is durable.
-    pub fn finish_free(&self, t: FreeTicket) {
+    pub(crate) fn finish_free(&self, pool: &Region, t: FreeTicket) {
         // persist: the cleared state before the lane is cleared.
-        self.heap.set_block_state(self, t.block, false);
-        self.fence();
-        self.heap.clear_lane(self, t.lane);
-        self.heap.in_use.fetch_sub(t.size, Ordering::Relaxed);
-        self.heap.blocks.fetch_sub(1, Ordering::Relaxed);
-        self.heap.release_dram(self, t.block);
+        self.set_block_state(pool, t.block, false);
+        pool.fence();
+        self.clear_lane(pool, t.lane);
+        self.in_use.fetch_sub(t.size, Ordering::Relaxed);
+        self.blocks.fetch_sub(1, Ordering::Relaxed);
+        self.release_dram(pool, t.block);
     }
 
     /// Abandons a free whose unlink never happened: the block stays
     /// allocated and the lane is released.
-    pub fn cancel_free(&self, t: FreeTicket) {
-        self.heap.clear_lane(self, t.lane);
+    pub(crate) fn cancel_free(&self, pool: &Region, t: FreeTicket) {
+        self.clear_lane(pool, t.lane);
     }
 
     /// Frees a block that nothing links any more (durably).
-    pub fn free(&self, off: u64) -> Result<()> {
-        let t = self.begin_free(off, Link::Nothing)?;
-        self.finish_free(t);
+    pub(crate) fn free(&self, pool: &Region, off: u64) -> Result<()> {
+        let t = self.begin_free(pool, off, Link::Nothing)?;
+        self.finish_free(pool, t);
         Ok(())
     }
 
@@ -928,18 +960,17 @@ impl Pool {
     /// `Err(Corrupt)` unless `off` is the start of an allocated block: an
     /// engine validating offsets read from PM learns that a pointer names
     /// free space.
-    pub fn block_size(&self, off: u64) -> Result<u64> {
+    pub(crate) fn block_size(&self, pool: &Region, off: u64) -> Result<u64> {
         let block = self
-            .heap
-            .block_at(self, off, self.size() / CHUNK)
+            .block_at(pool, off, pool.size() / CHUNK)
             .map_err(Error::Corrupt)?;
         let allocated = match block {
             Block::Slot { chunk, idx, .. } => {
                 let w = chunk * CHUNK + RUN_BITMAP_OFFSET + (idx / 64) * 8;
-                self.load_u64(w) & (1 << (idx % 64)) != 0
+                pool.load_u64(w) & (1 << (idx % 64)) != 0
             }
             Block::Extent { chunk, .. } => matches!(
-                parse_chunk_word(self.load_u64(chunk * CHUNK), chunk),
+                parse_chunk_word(pool.load_u64(chunk * CHUNK), chunk),
                 Some(ChunkKind::Extent(_))
             ),
         };

@@ -1,62 +1,21 @@
 //! The pool: one file (or anonymous memory) mapped at a stable address,
-//! addressed by offsets, with mode-aware persist primitives.
+//! addressed by offsets, with a checksummed header and a crash-safe
+//! allocator. Its bytes and persist primitives are the [`Region`] under it
+//! (reached through `Deref`); the allocator is [`Heap`].
 
 use std::fs::{File, OpenOptions};
+use std::ops::Deref;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::alloc::{self, Heap};
+use crate::alloc::{self, FreeTicket, Heap, Link, PoolStats, Reservation};
 use crate::error::{Error, Result};
 use crate::header::{self, Identity, State, HEADER_LEN, SLOT_LEN, SLOT_OFFSET};
 use crate::map::{self as osmap, Backing, LockResult, Mapping};
-use crate::persist::{self, CACHE_LINE};
-use crate::sim::{CrashChoice, CrashSite, FenceHook, Sim};
-
-/// How stores become durable (ARCHITECTURE.md, "Persistence modes").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// DAX file mapped with MAP_SYNC: flush + fence make data durable
-    /// against power loss.
-    Dax,
-    /// Ordinary file mapping (page cache): flush + fence order stores;
-    /// durable against a process crash at once, against power loss after
-    /// [`Pool::sync`].
-    Mapped,
-    /// Anonymous memory, no flushes, no fences: durable against nothing.
-    Volatile,
-    /// Anonymous memory plus the crash simulator: flushes and fences are
-    /// recorded, crash images can be taken.
-    Simulated,
-}
-
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Dax => "dax",
-            Mode::Mapped => "mapped",
-            Mode::Volatile => "volatile",
-            Mode::Simulated => "simulated",
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<Mode> {
-        match s {
-            "dax" => Ok(Mode::Dax),
-            "mapped" => Ok(Mode::Mapped),
-            "volatile" => Ok(Mode::Volatile),
-            "simulated" => Ok(Mode::Simulated),
-            _ => Err(Error::InvalidArgument(format!(
-                "unknown mode {s:?} (expected dax, mapped, volatile or simulated)"
-            ))),
-        }
-    }
-
-    fn uses_file(self) -> bool {
-        matches!(self, Mode::Dax | Mode::Mapped)
-    }
-}
+use crate::region::{reserve_space, round_up, Mode, Region};
+use crate::sim::{FenceHook, Sim};
 
 /// Options for [`Pool::create`] and [`Pool::open`].
 #[derive(Clone, Debug)]
@@ -93,20 +52,6 @@ impl Default for PoolOptions {
     }
 }
 
-/// Allocation and recovery figures of a pool, for `inspect` and leak checks.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PoolStats {
-    pub size: u64,
-    /// Bytes in allocated blocks (usable sizes).
-    pub bytes_in_use: u64,
-    /// Allocated blocks.
-    pub blocks_in_use: u64,
-    /// Chunks not used by any run or extent.
-    pub free_chunks: u64,
-    /// Reservations and frees that recovery completed or rolled back at open.
-    pub recovered_lanes: u64,
-}
-
 struct HeaderState {
     cur: State,
     slot: usize,
@@ -115,15 +60,9 @@ struct HeaderState {
 /// A mapped pool. Everything inside is addressed by byte offsets from the
 /// pool start; the base address is stable for the pool's lifetime.
 pub struct Pool {
-    map: Mapping,
-    file: Option<File>,
-    path: Option<PathBuf>,
-    mode: Mode,
+    region: Region,
     dax_fallback: Option<String>,
-    read_only: bool,
     writer_active: bool,
-    size: AtomicU64,
-    max_size: u64,
     identity: Identity,
     state: Mutex<HeaderState>,
     root: AtomicU64,
@@ -131,17 +70,20 @@ pub struct Pool {
     was_clean: bool,
     /// Opened by [`open_locked_checked`](Pool::open_locked_checked).
     prechecked: bool,
-    sim: Option<Mutex<Sim>>,
-    pub(crate) heap: Heap,
-    grow_lock: Mutex<()>,
+    heap: Heap,
+}
+
+impl Deref for Pool {
+    type Target = Region;
+
+    /// The pool's bytes and persist primitives.
+    fn deref(&self) -> &Region {
+        &self.region
+    }
 }
 
 /// Smallest pool: the metadata chunk plus one heap chunk.
 pub const MIN_POOL_SIZE: u64 = 2 * alloc::CHUNK;
-
-fn round_up(v: u64, to: u64) -> u64 {
-    v.div_ceil(to) * to
-}
 
 fn random_uuid() -> [u8; 16] {
     let mut u = [0u8; 16];
@@ -185,23 +127,6 @@ fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
         ))),
         Err(e) => Err(Error::io("cannot lock pool file", Some(path), e)),
     }
-}
-
-/// `posix_fallocate` of `[off, off+len)`; a full file system is
-/// `OutOfSpace` naming the file and the sizes.
-fn reserve_space(file: &File, path: &Path, off: u64, len: u64, why: &str) -> Result<()> {
-    osmap::reserve_file_space(file, off, len).map_err(|e| {
-        if osmap::is_no_space(&e) {
-            Error::OutOfSpace(format!(
-                "the file system has no room to {why} pool file {}: reserving {len} bytes at \
-                 offset {off} (to {} bytes) failed: {e}",
-                path.display(),
-                off + len
-            ))
-        } else {
-            Error::io("cannot reserve space for pool file", Some(path), e)
-        }
-    })
 }
 
 /// Whether fewer than `size` bytes of `file` are backed by blocks (a
@@ -313,16 +238,20 @@ impl Pool {
             opens: 1,
             aux: 0,
         };
-        let pool = Pool {
+        let mut region = Region::new(
             map,
             file,
-            path: opts.mode.uses_file().then(|| path.to_path_buf()),
+            opts.mode.uses_file().then(|| path.to_path_buf()),
             mode,
-            dax_fallback: fallback,
-            read_only: false,
-            writer_active: false,
-            size: AtomicU64::new(size),
+            false,
+            size,
             max_size,
+        );
+        region.sim = sim;
+        let pool = Pool {
+            region,
+            dax_fallback: fallback,
+            writer_active: false,
             identity,
             state: Mutex::new(HeaderState {
                 cur: state,
@@ -332,16 +261,14 @@ impl Pool {
             aux: AtomicU64::new(0),
             was_clean: false,
             prechecked: false,
-            sim,
             heap: Heap::empty(),
-            grow_lock: Mutex::new(()),
         };
         // persist: state slot and identity in one fence; the file was
         // zero-filled, so the heap (all chunks free) and lanes need no writes.
         pool.write(SLOT_OFFSET as u64, &state.encode());
         pool.write(0, &id_bytes);
         pool.persist(0, SLOT_OFFSET + SLOT_LEN);
-        pool.heap.rebuild(&pool)?;
+        pool.heap.rebuild(&pool.region)?;
         pool.heap.mark_all_fresh();
         pool.sync()?;
         Ok(pool)
@@ -494,24 +421,24 @@ impl Pool {
             return Self::from_image_with(img, opts.mode, max_size, &opts.layout, None);
         };
         let pool = Pool {
-            map,
-            file,
-            path: Some(path.to_path_buf()),
-            mode,
+            region: Region::new(
+                map,
+                file,
+                Some(path.to_path_buf()),
+                mode,
+                opts.read_only,
+                size,
+                if opts.read_only { size } else { max_size },
+            ),
             dax_fallback: fallback,
-            read_only: opts.read_only,
             writer_active,
-            size: AtomicU64::new(size),
-            max_size: if opts.read_only { size } else { max_size },
             identity,
             state: Mutex::new(HeaderState { cur: state, slot }),
             root: AtomicU64::new(state.root),
             aux: AtomicU64::new(state.aux),
             was_clean: state.clean == 1,
             prechecked: false,
-            sim: None,
             heap: Heap::empty(),
-            grow_lock: Mutex::new(()),
         };
         if copy_in {
             let f = pool.file.as_ref().expect("file-backed");
@@ -589,30 +516,20 @@ impl Pool {
             .map_err(|e| Error::io("cannot map memory", None, e))?;
         let mut persisted = image;
         persisted.truncate(size as usize);
+        let mut region = Region::new(map, None, None, mode, false, size, max_size);
+        region.write(0, &persisted);
+        region.sim = (mode == Mode::Simulated).then(|| Mutex::new(Sim::new(persisted)));
         let pool = Pool {
-            map,
-            file: None,
-            path: None,
-            mode,
+            region,
             dax_fallback: None,
-            read_only: false,
             writer_active: false,
-            size: AtomicU64::new(size),
-            max_size,
             identity,
             state: Mutex::new(HeaderState { cur: state, slot }),
             root: AtomicU64::new(state.root),
             aux: AtomicU64::new(state.aux),
             was_clean: state.clean == 1,
             prechecked: false,
-            sim: None,
             heap: Heap::empty(),
-            grow_lock: Mutex::new(()),
-        };
-        pool.write(0, &persisted);
-        let pool = Pool {
-            sim: (mode == Mode::Simulated).then(|| Mutex::new(Sim::new(persisted))),
-            ..pool
         };
         if let Some(h) = hook {
             pool.set_fence_hook(Some(h))?;
@@ -624,7 +541,8 @@ impl Pool {
     /// Allocator recovery (validate first, then repair), then mark the pool
     /// open (not clean) in the header.
     fn finish_open(&self) -> Result<()> {
-        self.heap.recover(self)?;
+        let st = self.header_state();
+        self.heap.recover(&self.region, st.root, st.aux)?;
         // persist: the clean flag is cleared before any engine write, so a
         // crash from here on is seen as a crash at the next open.
         self.update_state(|s| {
@@ -633,22 +551,9 @@ impl Pool {
         })
     }
 
-    /// The mode in force (`mapped` after a permitted dax fallback).
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
-
     /// Why `dax` fell back to `mapped`, if it did.
     pub fn dax_fallback(&self) -> Option<&str> {
         self.dax_fallback.as_deref()
-    }
-
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
-    pub fn is_read_only(&self) -> bool {
-        self.read_only
     }
 
     /// Whether a writable open held the file's lock when this read-only
@@ -656,16 +561,6 @@ impl Pool {
     /// What such a reader sees may be mid-update.
     pub fn writer_active(&self) -> bool {
         self.writer_active
-    }
-
-    /// Current size in bytes.
-    pub fn size(&self) -> u64 {
-        self.size.load(Ordering::Acquire)
-    }
-
-    /// Largest size growth may reach.
-    pub fn max_size(&self) -> u64 {
-        self.max_size
     }
 
     pub fn identity(&self) -> &Identity {
@@ -773,485 +668,73 @@ impl Pool {
         self.sync()
     }
 
-    /// Makes everything flushed so far durable for the mode: a fence, plus
-    /// msync of the file in `mapped` mode (durable against power loss).
-    pub fn sync(&self) -> Result<()> {
-        self.fence();
-        if self.mode == Mode::Mapped && !self.read_only {
-            self.map
-                .msync(self.size() as usize)
-                .map_err(|e| Error::io("msync failed on", self.path.as_deref(), e))?;
-        }
-        Ok(())
-    }
-
-    // ----- bounds-checked access -------------------------------------------------
-
-    /// `Err(Corrupt)` unless `[off, off+len)` lies inside the pool. For
-    /// offsets read from the pool itself (recovery, `check`).
-    pub fn check_range(&self, off: u64, len: u64) -> Result<()> {
-        match off.checked_add(len) {
-            Some(end) if end <= self.size() => Ok(()),
-            _ => Err(Error::Corrupt(format!(
-                "range {off:#x}+{len} lies outside the {}-byte pool",
-                self.size()
-            ))),
-        }
-    }
-
-    #[inline]
-    #[track_caller]
-    fn bounds(&self, off: u64, len: usize) {
-        let end = off.checked_add(len as u64);
-        assert!(
-            matches!(end, Some(e) if e <= self.size()),
-            "pool access {off:#x}+{len} outside the {}-byte pool (an engine bug: offsets read from PM must be checked with check_range)",
-            self.size()
-        );
-    }
-
-    /// The 8-byte word at `off` (8-byte aligned), for failure-atomic stores
-    /// and lock-free reads. Panics on a misaligned or out-of-pool offset.
-    #[inline]
-    #[track_caller]
-    pub fn atomic_u64(&self, off: u64) -> &AtomicU64 {
-        self.bounds(off, 8);
-        assert!(
-            off.is_multiple_of(8),
-            "atomic_u64 at unaligned offset {off:#x}"
-        );
-        // SAFETY: in bounds (checked), aligned (checked), the mapping lives
-        // as long as &self, and AtomicU64 tolerates concurrent access.
-        unsafe { &*(self.map.base().add(off as usize) as *const AtomicU64) }
-    }
-
-    /// `n` consecutive 8-byte words from `off` (8-byte aligned) with one
-    /// bounds check: a cache line or a bucket read by a hot path.
-    #[inline]
-    #[track_caller]
-    pub fn words(&self, off: u64, n: usize) -> &[AtomicU64] {
-        self.bounds(off, n * 8);
-        assert!(off.is_multiple_of(8), "words at unaligned offset {off:#x}");
-        // SAFETY: `n` words in bounds (checked) and aligned (checked); the
-        // mapping lives as long as &self; atomics tolerate concurrent access.
-        unsafe {
-            std::slice::from_raw_parts(self.map.base().add(off as usize) as *const AtomicU64, n)
-        }
-    }
-
-    /// [`words`](Self::words) for an offset that may be stale or torn (a
-    /// reader's unvalidated snapshot): `None` instead of a panic when the
-    /// range is outside the pool or misaligned.
-    #[inline]
-    pub fn try_words(&self, off: u64, n: usize) -> Option<&[AtomicU64]> {
-        let end = off.checked_add(n as u64 * 8)?;
-        if end > self.size() || !off.is_multiple_of(8) {
-            return None;
-        }
-        // SAFETY: `n` words in bounds and aligned (both checked above); the
-        // mapping lives as long as &self; atomics tolerate concurrent access.
-        Some(unsafe {
-            std::slice::from_raw_parts(self.map.base().add(off as usize) as *const AtomicU64, n)
+    /// Grows the pool to at least `min_size` bytes (doubling, up to
+    /// `max_size`). Offsets and references stay valid.
+    fn grow(&self, min_size: u64) -> Result<u64> {
+        // persist: the file is extended (zero-filled: all new chunks free)
+        // and its new pages reserved before the header records the new
+        // size; a crash in between leaves a longer file whose tail open
+        // ignores.
+        self.region.grow(min_size, alloc::CHUNK, |size| {
+            self.update_state(|s| s.size = size)
         })
     }
 
-    /// Hints the CPU to load the cache line at `off` (no effect on contents,
-    /// never faults). For hot paths that know their next misses early.
-    #[inline]
-    pub fn prefetch(&self, off: u64) {
-        #[cfg(target_arch = "x86_64")]
-        self.prefetch_hint::<{ std::arch::x86_64::_MM_HINT_T0 }>(off);
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = off;
+    // ----- the allocator ----------------------------------------------------------
+
+    /// Reserves a block of at least `size` bytes that will be linked by
+    /// `link`. Contents are unspecified (stale) unless
+    /// [`Reservation::is_zeroed`] says otherwise. `Err(OutOfSpace)` leaves
+    /// the pool unchanged.
+    pub fn reserve(&self, size: u64, link: Link) -> Result<Reservation> {
+        self.heap
+            .reserve(&self.region, &|want| self.grow(want), size, link)
     }
 
-    /// [`prefetch`](Self::prefetch) with intent to write (`prefetchw`): the
-    /// line arrives owned, so a store to it does not wait for it.
-    #[inline]
-    pub fn prefetch_write(&self, off: u64) {
-        #[cfg(target_arch = "x86_64")]
-        self.prefetch_hint::<{ std::arch::x86_64::_MM_HINT_ET0 }>(off);
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = off;
+    /// Commits a reservation whose link is durable: after this the block
+    /// stays allocated whatever happens to the owner word.
+    pub fn commit(&self, r: Reservation) {
+        self.heap.commit(&self.region, r)
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    fn prefetch_hint<const HINT: i32>(&self, off: u64) {
-        debug_assert!(off < self.size());
-        #[allow(unused_unsafe)]
-        // SAFETY: prefetch is a hint; it neither faults nor changes memory,
-        // and the address is inside our reservation.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<HINT>(self.map.base().add(off as usize) as *const i8)
-        }
+    /// Returns a reservation that was never linked.
+    pub fn cancel(&self, r: Reservation) {
+        self.heap.cancel(&self.region, r)
     }
 
-    /// The byte at `off`, as an atomic.
-    #[inline]
-    #[track_caller]
-    pub fn atomic_u8(&self, off: u64) -> &AtomicU8 {
-        self.bounds(off, 1);
-        // SAFETY: in bounds (checked); bytes need no alignment.
-        unsafe { &*(self.map.base().add(off as usize) as *const AtomicU8) }
+    /// Starts freeing the allocated block at `off`, which `link` links while
+    /// it is reachable. Unlink it and persist the unlink, then call
+    /// [`finish_free`](Self::finish_free).
+    pub fn begin_free(&self, off: u64, link: Link) -> Result<FreeTicket> {
+        self.heap.begin_free(&self.region, off, link)
     }
 
-    /// Acquire load of the word at `off`.
-    #[inline]
-    pub fn load_u64(&self, off: u64) -> u64 {
-        self.atomic_u64(off).load(Ordering::Acquire)
+    /// Completes a free whose unlink is durable.
+    pub fn finish_free(&self, t: FreeTicket) {
+        self.heap.finish_free(&self.region, t)
     }
 
-    /// Release store of the word at `off` (8-byte failure-atomic).
-    #[inline]
-    pub fn store_u64(&self, off: u64, v: u64) {
-        self.atomic_u64(off).store(v, Ordering::Release)
+    /// Abandons a free whose unlink never happened: the block stays
+    /// allocated and the lane is released.
+    pub fn cancel_free(&self, t: FreeTicket) {
+        self.heap.cancel_free(&self.region, t)
     }
 
-    /// Copies bytes out of the pool. Not atomic: callers synchronise with
-    /// writers of the same range.
-    #[track_caller]
-    pub fn read(&self, off: u64, buf: &mut [u8]) {
-        self.bounds(off, buf.len());
-        // SAFETY: source range in bounds (checked); buf is a distinct
-        // allocation, so the ranges do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.map.base().add(off as usize),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        }
+    /// Frees a block that nothing links any more (durably).
+    pub fn free(&self, off: u64) -> Result<()> {
+        self.heap.free(&self.region, off)
     }
 
-    /// Copies bytes into the pool. Not atomic and not flushed.
-    #[track_caller]
-    pub fn write(&self, off: u64, data: &[u8]) {
-        self.bounds(off, data.len());
-        // SAFETY: destination range in bounds (checked); data cannot alias
-        // the pool's mapping through a shared borrow of a distinct slice
-        // unless the caller passes pool memory, which `read` never hands out.
-        unsafe { std::ptr::copy(data.as_ptr(), self.map.base().add(off as usize), data.len()) }
-    }
-
-    /// Zeroes `[off, off+len)`; not flushed.
-    #[track_caller]
-    pub fn zero(&self, off: u64, len: usize) {
-        self.bounds(off, len);
-        // SAFETY: in bounds (checked).
-        unsafe { std::ptr::write_bytes(self.map.base().add(off as usize), 0, len) }
-    }
-
-    /// Raw pointer to `off`, for engines' hot paths that need it.
-    ///
-    /// # Safety
-    /// The caller keeps every access inside the pool and synchronises
-    /// concurrent accesses itself. The pointer is valid while `self` lives.
-    pub unsafe fn ptr(&self, off: u64) -> *mut u8 {
-        self.map.base().add(off as usize)
-    }
-
-    // ----- persist primitives ----------------------------------------------------
-
-    /// Writes back the cache lines of `[off, off+len)`; ordered by the next
-    /// [`fence`](Self::fence).
-    #[inline]
-    pub fn flush(&self, off: u64, len: usize) {
-        match self.mode {
-            Mode::Dax | Mode::Mapped => {
-                // SAFETY: flushing needs a mapped address; a range outside the
-                // pool is still inside our reservation (or a caller bug that
-                // `bounds` below reports in debug builds).
-                debug_assert!(off + len as u64 <= self.size());
-                persist::flush_range(unsafe { self.map.base().add(off as usize) }, len)
-            }
-            Mode::Volatile => {}
-            Mode::Simulated => {
-                self.bounds(off, len);
-                let mut sim = self
-                    .sim
-                    .as_ref()
-                    .expect("simulated pool has a simulator")
-                    .lock()
-                    .expect("sim lock");
-                sim.record_flush(self.live(), off as usize, len);
-                persist::count_flush(persist::lines_covered(off as usize, len));
-            }
-        }
-    }
-
-    /// Store fence: every earlier flush is durable before any later store.
-    #[inline]
-    pub fn fence(&self) {
-        match self.mode {
-            Mode::Dax | Mode::Mapped => persist::fence(),
-            Mode::Volatile => {}
-            Mode::Simulated => {
-                let mut guard = self
-                    .sim
-                    .as_ref()
-                    .expect("simulated pool has a simulator")
-                    .lock()
-                    .expect("sim lock");
-                let sim = &mut *guard;
-                // The hook sees the instant just before the fence takes
-                // effect: lines flushed since the previous fence are still
-                // undecided, so crash states between two fences are offered.
-                if let Some(mut hook) = sim.hook.take() {
-                    let n = sim.fences + 1;
-                    hook(
-                        n,
-                        &CrashSite {
-                            live: self.live(),
-                            sim,
-                        },
-                    );
-                    sim.hook = Some(hook);
-                }
-                guard.apply_fence(self.live());
-                persist::count_fence();
-            }
-        }
-    }
-
-    /// `flush` then `fence`.
-    #[inline]
-    pub fn persist(&self, off: u64, len: usize) {
-        self.flush(off, len);
-        self.fence();
-    }
-
-    /// `persist` of the one cache line at `off` (64-byte aligned): the hot
-    /// path of a slot write, with the least overhead.
-    #[inline]
-    #[track_caller]
-    pub fn persist_line(&self, off: u64) {
-        // Checked in every mode, so that tests on simulated pools catch
-        // what would panic on a mapped one.
-        assert!(
-            off.is_multiple_of(CACHE_LINE as u64),
-            "persist_line at unaligned offset {off:#x}"
-        );
-        match self.mode {
-            Mode::Dax | Mode::Mapped => {
-                self.bounds(off, CACHE_LINE);
-                // SAFETY: the line is inside the mapping (checked above);
-                // clwb and sfence do not change memory contents.
-                persist::persist_one_line(unsafe { self.map.base().add(off as usize) })
-            }
-            _ => self.persist(off, CACHE_LINE),
-        }
-    }
-
-    /// Copies `data` to `off` with non-temporal stores (no flush needed);
-    /// durable after the next fence. For records of a cache line or more.
-    pub fn write_nt(&self, off: u64, data: &[u8]) {
-        self.bounds(off, data.len());
-        match self.mode {
-            // SAFETY: destination in bounds (checked); `data` is not pool memory.
-            Mode::Dax | Mode::Mapped => unsafe {
-                persist::nt_copy(self.map.base().add(off as usize), data)
-            },
-            Mode::Volatile => self.write(off, data),
-            Mode::Simulated => {
-                self.write(off, data);
-                self.flush(off, data.len());
-            }
-        }
-    }
-
-    /// Zeroes `[off, off+len)` (whole lines) like [`zero_nt`](Self::zero_nt),
-    /// but leaves the whole pages inside the range untouched by this
-    /// process: in `mapped` mode their blocks are deallocated (a hole
-    /// punched in the pool file, so they read as zeros) and reserved again
-    /// at once (`posix_fallocate`, so a later store cannot raise SIGBUS on
-    /// a full file system). The pages join the process's resident set only
-    /// when first touched; zeroing them with stores faulted in all of them.
-    /// The partial pages at the ends, and every other mode (`dax`, where a
-    /// punched block's zeros are not known durable; the simulator, which
-    /// must see the stores; volatile pools), are zeroed with non-temporal
-    /// stores. Durable, as `zero_nt`, after the next fence: the hole is in
-    /// the file when the call returns, and `sync` (msync) makes it durable
-    /// against power loss with the rest of the file.
-    ///
-    /// The caller guarantees that nothing reads or writes the range
-    /// meanwhile (a block just reserved from the allocator). An `Err`
-    /// (`OutOfSpace` when the file system filled up between the punch and
-    /// the reservation) may leave the range unbacked: the caller must not
-    /// touch it nor hand it back to the allocator in this run (the next
-    /// writable open backs every hole before mapping the file).
-    pub fn zero_release(&self, off: u64, len: usize) -> Result<()> {
-        self.bounds(off, len);
-        self.heap.zeroed.fetch_add(len as u64, Ordering::Relaxed);
-        let page = 4096u64;
-        let start = round_up(off, page);
-        let end = (off + len as u64) / page * page;
-        let file = match (&self.file, self.mode) {
-            (Some(f), Mode::Mapped) if !self.read_only && end > start => f,
-            _ => {
-                self.zero_nt(off, len);
-                return Ok(());
-            }
-        };
-        let path = self.path.as_deref().unwrap_or(Path::new("(unnamed pool)"));
-        osmap::punch_hole(file, start, end - start)
-            .map_err(|e| Error::io("cannot punch a hole in pool file", Some(path), e))?;
-        reserve_space(file, path, start, end - start, "back the zeroed range of")?;
-        // The partial pages at both ends, if any.
-        self.zero_nt(off, (start - off) as usize);
-        self.zero_nt(end, (off + len as u64 - end) as usize);
-        Ok(())
-    }
-
-    /// Bytes [`zero_release`](Self::zero_release) has been asked to zero
-    /// since this `Pool` was made (a block [`Reservation::is_zeroed`](crate::Reservation::is_zeroed) says
-    /// reads zero needs none).
-    pub fn zeroed_bytes(&self) -> u64 {
-        self.heap.zeroed.load(Ordering::Relaxed)
-    }
-
-    /// Zeroes `[off, off+len)` (whole lines) with non-temporal stores: no
-    /// flush needed, durable after the next fence, and the cache is left
-    /// alone. For large ranges (a new log file).
-    pub fn zero_nt(&self, off: u64, len: usize) {
-        self.bounds(off, len);
-        if !off.is_multiple_of(64) || !len.is_multiple_of(64) {
-            self.zero(off, len);
-            self.flush(off, len);
-            return;
-        }
-        match self.mode {
-            // SAFETY: destination in bounds (checked) and whole lines (the
-            // mapping's base is page-aligned, `off` and `len` line multiples).
-            Mode::Dax | Mode::Mapped => unsafe {
-                persist::nt_zero(self.map.base().add(off as usize), len)
-            },
-            Mode::Volatile => self.zero(off, len),
-            Mode::Simulated => {
-                self.zero(off, len);
-                self.flush(off, len);
-            }
-        }
-    }
-
-    // ----- growth ---------------------------------------------------------------
-
-    /// Grows the pool to at least `min_size` bytes (doubling, up to
-    /// `max_size`). Offsets and references stay valid.
-    pub(crate) fn grow(&self, min_size: u64) -> Result<u64> {
-        let _g = self.grow_lock.lock().expect("grow lock");
-        let old = self.size();
-        if old >= min_size {
-            return Ok(old);
-        }
-        let target = round_up(
-            min_size.max(old.saturating_mul(2)).min(self.max_size),
-            alloc::CHUNK,
-        );
-        if target < min_size || target <= old {
-            return Err(Error::OutOfSpace(format!(
-                "pool is {old} bytes, growing to {min_size} would pass its limit of {}",
-                self.max_size
-            )));
-        }
-        if let Some(f) = &self.file {
-            let path = self.path.as_deref().unwrap_or(Path::new(""));
-            // persist: the file is extended (zero-filled: all new chunks free)
-            // and its new pages reserved before the header records the new
-            // size; a crash in between leaves a longer file whose tail open
-            // ignores.
-            if let Err(e) = reserve_space(f, path, old, target - old, "grow") {
-                // Give back what a partial reservation took; the pool keeps
-                // its size and stays usable.
-                if f.metadata().map(|m| m.len() > old).unwrap_or(false) {
-                    let _ = f.set_len(old);
-                }
-                return Err(e);
-            }
-            f.set_len(target)
-                .map_err(|e| Error::io("cannot grow pool file", self.path.as_deref(), e))?;
-        }
-        self.map
-            .map(self.file.as_ref(), old as usize, (target - old) as usize)
-            .map_err(|e| Error::io("cannot map grown pool", self.path.as_deref(), e))?;
-        if let Some(sim) = &self.sim {
-            sim.lock()
-                .expect("sim lock")
-                .persisted
-                .resize(target as usize, 0);
-        }
-        self.size.store(target, Ordering::Release);
-        self.update_state(|s| s.size = target)?;
-        Ok(target)
-    }
-
-    // ----- crash simulation --------------------------------------------------
-
-    fn live(&self) -> &[u8] {
-        // SAFETY: [base, base+size) is mapped; the simulator reads it while
-        // the program may write it, which yields some mix of old and new
-        // bytes: exactly the uncertainty a crash has.
-        unsafe { std::slice::from_raw_parts(self.map.base(), self.size() as usize) }
-    }
-
-    /// Installs (or removes) the hook called at every fence of a simulated
-    /// pool, just before the fence takes effect. The hook must not call this
-    /// pool's flush or fence.
-    pub fn set_fence_hook(&self, hook: Option<FenceHook>) -> Result<()> {
-        let sim = self
-            .sim
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("fence hooks need simulated mode".into()))?;
-        let mut g = sim.lock().expect("sim lock");
-        g.at_last_fence = hook.is_some().then(|| self.live().to_vec());
-        g.hook = hook;
-        Ok(())
-    }
-
-    /// Fences issued so far (simulated mode; 0 otherwise).
-    pub fn fence_count(&self) -> u64 {
-        self.sim
-            .as_ref()
-            .map(|s| s.lock().expect("sim lock").fences)
-            .unwrap_or(0)
-    }
-
-    /// Runs `f` on the crash site of this instant (simulated mode only).
-    fn at_site<R>(&self, f: impl FnOnce(&CrashSite<'_>) -> R) -> Result<R> {
-        let sim = self
-            .sim
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("crash sites need simulated mode".into()))?;
-        let g = sim.lock().expect("sim lock");
-        Ok(f(&CrashSite {
-            live: self.live(),
-            sim: &g,
-        }))
-    }
-
-    /// A crash image of the pool as it stands now (simulated mode).
-    pub fn crash_image(&self, choice: CrashChoice) -> Result<Vec<u8>> {
-        self.at_site(|site| site.image(choice))
-    }
-
-    /// Cache lines not yet durable (simulated mode).
-    pub fn undecided_lines(&self) -> Result<Vec<u64>> {
-        self.at_site(|site| site.undecided_lines())
-    }
-
-    /// Undecided lines written since the previous fence (simulated mode;
-    /// see `CrashSite::recent_lines`).
-    pub fn recent_lines(&self) -> Result<Vec<u64>> {
-        self.at_site(|site| site.recent_lines())
-    }
-
-    /// A copy of the whole live image.
-    pub fn image(&self) -> Vec<u8> {
-        self.live().to_vec()
+    /// Usable size of the allocated block at `off`.
+    /// `Err(Corrupt)` unless `off` is the start of an allocated block: an
+    /// engine validating offsets read from PM learns that a pointer names
+    /// free space.
+    pub fn block_size(&self, off: u64) -> Result<u64> {
+        self.heap.block_size(&self.region, off)
     }
 
     /// Allocator and size figures.
     pub fn stats(&self) -> PoolStats {
-        self.heap.stats(self)
+        self.heap.stats(&self.region)
     }
 }

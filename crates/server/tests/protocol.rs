@@ -668,7 +668,11 @@ fn stop_closes_the_store_cleanly() {
         assert!(c.closed());
     }
     let st = Store::open(dir.path(), options()).unwrap();
-    assert_eq!(st.stats().opened_from, "image", "the shutdown was clean");
+    assert_eq!(
+        st.stats().opened_from,
+        store::OpenedFrom::Image,
+        "the shutdown was clean"
+    );
     assert_eq!(st.get(b"durable").unwrap().as_deref(), Some(&b"yes"[..]));
     st.close().unwrap();
 }

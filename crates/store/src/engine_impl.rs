@@ -8,8 +8,10 @@
 //! paper's 8 MB files and 16..=256 clusters, as many as the expected data
 //! fills. GC runs inline (every 64 writes)
 //! rather than on a background thread, so that runs are deterministic.
-//! `PMHASH_NUMA_EMULATE=N` sets virtual nodes (the benchmark's
-//! `--numa-emulate`).
+//! The engine form always emulates its nodes (two for the small sizing,
+//! so that remote accesses happen, one for the large); a program that
+//! wants other nodes opens a [`Store`] with its own
+//! [`Options::numa_emulate`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +19,9 @@ use std::sync::Arc;
 use engine::{CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Result, Stats};
 use pmem::Pool;
 
-use crate::store::{GcMode, IndexKind, Options, Store, LAYOUT};
+use crate::layout::LAYOUT;
+use crate::options::{GcMode, IndexKind, Options};
+use crate::store::Store;
 
 pub struct StoreEngine {
     name: &'static str,
@@ -84,10 +88,7 @@ pub fn spec_named(name: &'static str, about: &'static str, open: OpenFn) -> Engi
 /// Options the engine form uses for `cfg`.
 pub fn options_for(cfg: &EngineConfig) -> Options {
     let small = cfg.initial_capacity < 100_000;
-    let emulate = std::env::var("PMHASH_NUMA_EMULATE")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|&n| n > 0);
+    let nodes = if small { 2 } else { 1 };
     Options {
         // Enough clusters that their active files hold about the data
         // (the paper's 256 × 8 MB per node is 2 GiB of files for any size).
@@ -99,8 +100,8 @@ pub fn options_for(cfg: &EngineConfig) -> Options {
                 .clamp(16, 256) as u32
         },
         extent_size: if small { 4096 } else { 8 << 20 },
-        nodes: Some(emulate.unwrap_or(if small { 2 } else { 1 })),
-        numa_emulate: Some(emulate.unwrap_or(if small { 2 } else { 1 })),
+        nodes: Some(nodes),
+        numa_emulate: Some(nodes),
         durability: cfg.durability,
         gc: GcMode::Manual,
         raf_bytes: if small { 16 << 10 } else { 64 << 20 },

@@ -41,9 +41,10 @@ use std::sync::Arc;
 
 use engine::{Durability, Result};
 
+use crate::inner::Inner;
 use crate::layout::*;
 use crate::nlog::Extent;
-use crate::store::Inner;
+use crate::options::GcMode;
 
 /// Files whose dead fraction reaches the threshold, most dead first.
 fn candidates(s: &Inner) -> Vec<Arc<Extent>> {
@@ -145,7 +146,7 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
             return Err(engine::Error::Corrupt(format!(
                 "{}: the entry at pool offset {:#x} fails its checksum; \
                  the file is kept (run `pmhash check --repair` to salvage it)",
-                crate::recover::describe_file(f),
+                f.describe(),
                 f.off + pos
             )));
         };
@@ -324,4 +325,15 @@ fn history(s: &Inner, f: &Extent, entries: &[crate::nlog::Entry], cur: Option<u6
     // Oldest first: a key's versions grow along its history.
     marks.sort_unstable();
     marks.into_iter().map(|(_, off)| off).collect()
+}
+
+/// Lets GC keep up with writers (background GC only): one relaxed load
+/// unless reclaimable files have piled up (see [`help`]).
+#[inline]
+pub(crate) fn pace(s: &Inner) {
+    if s.log.backlog.load(Ordering::Relaxed) >= crate::nlog::GC_BACKLOG
+        && s.opts.gc == GcMode::Background
+    {
+        help(s);
+    }
 }

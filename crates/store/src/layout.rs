@@ -67,6 +67,11 @@
 //! flight (the append lock is held through the fence), under `Relaxed`
 //! every entry since the file's last sync.
 
+/// Pool layout id of a store.
+pub const LAYOUT: &str = "store";
+/// File name of the store's pool inside its directory.
+pub const POOL_FILE: &str = "store.pool";
+
 pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PMHSTOR1");
 pub const FORMAT: u64 = 3;
 pub const R_MAGIC: u64 = 0;

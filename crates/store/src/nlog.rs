@@ -48,6 +48,15 @@ pub struct Extent {
 }
 
 impl Extent {
+    /// Names the file for error messages: its sequence number, node,
+    /// cluster, extent-table slot and pool offset.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "Nlog file {} (node {}, cluster {}, extent-table slot {}, pool offset {:#x})",
+            self.seq, self.node, self.cluster, self.slot, self.off
+        )
+    }
+
     pub fn used(&self) -> u64 {
         self.tail.load(Ordering::Acquire) - X_DATA
     }

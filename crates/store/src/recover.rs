@@ -28,10 +28,12 @@ use engine::{Error, Result};
 use pmem::{Link, Pool};
 
 use crate::index::{IKey, Index};
+use crate::inner::{new_inner, Inner};
 use crate::layout::*;
 use crate::nlog::{End, Extent};
+use crate::options::Options;
 use crate::pindex::PIndex;
-use crate::store::{new_inner, Inner, Options};
+use crate::stats::OpenedFrom;
 use engine::{EngineConfig, EngineKind};
 
 /// "2": records may carry an inline value (an image of format 1 fails this
@@ -267,7 +269,7 @@ pub(crate) fn open(
     opts: Options,
     fresh: bool,
     image_checked: bool,
-) -> Result<(Inner, &'static str, u64)> {
+) -> Result<(Inner, OpenedFrom, u64)> {
     let ri = read_root(&pool, root)?;
     let (files, free) = read_files(&pool, root, &ri)?;
     let image = pool.load_u64(root + R_IMAGE);
@@ -283,7 +285,7 @@ pub(crate) fn open(
         pidx,
         keys,
         opts.index.ordered(),
-        matches!(opts.index, crate::store::IndexKind::Both(_)),
+        matches!(opts.index, crate::options::IndexKind::Both(_)),
         // Pre-sized for at most 2^26 keys (about 1.3 GiB); past that the
         // shards grow as keys arrive, so a large `expected_keys` cannot
         // make open allocate more DRAM than the machine has. A clean
@@ -309,12 +311,12 @@ pub(crate) fn open(
     );
     if fresh {
         s.log.install(files, free);
-        return Ok((s, "created", 0));
+        return Ok((s, OpenedFrom::Created, 0));
     }
     if persistent {
         return open_persistent(s, files, free, ri.clusters, image_checked);
     }
-    let mut from = "log scan";
+    let mut from = OpenedFrom::LogScan;
     let mut entries = 0;
     let loaded = if image != 0 && pool.was_clean() {
         load_image(&s, &files, image, image_len, image_checked)?
@@ -323,7 +325,7 @@ pub(crate) fn open(
     };
     let torn: Vec<AtomicBool> = files.iter().map(|_| AtomicBool::new(false)).collect();
     if loaded {
-        from = "image";
+        from = OpenedFrom::Image;
     } else {
         // Refuses the open, before anything is written, on corruption.
         entries = scan_log(&s, &files, &torn)?;
@@ -372,7 +374,7 @@ fn open_persistent(
     free: Vec<u64>,
     clusters: u32,
     slots_checked: bool,
-) -> Result<(Inner, &'static str, u64)> {
+) -> Result<(Inner, OpenedFrom, u64)> {
     let pool = &s.pool;
     let root = s.log.root;
     // A clean pool opened after a read-only open of it passed, under the
@@ -412,7 +414,7 @@ fn open_persistent(
         crate::index::Point::Dram(..) => 0,
     };
     s.keys.set(keys as i64);
-    Ok((s, "hash index", 0))
+    Ok((s, OpenedFrom::HashIndex, 0))
 }
 
 /// The background accounting pass after a persistent-index open: finds
@@ -583,14 +585,6 @@ pub(crate) fn newest_files(files: &[Arc<Extent>]) -> std::collections::HashSet<u
     newest.into_values().collect()
 }
 
-/// A file, as error messages name it.
-pub(crate) fn describe_file(f: &Extent) -> String {
-    format!(
-        "Nlog file {} (node {}, cluster {}, extent-table slot {}, pool offset {:#x})",
-        f.seq, f.node, f.cluster, f.slot, f.off
-    )
-}
-
 /// The error that refuses an open on corruption found by the log scan.
 fn corruption(f: &Extent, end: End) -> Error {
     let End::Corrupt { at, proof } = end else {
@@ -607,7 +601,7 @@ fn corruption(f: &Extent, end: End) -> Error {
         "{}: the entry at pool offset {:#x} (byte {at} of the file) is corrupt, \
          not a torn tail: {why}. Nothing was changed; `pmhash check --repair` \
          drops the bad bytes and reports what they held",
-        describe_file(f),
+        f.describe(),
         f.off + at
     ))
 }
@@ -1147,7 +1141,7 @@ fn check_persistent(
             return Err(corrupt(format!(
                 "{}: the entry at pool offset {:#x} is corrupt; \
                  `pmhash check --repair` salvages it",
-                describe_file(lf),
+                lf.describe(),
                 f.off + pos
             )));
         }
@@ -1239,7 +1233,7 @@ pub(crate) fn check(s: &Inner) -> Result<(u64, u64)> {
             return Err(corrupt(format!(
                 "{}: the entry at pool offset {:#x} is corrupt (the file's entries \
                  reach byte {}); `pmhash check --repair` salvages it",
-                describe_file(lf),
+                lf.describe(),
                 f.off + pos,
                 lf.tail.load(Ordering::Acquire)
             )));

@@ -465,7 +465,7 @@ fn pools_of_other_layouts_are_refused_untouched() {
         "read-only open wrote"
     );
     let s = Store::open(dir.path(), opts()).unwrap();
-    assert_eq!(s.stats().opened_from, "created");
+    assert_eq!(s.stats().opened_from, store::OpenedFrom::Created);
     s.put(b"k", b"v").unwrap();
     s.close().unwrap();
     drop(s);
@@ -610,7 +610,7 @@ fn crashed_store_opens_read_only_without_writing() {
     let dir = temp_dir("ro-crash");
     let (good, m) = built(&dir, 600, false);
     let s = Store::open(dir.path(), ro_opts()).unwrap();
-    assert_eq!(s.stats().opened_from, "log scan");
+    assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
     assert!(contents(&s) == m);
     s.check().unwrap();
     for (what, r) in [
@@ -652,7 +652,7 @@ fn writes_after_close_are_refused() {
     drop(s);
     let bytes = std::fs::read(pool_file(&dir)).unwrap();
     let s = Store::open(dir.path(), ro_opts()).unwrap();
-    assert_eq!(s.stats().opened_from, "image");
+    assert_eq!(s.stats().opened_from, store::OpenedFrom::Image);
     let mut want = BTreeMap::new();
     want.insert(b"a".to_vec(), b"1".to_vec());
     want.insert(b"b".to_vec(), b"2".to_vec());

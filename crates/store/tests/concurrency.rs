@@ -264,7 +264,7 @@ fn mixed_run(seed: u64, min_ops: u64) {
         ..o
     };
     let s2 = Store::open(dir.path(), o2.clone()).unwrap();
-    assert_eq!(s2.stats().opened_from, "log scan");
+    assert_eq!(s2.stats().opened_from, store::OpenedFrom::LogScan);
     assert!(
         contents(&s2) == m,
         "log scan after the concurrent run differs"
@@ -291,7 +291,7 @@ fn mixed_run(seed: u64, min_ops: u64) {
     s2.close().unwrap();
     drop(s2);
     let s3 = Store::open(dir.path(), o2).unwrap();
-    assert_eq!(s3.stats().opened_from, "image");
+    assert_eq!(s3.stats().opened_from, store::OpenedFrom::Image);
     assert!(contents(&s3) == m, "clean reopen differs");
     assert_eq!(
         s3.stats().live_bytes,

@@ -344,7 +344,11 @@ fn reads_of_a_corrupt_entry_are_errors_never_wrong_bytes() {
     let dir = TempDir::new("store-corrupt", "read");
     let (bad, m, key, at) = one_value_flipped(&dir);
     let s = Store::open(dir.path(), opts()).unwrap();
-    assert_eq!(s.stats().opened_from, "image", "a clean open: no log scan");
+    assert_eq!(
+        s.stats().opened_from,
+        store::OpenedFrom::Image,
+        "a clean open: no log scan"
+    );
     let e = s.get(&key).unwrap_err().to_string();
     assert!(e.contains(&format!("{:#x}", at.off)), "{e}");
     assert!(s.get_into(&key, &mut Vec::new()).is_err());
@@ -382,7 +386,11 @@ fn for_each_over_a_corrupt_entry_is_an_error_never_wrong_bytes() {
     let dir = TempDir::new("store-corrupt", "for-each");
     let (bad, m, key, at) = one_value_flipped(&dir);
     let s = Store::open(dir.path(), opts()).unwrap();
-    assert_eq!(s.stats().opened_from, "image", "a clean open: no log scan");
+    assert_eq!(
+        s.stats().opened_from,
+        store::OpenedFrom::Image,
+        "a clean open: no log scan"
+    );
     let mut seen = Model::new();
     let r = s.for_each(|k, v| {
         seen.insert(k.to_vec(), v.to_vec());

@@ -30,7 +30,7 @@ fn mem_store(opts: &Options) -> (Arc<Pool>, Store) {
 fn crash_reopen(pool: &Pool, opts: &Options) -> (Arc<Pool>, Store) {
     let p = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
     let s = Store::open_pool(p.clone(), opts.clone()).unwrap();
-    assert_eq!(s.stats().opened_from, "log scan");
+    assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
     (p, s)
 }
 

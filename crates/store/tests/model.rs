@@ -37,7 +37,7 @@ fn mem_store(opts: &Options, seed: u64) -> (Arc<Pool>, Store) {
         seed,
     ));
     let s = Store::open_pool(pool.clone(), opts.clone()).expect("open a fresh store");
-    assert_eq!(s.stats().opened_from, "created");
+    assert_eq!(s.stats().opened_from, store::OpenedFrom::Created);
     (pool, s)
 }
 
@@ -410,16 +410,21 @@ fn reopen_clean_and_after_drop() {
             let s = Store::open(dir.path(), opts.clone()).unwrap();
             let from = s.stats().opened_from;
             match round {
-                0 => assert_eq!(from, "created"),
-                1 | 3 => assert_eq!(from, "image", "round {round}: after a clean close"),
+                0 => assert_eq!(from, store::OpenedFrom::Created),
+                1 | 3 => assert_eq!(
+                    from,
+                    store::OpenedFrom::Image,
+                    "round {round}: after a clean close"
+                ),
                 _ => assert_eq!(
-                    from, "log scan",
+                    from,
+                    store::OpenedFrom::LogScan,
                     "round {round}: after a drop without close"
                 ),
             }
             if round > 0 {
                 assert!(s.stats().open_ms >= 0.0);
-                if from == "log scan" {
+                if from == store::OpenedFrom::LogScan {
                     assert!(s.stats().recovered_entries > 0);
                 }
             }
@@ -444,7 +449,7 @@ fn reopen_clean_and_after_drop() {
             drop(s);
         }
         let s = Store::open(dir.path(), opts.clone()).unwrap();
-        assert_eq!(s.stats().opened_from, "log scan");
+        assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
         verify(&s, &m, &format!("seed {seed} final"));
         assert!(done.reclaimed > 0 || s.stats().files > 1);
     }
@@ -469,7 +474,7 @@ fn recovery_thread_count_does_not_change_the_content() {
         run_ops(&s, &mut m, &keys, &mut rng, 5000, 1500, None, 0, &mut done);
         verify(&s, &m, "before the drop");
     }
-    let content = |threads: usize| -> (Pairs, &'static str, u64) {
+    let content = |threads: usize| -> (Pairs, store::OpenedFrom, u64) {
         let s = Store::open(
             dir.path(),
             Options {
@@ -487,7 +492,10 @@ fn recovery_thread_count_does_not_change_the_content() {
     // Both opens below are log scans (the store is dropped, not closed).
     let (a, fa, ra) = content(1);
     let (b, fb, rb) = content(3);
-    assert_eq!((fa, fb), ("log scan", "log scan"));
+    assert_eq!(
+        (fa, fb),
+        (store::OpenedFrom::LogScan, store::OpenedFrom::LogScan)
+    );
     assert!(a == b, "1 and 3 recovery threads disagree");
     assert_eq!(ra, rb);
     // Now through the image.
@@ -495,7 +503,7 @@ fn recovery_thread_count_does_not_change_the_content() {
     s.close().unwrap();
     drop(s);
     let (c, fc, _) = content(3);
-    assert_eq!(fc, "image");
+    assert_eq!(fc, store::OpenedFrom::Image);
     assert!(
         a == c,
         "image open with 3 threads disagrees with the log scan"
@@ -504,7 +512,7 @@ fn recovery_thread_count_does_not_change_the_content() {
     s.close().unwrap();
     drop(s);
     let (d, fd, _) = content(1);
-    assert_eq!(fd, "image");
+    assert_eq!(fd, store::OpenedFrom::Image);
     assert!(a == d, "image open with 1 thread disagrees");
 }
 
@@ -550,7 +558,7 @@ fn largest_keys_and_values() {
         s.close().unwrap();
     }
     let s = Store::open(dir.path(), opts.clone()).unwrap();
-    assert_eq!(s.stats().opened_from, "image");
+    assert_eq!(s.stats().opened_from, store::OpenedFrom::Image);
     verify(&s, &m, "large, clean reopen");
     let v3 = value(3, store::MAX_VALUE);
     s.put(&[0x7f; 4096], &v3).unwrap();
@@ -559,7 +567,7 @@ fn largest_keys_and_values() {
     m.remove(&Vec::new());
     drop(s);
     let s = Store::open(dir.path(), opts).unwrap();
-    assert_eq!(s.stats().opened_from, "log scan");
+    assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
     verify(&s, &m, "large, reopen after drop");
 }
 
@@ -650,7 +658,7 @@ fn get_in_copies_what_fits_and_reports_the_length() {
         s.close().unwrap();
         drop(s);
         let s = Store::open_pool(pool, opts).unwrap();
-        assert_ne!(s.stats().opened_from, "created");
+        assert_ne!(s.stats().opened_from, store::OpenedFrom::Created);
         check(&s, &format!("{ctx}, reopened"));
     }
 }
@@ -922,7 +930,7 @@ fn crash_at_random_fences_keeps_acknowledged_writes() {
         let ctx = format!("crash during op {op}");
         let p = Arc::new(Pool::from_image(img, Mode::Volatile).unwrap());
         let s = Store::open_pool(p, opts.clone()).unwrap();
-        assert_eq!(s.stats().opened_from, "log scan", "{ctx}");
+        assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan, "{ctx}");
         let mut got = Model::new();
         s.for_each(|k, v| {
             got.insert(k.to_vec(), v.to_vec());

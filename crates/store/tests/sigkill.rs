@@ -363,7 +363,7 @@ fn sigkill_rounds_keep_every_acknowledged_write() {
         let after = after_m.get(&k).cloned();
         let s = Store::open(dir.path(), opts(GcMode::Manual)).unwrap();
         let st = s.stats();
-        assert_eq!(st.opened_from, "log scan", "{ctx}");
+        assert_eq!(st.opened_from, store::OpenedFrom::LogScan, "{ctx}");
         let now = s.get(&k).unwrap();
         assert!(
             now == before || now == after,
@@ -380,7 +380,7 @@ fn sigkill_rounds_keep_every_acknowledged_write() {
             s.close().unwrap();
             drop(s);
             let s = Store::open(dir.path(), opts(GcMode::Manual)).unwrap();
-            assert_eq!(s.stats().opened_from, "image", "{ctx}");
+            assert_eq!(s.stats().opened_from, store::OpenedFrom::Image, "{ctx}");
             check_store(&s, &m, &format!("{ctx}, image reopen"));
             s.close().unwrap();
         }

@@ -1,0 +1,189 @@
+//! What a store is opened with: its [`Options`], the kind of point index
+//! ([`IndexKind`]) and how garbage collection runs ([`GcMode`]).
+
+use engine::{Durability, EngineSpec, Error, Result};
+use pmem::{Mode, PoolOptions};
+
+use crate::layout::*;
+
+/// What the store's point index is (the spec's options a, b, c).
+#[derive(Clone, Copy)]
+pub enum IndexKind {
+    /// (a) DRAM hash table for point operations plus the ordered tree for
+    /// scans, rebuilt at open from the shutdown image or the log.
+    Dram,
+    /// (b) A persistent hash engine in the same pool: open takes what the
+    /// engine's open takes. No ordered index: scans are refused.
+    Hash(EngineSpec),
+    /// (c) The persistent hash engine plus the ordered tree, built in the
+    /// background after open (scans wait for it).
+    Both(EngineSpec),
+}
+
+impl IndexKind {
+    pub fn code(&self) -> u64 {
+        match self {
+            IndexKind::Dram => 0,
+            IndexKind::Hash(_) => 1,
+            IndexKind::Both(_) => 2,
+        }
+    }
+    pub fn spec(&self) -> Option<EngineSpec> {
+        match self {
+            IndexKind::Dram => None,
+            IndexKind::Hash(s) | IndexKind::Both(s) => Some(*s),
+        }
+    }
+    pub fn ordered(&self) -> bool {
+        !matches!(self, IndexKind::Hash(_))
+    }
+    /// `"dram"`, `"hash:E"` or `"both:E"`.
+    pub fn describe(&self) -> String {
+        match self {
+            IndexKind::Dram => "dram".into(),
+            IndexKind::Hash(s) => format!("hash:{}", s.name),
+            IndexKind::Both(s) => format!("both:{}", s.name),
+        }
+    }
+}
+
+impl std::fmt::Debug for IndexKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+/// When GC runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcMode {
+    /// A background thread reclaims files past the threshold.
+    Background,
+    /// Only [`Store::gc`] reclaims.
+    Manual,
+}
+
+/// Store options. Layout choices (`nodes`, `clusters`, `extent_size`) are
+/// fixed at create; the rest apply to each open.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Pool mode (`mapped` by default; `dax` on real PM).
+    pub mode: Mode,
+    /// Pool size at create.
+    pub pool_size: u64,
+    /// The pool grows up to this size (0: 16 × `pool_size`).
+    pub max_pool_size: u64,
+    /// Hash clusters per node (the paper's default is 256).
+    pub clusters: u32,
+    /// Bytes per Nlog file (the paper's 8 MB).
+    pub extent_size: u64,
+    /// Log nodes at create; `None`: the real node count, or `numa_emulate`.
+    pub nodes: Option<u32>,
+    /// Virtual nodes on a one-node machine.
+    pub numa_emulate: Option<u32>,
+    /// Busy wait added to each remote log access (ns).
+    pub remote_latency_ns: u64,
+    /// Remote / local read latency, the RAF weight (the paper measured 1.59).
+    pub remote_ratio: f64,
+    pub durability: Durability,
+    /// Reclaim a file once this fraction of its bytes is dead.
+    pub gc_threshold: f64,
+    pub gc: GcMode,
+    /// RAF capacity in bytes (0: no cache).
+    pub raf_bytes: u64,
+    /// Operations per RAF auto-disable window.
+    pub raf_window: u64,
+    /// Threads for crash recovery (0: all CPUs).
+    pub recovery_threads: usize,
+    /// Reader threads per node for scans (0: the scanning thread reads).
+    pub scan_readers: usize,
+    /// Open without writing the pool.
+    pub read_only: bool,
+    /// The point index (fixed at create).
+    pub index: IndexKind,
+    /// Expected number of keys: sizes the persistent hash engine, and the
+    /// DRAM point index (up to 2^26 keys) so that loading it never resizes.
+    pub expected_keys: u64,
+    /// Fixed pool uuid (reproducible test runs).
+    pub uuid: Option<[u8; 16]>,
+    /// The 8-byte fast path: an 8-byte key's 8-byte value is also kept in
+    /// the DRAM point index, so its get reads no log entry (the log stays
+    /// the only durable copy). Off: every get reads the log, as in NStore.
+    pub inline_values: bool,
+    /// Reads check the checksum of the log entry they return a value from
+    /// (a get of a corrupt entry is an `Err`, never wrong bytes). On by
+    /// default; off saves the checksum (and a file lookup) per log read.
+    /// Values the point index holds inline and cached values came from
+    /// checked entries.
+    pub verify_checksums: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            mode: Mode::Mapped,
+            pool_size: 256 << 20,
+            max_pool_size: 0,
+            clusters: 256,
+            extent_size: 8 << 20,
+            nodes: None,
+            numa_emulate: None,
+            remote_latency_ns: 0,
+            remote_ratio: 1.59,
+            durability: Durability::Strict,
+            gc_threshold: 0.5,
+            gc: GcMode::Background,
+            raf_bytes: 64 << 20,
+            raf_window: 1 << 16,
+            recovery_threads: 0,
+            scan_readers: 0,
+            read_only: false,
+            uuid: None,
+            index: IndexKind::Dram,
+            expected_keys: 1 << 20,
+            inline_values: true,
+            verify_checksums: true,
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.clusters == 0 || self.clusters as u64 > MAX_CLUSTERS {
+            return bad(format!("clusters must be 1..={MAX_CLUSTERS}"));
+        }
+        if self.extent_size < MIN_EXTENT
+            || self.extent_size > MAX_EXTENT
+            || !self.extent_size.is_multiple_of(64)
+        {
+            return bad(format!(
+                "extent_size must be a multiple of 64 in {MIN_EXTENT}..={MAX_EXTENT}"
+            ));
+        }
+        if let Some(n) = self.nodes.or(self.numa_emulate) {
+            if n == 0 || n as u64 > MAX_NODES {
+                return bad(format!("nodes must be 1..={MAX_NODES}"));
+            }
+        }
+        if !(self.gc_threshold > 0.0 && self.gc_threshold <= 1.0) {
+            return bad("gc_threshold must be in (0, 1]".into());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn pool_options(&self) -> PoolOptions {
+        PoolOptions {
+            mode: self.mode,
+            size: self.pool_size,
+            max_size: if self.max_pool_size == 0 {
+                self.pool_size.saturating_mul(16)
+            } else {
+                self.max_pool_size
+            },
+            layout: LAYOUT.into(),
+            allow_dax_fallback: true,
+            read_only: self.read_only,
+            uuid: self.uuid,
+        }
+    }
+}

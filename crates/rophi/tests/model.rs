@@ -472,3 +472,60 @@ fn get_many_with_unequal_lengths_panics() {
     let mut out = [None; 2];
     e.get_many(&[1, 2, 3], &mut out);
 }
+
+/// Head arrays in never-used pool space read zero already: creating a
+/// table there flushes no zeros, and a doubling into it zeroes nothing.
+/// A doubling into reused space (here dirtied on purpose, in a reopened
+/// pool) still zeroes its heads; every key stays.
+#[test]
+fn head_arrays_in_fresh_space_are_not_zeroed_again() {
+    let tmp = TempPath::new("fresh-heads");
+    // 64 MiB up front: every later table fits without growing the file,
+    // so after the reopen each new table lies in reused space.
+    let popts = pool_opts(Mode::Mapped, 64 * MIB, 256 * MIB, 11);
+    let mut pool = Arc::new(Pool::create(tmp.path(), &popts).unwrap());
+    let before = pmem::persist::counters();
+    // 2^15 heads: 2 MiB, 32,768 lines of heads.
+    let mut e = Rophi::create(pool.clone(), &cfg(1 << 16, 1)).unwrap();
+    let spent = pmem::persist::counters().since(&before);
+    assert_eq!(head_k(&e), 15);
+    assert!(
+        spent.flushes < 1000,
+        "create of a table in fresh space flushed {} lines",
+        spent.flushes
+    );
+    let mut model = HashMap::new();
+    let mut k = 0u64;
+    let mut fill = |e: &Rophi, model: &mut HashMap<u64, u64>, to_k: u32| {
+        while head_k(e) < to_k {
+            for _ in 0..1000 {
+                k += 1;
+                let key = fmix(k);
+                assert!(e.insert(key, k).unwrap(), "insert of key {k}");
+                model.insert(key, k);
+            }
+        }
+    };
+    fill(&e, &mut model, 16);
+    assert_eq!(detail_u(&e, "resizes"), 1);
+    assert_eq!(
+        detail(&e, "resize heads zeroed MiB"),
+        0.0,
+        "a doubling into fresh space zeroed its heads"
+    );
+    verify(&e, &pool, &model, &[], "after a doubling in fresh space");
+    // Dirty the free space the next table will take: 32 MiB of 0xff,
+    // given back.
+    let r = pool.reserve(32 * MIB, pmem::Link::Nothing).unwrap();
+    pool.write(r.offset(), &vec![0xff; r.size() as usize]);
+    pool.persist(r.offset(), r.size() as usize);
+    pool.cancel(r);
+    (pool, e) = reopen_file(e, pool, tmp.path(), &popts);
+    fill(&e, &mut model, 17);
+    assert_eq!(
+        detail(&e, "resize heads zeroed MiB"),
+        8.0,
+        "a doubling into reused space did not zero its 2^17 heads"
+    );
+    verify(&e, &pool, &model, &[], "after a doubling in reused space");
+}

@@ -90,13 +90,6 @@ impl Engine for Rophi {
                 ("resizes".into(), c(&self.t.resizes)),
                 ("resize ms".into(), ms(&self.t.resize_us)),
                 (
-                    "resize heads zeroed MiB".into(),
-                    format!(
-                        "{:.1}",
-                        self.t.heads_zeroed.load(Ordering::Relaxed) as f64 / (1 << 20) as f64
-                    ),
-                ),
-                (
                     "resize failures (pool full)".into(),
                     c(&self.t.resize_failures),
                 ),

@@ -23,28 +23,20 @@ use crate::Rophi;
 const REHASH_HEADS_PER_THREAD: u64 = 512;
 
 /// Reserves, zeroes and names a table block of 2^k heads: `owner` (a root
-/// word) ends up holding its descriptor. Returns the table and whether its
-/// heads read zero already.
+/// word) ends up holding its descriptor.
 ///
-/// A block the allocator takes from never-used pool space
-/// ([`pmem::Reservation::is_zeroed`]: above its high-water mark, which the
-/// file system backed with zeros when the pool was made or grew) reads
-/// zero, in PM as in the cache: its heads are neither written nor flushed
-/// here, and their pages join the process only when a pair is stored
-/// into them. The heads of a reused block are zeroed with stores.
-///
-/// `durable_body`: the heads read zero durably before `owner` names the
+/// `durable_body`: zero and persist the heads before `owner` names the
 /// table (create). A resize passes false: only the header line is written
-/// here; the rehash threads zero the heads of a reused block (the table it
-/// names in `next` is given back after a crash, and its heads are flushed
-/// before the commit).
+/// here; the rehash threads zero the heads (the table it names in `next`
+/// is given back after a crash, and its heads are flushed before the
+/// commit).
 pub(crate) fn new_table(
     pool: &Pool,
     root: u64,
     k: u32,
     owner: u64,
     durable_body: bool,
-) -> Result<(Table, bool)> {
+) -> Result<Table> {
     let bytes = T_HEADS + (BUCKET << k);
     let r = pool.reserve(
         bytes,
@@ -60,17 +52,14 @@ pub(crate) fn new_table(
             "allocator gave an unaligned table block {off:#x}"
         )));
     }
-    let zeroed = r.is_zeroed();
-    let zero_body = durable_body && !zeroed;
-    pool.zero(off, if zero_body { bytes } else { T_HEADS } as usize);
+    pool.zero(off, if durable_body { bytes } else { T_HEADS } as usize);
     pool.store_u64(off, TABLE_MAGIC);
     pool.store_u64(off + T_K, k as u64);
     pool.store_u64(off + T_ROOT, root);
-    // persist: the table (its header, and the heads zeroed here when asked;
-    // fresh heads are zero in PM since the file system backed them) before
-    // the root word names it; the allocator frees it if the crash comes
-    // before that store.
-    if zero_body {
+    // persist: the table (its header, and the zeroed heads when asked)
+    // before the root word names it; the allocator frees it if the crash
+    // comes before that store.
+    if durable_body {
         pool.persist(off, bytes as usize);
     } else {
         pool.persist_line(off);
@@ -80,7 +69,7 @@ pub(crate) fn new_table(
     // persist: the naming store before the reservation is committed.
     pool.persist(owner, 8);
     pool.commit(r);
-    Ok((t, zeroed))
+    Ok(t)
 }
 
 /// Adds an overflow slab of `n` buckets to table `t`'s slab list.
@@ -261,7 +250,7 @@ impl Rophi {
         }
         let start = Instant::now();
         let pool = &*self.pool;
-        let (new, zeroed) = match new_table(pool, self.root, old.k + 1, self.root + R_NEXT, false) {
+        let new = match new_table(pool, self.root, old.k + 1, self.root + R_NEXT, false) {
             Ok(t) => t,
             Err(Error::OutOfSpace(_)) => {
                 self.resize_failed();
@@ -269,11 +258,6 @@ impl Rophi {
             }
             Err(e) => return Err(e),
         };
-        if !zeroed {
-            self.t
-                .heads_zeroed
-                .fetch_add(new.heads() * BUCKET, Ordering::Relaxed);
-        }
         // The sweep is split by old head ranges over the available threads:
         // old heads [lo, hi) fill new heads [2lo, 2hi), disjoint for each
         // thread, so they share nothing but the slab list (`slab_mx`).
@@ -283,13 +267,13 @@ impl Rophi {
         );
         let slab_mx = Mutex::new(());
         let parts: Vec<Result<Rehashed>> = if threads == 1 {
-            vec![self.rehash_range(old, new, zeroed, 0, 1, &slab_mx)]
+            vec![self.rehash_range(old, new, 0, 1, &slab_mx)]
         } else {
             std::thread::scope(|sc| {
                 let workers: Vec<_> = (0..threads)
                     .map(|i| {
                         let slab_mx = &slab_mx;
-                        sc.spawn(move || self.rehash_range(old, new, zeroed, i, threads, slab_mx))
+                        sc.spawn(move || self.rehash_range(old, new, i, threads, slab_mx))
                     })
                     .collect();
                 workers
@@ -357,14 +341,12 @@ impl Rophi {
 
     /// Rehash thread `i` of `n`: moves the pairs of old heads
     /// `[lo, hi)` (the `i`-th of `n` equal ranges) into new heads
-    /// `[2lo, 2hi)`, zeroed here first unless the block read zero already
-    /// (`zeroed`, from [`new_table`]); returns the slab buckets it took and
-    /// left free, the slab buckets it added, and the persists it made.
+    /// `[2lo, 2hi)`, zeroed here first; returns the slab buckets it took
+    /// and left free, the slab buckets it added, and the persists it made.
     fn rehash_range(
         &self,
         old: Table,
         new: Table,
-        zeroed: bool,
         i: u64,
         n: u64,
         slab_mx: &Mutex<()>,
@@ -374,9 +356,7 @@ impl Rophi {
         let lo = old.heads() * i / n;
         let hi = old.heads() * (i + 1) / n;
         let (first, bytes) = (new.head(2 * lo), (2 * (hi - lo) * BUCKET) as usize);
-        if !zeroed {
-            pool.zero(first, bytes);
-        }
+        pool.zero(first, bytes);
         let mut spare = Spare {
             free: Vec::new(),
             added: 0,

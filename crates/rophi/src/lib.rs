@@ -68,9 +68,6 @@ pub(crate) struct Tallies {
     pub filter_build_threads: AtomicU64,
     pub resize_us: AtomicU64,
     pub resize_failures: AtomicU64,
-    /// Bytes of new head arrays a resize zeroed with stores (those in
-    /// reused pool space; fresh space reads zero already).
-    pub heads_zeroed: AtomicU64,
 }
 
 /// A ROPHI table in a pool. See the crate documentation.
@@ -164,7 +161,7 @@ impl Rophi {
         }
         pool.commit(root_r);
         let table = match grow::new_table(&pool, root, k, root + R_TABLE, true) {
-            Ok((t, _)) => t,
+            Ok(t) => t,
             Err(e) => {
                 recover::undo_create(&pool)?;
                 return Err(e);

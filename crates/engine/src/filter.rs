@@ -27,16 +27,25 @@
 //!   fingerprints around with kick-outs.
 //! - [`CuckooFilter::insert`] into a free lane takes no lock: a
 //!   compare-and-swap on one of the key's two buckets. Inserts that must
-//!   kick, and [`CuckooFilter::remove`], are serialised by one internal
+//!   kick, and changes of the exact stash, are serialised by one internal
 //!   writer lock (a spinlock: a writer holds it for one or two cache
 //!   misses, far less than a futex sleep and wake-up). A lock-free insert
 //!   only ever turns a free lane into a used one, so the one thing it can
 //!   do to a kick is take the free lane at the kick's end, before the
 //!   kick's first store; that store is a compare-and-swap from zero, it
-//!   fails, nothing has moved, and the kick searches again. (Until
-//!   2026-11-26 every insert took the writer lock: on 16 cores ROPHI's
-//!   inserts fell from 2.9 Mops/s at 1 thread to 1.3 at 16,
-//!   `docs/benchmarks.md`, "Scalability".)
+//!   fails, nothing has moved, and the kick searches again. (With every
+//!   insert on the writer lock, ROPHI's inserts fell from 2.9 Mops/s at 1
+//!   thread to 1.3 at 16 on 16 cores, `docs/benchmarks.md`,
+//!   "Scalability".)
+//! - [`CuckooFilter::remove`] takes no lock either while the stash is
+//!   empty: a compare-and-swap turns one used lane holding the key's
+//!   fingerprint into a free one. The count that matters is, for each
+//!   fingerprint and bucket pair, copies against present keys: a remove
+//!   takes one of each, and a kick copies a fingerprint forward before it
+//!   overwrites the original, so copies never fall below keys. A kick
+//!   moves the fingerprint its search read (not what the lane holds by
+//!   then), and when a remove took a fingerprint off its path, the copy it
+//!   had already made of it is taken out again (`kick`).
 //! - [`CuckooFilter::try_insert_free`] takes no lock: it may run
 //!   concurrently with itself and with readers, not with `insert` or
 //!   `remove` (it is meant for bulk builds, see [`build`]).
@@ -234,7 +243,8 @@ pub struct CuckooFilter {
     grow: AtomicBool,
     /// The kick seqlock: odd while a kick moves fingerprints.
     moves: AtomicU64,
-    /// Serialises kicks, stash changes and `remove`.
+    /// Serialises kicks and stash changes (and a `remove` while the stash
+    /// holds keys).
     writer: AtomicBool,
     /// Xored into keys before hashing.
     seed: u64,
@@ -266,6 +276,8 @@ struct Node {
     /// The lane of the parent's bucket whose fingerprint moves here.
     from_lane: u8,
     depth: u8,
+    /// That fingerprint, as the search read it (0 for a root).
+    fp: u16,
 }
 
 impl std::fmt::Debug for CuckooFilter {
@@ -527,11 +539,11 @@ impl CuckooFilter {
     }
 
     /// Breadth-first search for a bucket with a free lane, from both
-    /// candidate buckets of `p`. Returns the path as `(bucket, lane)` pairs
-    /// from the root to the free end: each pair's lane is the one whose
-    /// fingerprint moves on to the next bucket; the last pair's lane is
-    /// the free one. Moves nothing.
-    fn find_path(&self, p: &Probe) -> Option<Vec<(usize, usize)>> {
+    /// candidate buckets of `p`. Returns the path as `(bucket, lane, fp)`
+    /// from the root to the free end: each entry's lane holds `fp` (as the
+    /// search read it), the fingerprint that moves on to the next bucket;
+    /// the last entry's lane is the free one (`fp` 0). Moves nothing.
+    fn find_path(&self, p: &Probe) -> Option<Vec<(usize, usize, u64)>> {
         let mut nodes: Vec<Node> = Vec::with_capacity(MAX_NODES);
         for root in [p.i1, p.i2] {
             if nodes.first().map(|n| n.bucket) != Some(root) {
@@ -540,6 +552,7 @@ impl CuckooFilter {
                     parent: u32::MAX,
                     from_lane: 0,
                     depth: 0,
+                    fp: 0,
                 });
             }
         }
@@ -548,11 +561,11 @@ impl CuckooFilter {
             let node = nodes[q];
             let w = self.buckets[node.bucket].load(Ordering::Relaxed);
             if let Some(free) = find_lane(w, 0) {
-                let mut path = vec![(node.bucket, free)];
+                let mut path = vec![(node.bucket, free, 0)];
                 let mut at = node;
                 while at.parent != u32::MAX {
                     let parent = nodes[at.parent as usize];
-                    path.push((parent.bucket, at.from_lane as usize));
+                    path.push((parent.bucket, at.from_lane as usize, at.fp as u64));
                     at = parent;
                 }
                 path.reverse();
@@ -563,15 +576,20 @@ impl CuckooFilter {
                     if nodes.len() >= MAX_NODES {
                         break;
                     }
-                    let child = alt(node.bucket, lane(w, l), self.nb);
+                    let fp = lane(w, l);
+                    let child = alt(node.bucket, fp, self.nb);
                     if self.on_path(&nodes, q, child) {
                         continue;
                     }
+                    // Its load overlaps the ones before it in the queue
+                    // (a search is a chain of cache misses otherwise).
+                    crate::sync::prefetch(&self.buckets[child]);
                     nodes.push(Node {
                         bucket: child,
                         parent: q as u32,
                         from_lane: l as u8,
                         depth: node.depth + 1,
+                        fp: fp as u16,
                     });
                 }
             }
@@ -594,15 +612,21 @@ impl CuckooFilter {
     }
 
     /// Runs a path found by [`find_path`](Self::find_path) backward and
-    /// puts `fp` into the root's lane. Under the writer lock, with no
-    /// `try_insert_free` running (the contract), only the first store can
-    /// fail: a lock-free insert may have taken the free lane, and then the
-    /// kick returns `false` with nothing moved. Every later store replaces
-    /// a used lane, which no lock-free insert touches. (Were one to fail,
-    /// the kick would stop and leave a duplicate fingerprint, never a lost
-    /// one.)
-    fn kick(&self, path: &[(usize, usize)], fp: u64) -> bool {
-        let Some(&(end, free)) = path.last() else {
+    /// puts `fp` into the root's lane; `false` if a lane changed under it.
+    /// Under the writer lock (one kick at a time), with no
+    /// `try_insert_free` running (the contract). Each step copies the
+    /// fingerprint the search read into the lane just copied out of, by a
+    /// compare-and-swap from the fingerprint that was there (0 at the free
+    /// end), so a fingerprint moves only into its own bucket pair and is
+    /// overwritten only after its copy is in place. Lock-free writers may
+    /// change a lane meanwhile: an insert may take the free end (the first
+    /// step fails, nothing has moved), and a `remove` may take a
+    /// fingerprint on the path. Then the step that would overwrite it
+    /// fails; its copy one step ahead is now one too many, and
+    /// [`drop_copy`](Self::drop_copy) takes one copy of it out of its pair
+    /// again. Every fingerprint of a present key stays in its pair.
+    fn kick(&self, path: &[(usize, usize, u64)], fp: u64) -> bool {
+        let Some(&(end, free, _)) = path.last() else {
             return false;
         };
         if path.len() == 1 {
@@ -611,20 +635,49 @@ impl CuckooFilter {
         let seq = self.moves.load(Ordering::Relaxed);
         self.moves.store(seq + 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        // `dst` holds a fingerprint already copied onward (0 at the free end).
+        // `dst` holds `dst_old`, a fingerprint already copied onward (0 at
+        // the free end).
         let (mut dst, mut dst_lane, mut dst_old) = (end, free, 0);
         let mut ok = true;
-        for &(src, src_lane) in path[..path.len() - 1].iter().rev() {
-            let moving = lane(self.buckets[src].load(Ordering::Relaxed), src_lane);
+        // The path's fingerprints from the free end back, then `fp` into
+        // the root's lane (no source left after it).
+        let steps = path[..path.len() - 1].iter().rev().copied();
+        for (src, src_lane, moving) in steps.chain(std::iter::once((usize::MAX, 0, fp))) {
             if !self.set_lane(dst, dst_lane, dst_old, moving) {
+                if dst_old != 0 {
+                    // A remove took `dst_old` from `dst` after its copy
+                    // onward was made: that copy is the spare.
+                    self.drop_copy(dst, dst_old);
+                }
                 ok = false;
                 break;
             }
             (dst, dst_lane, dst_old) = (src, src_lane, moving);
         }
-        ok = ok && self.set_lane(dst, dst_lane, dst_old, fp);
         self.moves.store(seq + 2, Ordering::Release);
         ok
+    }
+
+    /// Takes one copy of fingerprint `fp` out of the bucket pair of bucket
+    /// `i`, for a kick that left one copy too many there (see
+    /// [`kick`](Self::kick)); under the writer lock. The pair holds at
+    /// least one more copy of `fp` than there are present keys with that
+    /// fingerprint and pair, so whichever copy goes, none is missed.
+    fn drop_copy(&self, i: usize, fp: u64) {
+        let pair = [i, alt(i, fp, self.nb)];
+        // Removes may race for the same lanes; the spare copy cannot go
+        // away (only a remove takes copies, one per present key), so a few
+        // passes find it.
+        for _ in 0..64 {
+            for b in pair {
+                let w = self.buckets[b].load(Ordering::Relaxed);
+                if let Some(l) = find_lane(w, fp) {
+                    if self.set_lane(b, l, fp, 0) {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Removes one copy of `key`'s fingerprint from either bucket; `false`
@@ -636,33 +689,64 @@ impl CuckooFilter {
 
     /// [`remove`](Self::remove) of the key `p` was made for (by this
     /// filter or one of another size).
+    ///
+    /// Takes no lock while the exact stash is empty: a compare-and-swap
+    /// clears the lane. Removes race each other and lock-free inserts
+    /// only on single lanes (a failed compare-and-swap looks again), and a
+    /// kick in progress on the writer lock (see [`kick`](Self::kick)); a
+    /// remove that finds no copy retries while the kick seqlock moved, as
+    /// a reader does. The key's insert must have returned before its
+    /// remove starts (the caller orders the two), so a key the stash holds
+    /// is seen in `stash_used` here.
     pub fn remove_probe(&self, p: &Probe) -> bool {
         let p = self.rebase(p);
         let fp = fingerprint(p.hash);
-        let _w = self.lock();
-        // A key in the stash is there by its exact hash: remove that copy
-        // (the bucket copies of its fingerprint belong to other keys).
-        let used = self.stash_used.load(Ordering::Relaxed);
-        let mut u = used;
-        while u != 0 {
-            let i = u.trailing_zeros() as usize;
-            if self.stash[i].load(Ordering::Relaxed) == p.hash {
-                self.stash_used.store(used & !(1 << i), Ordering::Release);
-                self.len.add(-1);
-                return true;
-            }
-            u &= u - 1;
-        }
-        for i in [p.i1, p.i2] {
-            let w = self.buckets[i].load(Ordering::Relaxed);
-            if let Some(l) = find_lane(w, fp) {
-                if self.set_lane(i, l, fp, 0) {
+        let _w = if self.stash_used.load(Ordering::Acquire) != 0 {
+            let w = self.lock();
+            // A key in the stash is there by its exact hash: remove that
+            // copy (the bucket copies of its fingerprint belong to other
+            // keys).
+            let used = self.stash_used.load(Ordering::Relaxed);
+            let mut u = used;
+            while u != 0 {
+                let i = u.trailing_zeros() as usize;
+                if self.stash[i].load(Ordering::Relaxed) == p.hash {
+                    self.stash_used.store(used & !(1 << i), Ordering::Release);
                     self.len.add(-1);
                     return true;
                 }
+                u &= u - 1;
+            }
+            Some(w)
+        } else {
+            None
+        };
+        let mut spins = 0u32;
+        loop {
+            let seq = self.moves.load(Ordering::Acquire);
+            for i in [p.i1, p.i2] {
+                // A lane that changes before the compare-and-swap (another
+                // remove took it) is looked for again.
+                while let Some(l) = find_lane(self.buckets[i].load(Ordering::Acquire), fp) {
+                    if self.set_lane(i, l, fp, 0) {
+                        self.len.add(-1);
+                        return true;
+                    }
+                }
+            }
+            // Nothing found: a kick may have carried the fingerprint from
+            // the second bucket to the first between the two loads.
+            fence(Ordering::Acquire);
+            if seq & 1 == 0 && self.moves.load(Ordering::Relaxed) == seq {
+                return false;
+            }
+            spins += 1;
+            if spins.is_multiple_of(256) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
             }
         }
-        false
     }
 
     /// Puts `key`'s fingerprint into a free lane of one of its buckets
@@ -1020,5 +1104,41 @@ impl Drop for FilterCell {
 impl std::fmt::Debug for FilterCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("FilterCell").field(&*self.get()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A remove does not wait for the writer lock (a kick or a stash
+    /// change in progress): with the lock held, removes of present keys
+    /// still finish, and their fingerprints are gone.
+    #[test]
+    fn remove_takes_no_writer_lock() {
+        let f = CuckooFilter::with_buckets(1 << 10);
+        let keys: Vec<u64> = (1..=100u64).map(|k| fmix64(k * 7)).collect();
+        for &k in &keys {
+            f.insert(k).unwrap();
+        }
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            let held = f.lock();
+            let (f, keys) = (&f, &keys);
+            s.spawn(move || {
+                let removed = keys.iter().filter(|&&k| f.remove(k)).count();
+                tx.send(removed).unwrap();
+            });
+            let got = rx.recv_timeout(Duration::from_secs(5));
+            drop(held);
+            assert_eq!(
+                got,
+                Ok(keys.len()),
+                "removes waited for the writer lock (or missed keys)"
+            );
+        });
+        assert!(f.is_empty(), "{} fingerprints left", f.len());
     }
 }

@@ -324,7 +324,7 @@ impl Store {
         }
         self.writable()?;
         let s = &*self.inner;
-        crate::gc::pace(&s);
+        crate::gc::pace(s);
         let hash = key_hash(key);
         let here = s.numa.current();
         // The index bucket's miss and the log tail's start before the pin,
@@ -438,7 +438,7 @@ impl Store {
         }
         self.writable().map_err(none)?;
         let s = &*self.inner;
-        crate::gc::pace(&s);
+        crate::gc::pace(s);
         let here = s.numa.current();
         let hashes: Vec<u64> = pairs.iter().map(|(k, _)| key_hash(k)).collect();
         // Every key's stripe is held until the index names its new entry,

@@ -16,6 +16,8 @@
 //!   lock lines, serialise per key through DRAM stripes, and resizes
 //!   exclude writers but not readers.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 

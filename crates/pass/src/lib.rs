@@ -12,6 +12,8 @@
 //! - `recover`: open, crash recovery (stale copies, duplicates, hints),
 //!   `check`.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -269,18 +269,22 @@ pub unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
         let mut i = 0usize;
         // Head: ordinary stores up to 8-byte alignment.
         while i < len && !(dst as usize + i).is_multiple_of(8) {
-            *dst.add(i) = src[i];
+            // SAFETY: `i < len`, inside the range the caller made valid.
+            unsafe { *dst.add(i) = src[i] };
             i += 1;
         }
         let head = i;
         while i + 8 <= len {
             let w = i64::from_ne_bytes(src[i..i + 8].try_into().unwrap());
-            _mm_stream_si64(dst.add(i) as *mut i64, w);
+            // SAFETY: `i + 8 <= len` and `dst + i` is 8-aligned (the head
+            // loop above), inside the caller's range.
+            unsafe { _mm_stream_si64(dst.add(i) as *mut i64, w) };
             i += 8;
         }
         let tail = i;
         while i < len {
-            *dst.add(i) = src[i];
+            // SAFETY: `i < len`, inside the range the caller made valid.
+            unsafe { *dst.add(i) = src[i] };
             i += 1;
         }
         // The cached head and tail still need write-back.
@@ -288,7 +292,8 @@ pub unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
             flush_range(dst, head);
         }
         if tail < len {
-            flush_range(dst.add(tail), len - tail);
+            // SAFETY: `tail < len`, inside the caller's range.
+            flush_range(unsafe { dst.add(tail) }, len - tail);
         }
         let nt_lines = lines_covered(dst as usize + head, tail - head);
         count_flush(nt_lines);
@@ -296,7 +301,9 @@ pub unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, len);
+        // SAFETY: the caller made `dst..dst+len` valid for writes and
+        // disjoint from `src`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, len) };
         flush_range(dst, len);
     }
 }
@@ -317,14 +324,20 @@ pub unsafe fn nt_zero(dst: *mut u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_setzero_si128, _mm_stream_si128};
-        let z = _mm_setzero_si128();
+        // SAFETY: SSE2 is part of x86_64.
+        let z = unsafe { _mm_setzero_si128() };
         let mut i = 0usize;
         while i < len {
-            let p = dst.add(i) as *mut std::arch::x86_64::__m128i;
-            _mm_stream_si128(p, z);
-            _mm_stream_si128(p.add(1), z);
-            _mm_stream_si128(p.add(2), z);
-            _mm_stream_si128(p.add(3), z);
+            // SAFETY: the line `[dst + i, dst + i + 64)` is inside the
+            // caller's range (`i < len`, both multiples of 64) and 16-aligned
+            // (`dst` is line-aligned, checked above).
+            unsafe {
+                let p = dst.add(i) as *mut std::arch::x86_64::__m128i;
+                _mm_stream_si128(p, z);
+                _mm_stream_si128(p.add(1), z);
+                _mm_stream_si128(p.add(2), z);
+                _mm_stream_si128(p.add(3), z);
+            }
             i += 64;
         }
         let lines = (len / 64) as u64;
@@ -333,7 +346,8 @@ pub unsafe fn nt_zero(dst: *mut u8, len: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        std::ptr::write_bytes(dst, 0, len);
+        // SAFETY: the caller made `dst..dst+len` valid for writes.
+        unsafe { std::ptr::write_bytes(dst, 0, len) };
         flush_range(dst, len);
     }
 }

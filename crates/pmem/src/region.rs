@@ -317,7 +317,9 @@ impl Region {
     /// The caller keeps every access inside the pool and synchronises
     /// concurrent accesses itself. The pointer is valid while `self` lives.
     pub unsafe fn ptr(&self, off: u64) -> *mut u8 {
-        self.map.base().add(off as usize)
+        // SAFETY: the caller keeps `off` inside the pool (above), so the
+        // address is inside the mapping.
+        unsafe { self.map.base().add(off as usize) }
     }
 
     // ----- persist primitives ----------------------------------------------------
@@ -328,10 +330,10 @@ impl Region {
     pub fn flush(&self, off: u64, len: usize) {
         match self.mode {
             Mode::Dax | Mode::Mapped => {
+                debug_assert!(off + len as u64 <= self.size());
                 // SAFETY: flushing needs a mapped address; a range outside the
                 // pool is still inside our reservation (or a caller bug that
-                // `bounds` below reports in debug builds).
-                debug_assert!(off + len as u64 <= self.size());
+                // the assertion above reports in debug builds).
                 persist::flush_range(unsafe { self.map.base().add(off as usize) }, len)
             }
             Mode::Volatile => {}

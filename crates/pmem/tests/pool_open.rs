@@ -198,11 +198,8 @@ fn growth_keeps_offsets_data_and_base_address() {
     assert!(r.size() >= big);
     assert!(r.offset() + r.size() <= grown);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { pool.ptr(0) } as usize,
-        base,
-        "the base address never moves"
-    );
+    let now = unsafe { pool.ptr(0) } as usize;
+    assert_eq!(now, base, "the base address never moves");
     assert_eq!(pool.stats().size, grown);
     assert_eq!(
         std::fs::metadata(tmp.path()).unwrap().len(),

@@ -1,5 +1,7 @@
 //! `pmhash`: benchmark, crash-test, inspect and check persistent hash indexes.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -12,6 +12,8 @@
 //!   and of the filter (rebuilt from PM with every thread).
 //! - `recover`: open, crash recovery, the filter rebuild, `check`.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 

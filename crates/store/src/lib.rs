@@ -14,6 +14,12 @@
 //! - **NUMA** ([`numa`]): real nodes or `numa_emulate` virtual ones, with
 //!   exact local/remote access counters.
 //!
+//! - **The facade** (`store.rs`, [`Store`]) over the state every part
+//!   shares (`inner.rs`), with the options (`options.rs`: [`Options`],
+//!   [`IndexKind`], [`GcMode`]), the figures (`stats.rs`: [`StoreStats`],
+//!   [`OpenedFrom`]) and the range scans' reader threads (`scan.rs`,
+//!   `readers.rs`). No module imports itself back through others.
+//!
 //! `docs/store.md` has the formats, persist orders, the spec's eleven gaps
 //! (F1–F11) and how each is closed, and the tuning knobs.
 

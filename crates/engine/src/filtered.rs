@@ -1,4 +1,4 @@
-//! [`Filtered`]: any engine behind a DRAM cuckoo filter ([`crate::filter`]),
+//! [`Filtered`]: any engine behind a DRAM cuckoo filter ([`crate::cuckoo`]),
 //! so a lookup of an absent key is answered from DRAM without touching the
 //! engine (the ROPHI paper's filter, as a layer). The pool format is the
 //! inner engine's; the filter lives only in DRAM and is rebuilt from the
@@ -28,7 +28,7 @@
 //!
 //! # Growth
 //!
-//! When the filter passes [`MAX_LOAD`](crate::filter::MAX_LOAD), or an
+//! When the filter passes [`MAX_LOAD`](crate::cuckoo::MAX_LOAD), or an
 //! insert finds it [`Full`], a new filter with twice the buckets is built
 //! from the engine's `for_each` and swapped in ([`FilterCell::replace`]).
 //! The rebuild must see every key and no writer may change the old filter
@@ -49,7 +49,7 @@ use std::time::Instant;
 
 use pmem::Pool;
 
-use crate::filter::{self, CuckooFilter, FilterCell};
+use crate::cuckoo::{self, CuckooFilter, FilterCell};
 use crate::gate::{Inside, WriterGate};
 use crate::hash::fmix64;
 use crate::sync::Stripes;
@@ -154,7 +154,7 @@ impl Filtered {
         let most = pool.max_size().max(pool.size()) / MIN_PAIR_BYTES;
         let e = create(pool, cfg)?;
         let f = CuckooFilter::with_capacity(cfg.initial_capacity.min(most))
-            .seeded(filter::random_seed());
+            .seeded(cuckoo::random_seed());
         Ok(Box::new(Filtered::from_parts(e, f, name, 0)))
     }
 
@@ -176,7 +176,7 @@ impl Filtered {
         let f = {
             let e = &*inner;
             let buckets = CuckooFilter::with_capacity(e.len()).buckets();
-            filter::build_with_buckets(buckets, filter::random_seed(), 1, &|_, sink| {
+            cuckoo::build_with_buckets(buckets, cuckoo::random_seed(), 1, &|_, sink| {
                 e.for_each(&mut |k, _| sink(k))
             })
         };
@@ -231,7 +231,7 @@ impl Filtered {
             let f = self.filter.get();
             match f.insert(key) {
                 Ok(()) => (false, f.should_grow()),
-                Err(filter::Full) => (true, true),
+                Err(cuckoo::Full) => (true, true),
             }
         };
         drop(gate);
@@ -258,7 +258,7 @@ impl Filtered {
         };
         let started = Instant::now();
         let e = &*self.inner;
-        let f = filter::build_with_buckets(buckets.saturating_mul(2), seed, 1, &|_, sink| {
+        let f = cuckoo::build_with_buckets(buckets.saturating_mul(2), seed, 1, &|_, sink| {
             e.for_each(&mut |k, _| sink(k))
         });
         self.filter.replace(f);

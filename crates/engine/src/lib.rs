@@ -12,7 +12,7 @@ use pmem::{Mode, Pool, PoolLock, PoolOptions};
 
 pub mod bytes;
 pub mod crashtest;
-pub mod filter;
+pub mod cuckoo;
 pub mod filtered;
 pub mod gate;
 pub mod hash;

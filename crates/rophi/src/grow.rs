@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use engine::filter::CuckooFilter;
+use engine::cuckoo::CuckooFilter;
 use engine::{Error, Result};
 use pmem::{Link, Pool};
 
@@ -185,7 +185,7 @@ impl Rophi {
         let heads = t.heads();
         let pool = &*self.pool;
         let start = Instant::now();
-        let f = engine::filter::build_with_buckets(buckets, seed, threads, &|i, sink| {
+        let f = engine::cuckoo::build_with_buckets(buckets, seed, threads, &|i, sink| {
             let lo = heads * i as u64 / threads as u64;
             let hi = heads * (i as u64 + 1) / threads as u64;
             for h in lo..hi {

@@ -1,7 +1,7 @@
 //! ROPHI (Xiao et al., *Read-Optimized Persistent Hash Index for Query
 //! Acceleration through Fingerprint Filtering and Lock-Free Prefetching*)
 //! on the pmhash pool: a chained hash table of 64-byte buckets in PM behind
-//! a DRAM cuckoo filter ([`engine::filter`]). Negative gets end in the
+//! a DRAM cuckoo filter ([`engine::cuckoo`]). Negative gets end in the
 //! filter and touch no PM; positive gets walk the chain without locks and
 //! with the next bucket prefetched as soon as its address is known.
 //! Design, persist orders and every decision: `docs/engines/rophi.md`;
@@ -17,7 +17,7 @@
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use engine::filter::{CuckooFilter, FilterCell};
+use engine::cuckoo::{CuckooFilter, FilterCell};
 use engine::gate::WriterGate;
 use engine::sync::Counter;
 use engine::{EngineConfig, EngineKind, EngineSpec, Error, Result};
@@ -175,7 +175,7 @@ impl Rophi {
             seed,
             table,
             CuckooFilter::with_capacity(cfg.initial_capacity.min(room / BUCKET))
-                .seeded(engine::filter::random_seed()),
+                .seeded(engine::cuckoo::random_seed()),
         );
         Ok(rp)
     }

@@ -341,16 +341,16 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Rophi> {
         root,
         seed,
         t,
-        engine::filter::CuckooFilter::with_buckets(2),
+        engine::cuckoo::CuckooFilter::with_buckets(2),
     );
-    let buckets = engine::filter::CuckooFilter::with_capacity(
+    let buckets = engine::cuckoo::CuckooFilter::with_capacity(
         len.max(
             cfg.initial_capacity
                 .min(pool.max_size().max(pool.size()) / BUCKET),
         ),
     )
     .buckets();
-    let f = rp.build_filter(t, buckets, engine::filter::random_seed());
+    let f = rp.build_filter(t, buckets, engine::cuckoo::random_seed());
     rp.filter.replace(f);
     rp.len.set(len as i64);
     *rp.free.lock().unwrap_or_else(|e| e.into_inner()) = map.free();

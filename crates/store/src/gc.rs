@@ -43,12 +43,12 @@ use engine::{Durability, Result};
 
 use crate::inner::Inner;
 use crate::layout::*;
-use crate::nlog::Extent;
+use crate::nlog::LogFile;
 use crate::options::GcMode;
 
 /// Files whose dead fraction reaches the threshold, most dead first.
-fn candidates(s: &Inner) -> Vec<Arc<Extent>> {
-    let mut v: Vec<(f64, Arc<Extent>)> = s
+fn candidates(s: &Inner) -> Vec<Arc<LogFile>> {
+    let mut v: Vec<(f64, Arc<LogFile>)> = s
         .log
         .snapshot()
         .into_iter()
@@ -128,13 +128,13 @@ pub(crate) fn run(s: &Inner, max_files: usize, own_thread: bool) -> Result<usize
     Ok(done)
 }
 
-fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
+fn reclaim(s: &Inner, f: &Arc<LogFile>) -> Result<()> {
     let log = &s.log;
     let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
     let mut pos = X_DATA;
     let tail = f.tail.load(Ordering::Acquire);
     let persistent = s.index.is_persistent();
-    let mut touched: Vec<Arc<Extent>> = Vec::new();
+    let mut touched: Vec<Arc<LogFile>> = Vec::new();
     // The file's valid entries, grouped by key: (version, entry), in file
     // order. One pass reads and checks them without any stripe held.
     let mut by_key: HashMap<Vec<u8>, Vec<crate::nlog::Entry>> = HashMap::new();
@@ -251,10 +251,10 @@ fn reclaim(s: &Inner, f: &Arc<Extent>) -> Result<()> {
 /// hash slot still names it, else marked invalid.
 fn reclaim_ovf(
     s: &Inner,
-    f: &Arc<Extent>,
+    f: &Arc<LogFile>,
     e: &crate::nlog::Entry,
     payload: &[u8],
-    touched: &mut Vec<Arc<Extent>>,
+    touched: &mut Vec<Arc<LogFile>>,
 ) -> Result<()> {
     let h = e.h_addr;
     let _k = s.index.stripes.lock(h);
@@ -301,7 +301,7 @@ fn reclaim_ovf(
 /// entry an earlier walk passed. Every entry is so visited once per
 /// reclaim: a hot key's tens of thousands of entries in one file cost one
 /// pass, where a walk per entry through all the older ones was quadratic.
-fn history(s: &Inner, f: &Extent, entries: &[crate::nlog::Entry], cur: Option<u64>) -> Vec<u64> {
+fn history(s: &Inner, f: &LogFile, entries: &[crate::nlog::Entry], cur: Option<u64>) -> Vec<u64> {
     let log = &s.log;
     let mut seen: HashSet<u64> = HashSet::new();
     let mut marks: Vec<(u64, u64)> = Vec::new();

@@ -1,6 +1,6 @@
 //! The DRAM index: key → `v_addr` of the key's newest entry, in two parts.
 //!
-//! - **Point index**: [`PointMap`](crate::pmap::PointMap), a concurrent
+//! - **Point index**: [`PointMap`](crate::point_map::PointMap), a concurrent
 //!   hash table of (key hash, `v_addr`) with lock-free reads: a point
 //!   operation costs one cache miss in DRAM, not a tree descent. It holds
 //!   no keys; a candidate is confirmed against the key in the log entry it
@@ -32,7 +32,7 @@ use pmem::Pool;
 
 use crate::epoch::{Epochs, Pin};
 use crate::layout::{key_hash, vaddr_off};
-use crate::pmap::{Got, PointMap, Reserved, Who};
+use crate::point_map::{Got, PointMap, Reserved, Who};
 
 const INLINE: usize = 23;
 const QUEUES: usize = 64;

@@ -14,7 +14,7 @@ use pmem::Pool;
 use crate::epoch::Epochs;
 use crate::index::Index;
 use crate::layout::*;
-use crate::nlog::{Extent, NewEntry, Nlog};
+use crate::nlog::{LogFile, NewEntry, Nlog};
 use crate::numa::Numa;
 use crate::options::Options;
 use crate::raf::Raf;
@@ -182,7 +182,7 @@ impl Inner {
         key: &[u8],
         e: &crate::nlog::Entry,
         value: &[u8],
-        f: Option<&Extent>,
+        f: Option<&LogFile>,
     ) -> Result<()> {
         if f.is_some_and(|f| {
             e.klen == key.len() && crate::nlog::entry_checks(&self.pool, f.seq, e, key, value)
@@ -192,7 +192,10 @@ impl Inner {
         Err(Error::Corrupt(format!(
             "{}: the entry of a key of {} bytes at pool offset {:#x} fails its checksum; \
              its value is not returned (`pmhash check --repair` salvages the log)",
-            f.map_or_else(|| "no Nlog file".to_string(), crate::nlog::Extent::describe),
+            f.map_or_else(
+                || "no Nlog file".to_string(),
+                crate::nlog::LogFile::describe
+            ),
             key.len(),
             e.off
         )))
@@ -207,7 +210,7 @@ impl Inner {
         hash: u64,
         value: Option<&'a [u8]>,
         old: Option<u64>,
-    ) -> Result<(NewEntry<'a>, Option<Arc<Extent>>)> {
+    ) -> Result<(NewEntry<'a>, Option<Arc<LogFile>>)> {
         let cluster = cluster_of(hash, self.log.clusters);
         let (h_addr, h_seq, old_file) = match old {
             Some(v) => {
@@ -254,9 +257,9 @@ impl Inner {
         hash: u64,
         value: Option<&[u8]>,
         old: Option<u64>,
-        old_file: Option<&Extent>,
+        old_file: Option<&LogFile>,
         va: u64,
-        file: &Extent,
+        file: &LogFile,
         here: u32,
     ) -> Result<()> {
         if let (Some(f), Some(o)) = (old_file, old) {
@@ -316,7 +319,7 @@ impl Inner {
     /// its bytes count as dead. `known`: its length when the caller knows
     /// it without reading the entry (an inline 8-byte value: a miss saved
     /// per update).
-    pub(crate) fn account_replaced(&self, f: &Extent, old: u64, known: Option<u64>) {
+    pub(crate) fn account_replaced(&self, f: &LogFile, old: u64, known: Option<u64>) {
         let len = known.or_else(|| self.log.header(vaddr_off(old)).map(|e| e.len));
         if let Some(len) = len {
             f.dead.fetch_add(len, Ordering::Relaxed);
@@ -380,7 +383,7 @@ impl Inner {
 
     /// The file of `v_addr` if it is the one numbered `seq` (F7: a number
     /// never comes back, so a freed file is never mistaken for a new one).
-    pub(crate) fn file_with_seq(&self, va: u64, seq: u64) -> Option<Arc<Extent>> {
+    pub(crate) fn file_with_seq(&self, va: u64, seq: u64) -> Option<Arc<LogFile>> {
         self.log.file_at(vaddr_off(va)).filter(|f| f.seq == seq)
     }
 }

@@ -34,7 +34,7 @@ pub mod nlog;
 pub mod numa;
 mod options;
 pub mod pindex;
-pub mod pmap;
+pub mod point_map;
 pub mod raf;
 mod readers;
 pub mod recover;

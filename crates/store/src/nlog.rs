@@ -18,7 +18,7 @@ use crate::layout::*;
 use crate::numa::Numa;
 
 /// One Nlog file, in DRAM.
-pub struct Extent {
+pub struct LogFile {
     /// Pool offset of the file (its header line).
     pub off: u64,
     pub node: u32,
@@ -47,7 +47,7 @@ pub struct Extent {
     pub tearable: AtomicBool,
 }
 
-impl Extent {
+impl LogFile {
     /// Names the file for error messages: its sequence number, node,
     /// cluster, extent-table slot and pool offset.
     pub(crate) fn describe(&self) -> String {
@@ -143,7 +143,7 @@ const LINE: u64 = 64;
 /// still locked.
 pub struct Staged<'a> {
     log: &'a Nlog,
-    g: SpinGuard<'a, Option<Arc<Extent>>>,
+    g: SpinGuard<'a, Option<Arc<LogFile>>>,
     /// The entry's `v_addr`.
     pub va: u64,
 }
@@ -153,7 +153,7 @@ impl Staged<'_> {
     /// the entry was written). An `Arc` clone is a locked instruction: take
     /// it before [`commit`](Self::commit), where it does not wait for the
     /// flush.
-    pub fn file(&self) -> Arc<Extent> {
+    pub fn file(&self) -> Arc<LogFile> {
         self.g.clone().expect("active file after an append")
     }
 
@@ -172,7 +172,7 @@ impl Staged<'_> {
 }
 
 /// The active file of a (node, cluster) pair, under its append lock.
-pub type ActiveFile = SpinMutex<Option<Arc<Extent>>>;
+pub type ActiveFile = SpinMutex<Option<Arc<LogFile>>>;
 
 pub struct Nlog {
     pub pool: Arc<Pool>,
@@ -183,7 +183,7 @@ pub struct Nlog {
     pub table_len: u64,
     pub durability: Durability,
     /// All live files by offset.
-    pub files: RwLock<BTreeMap<u64, Arc<Extent>>>,
+    pub files: RwLock<BTreeMap<u64, Arc<LogFile>>>,
     /// Active file per (node, cluster); the lock is the append lock. Its
     /// unlock is a plain store, so a writer unlocks right after its
     /// entry's fence without waiting for the flush (see [`Staged`]).
@@ -270,7 +270,7 @@ impl Nlog {
     }
 
     /// Registers a file found at open; `free` lists the empty table slots.
-    pub fn install(&self, files: Vec<Arc<Extent>>, free: Vec<u64>) {
+    pub fn install(&self, files: Vec<Arc<LogFile>>, free: Vec<u64>) {
         let mut map = self.files.write().expect("files lock");
         for f in files {
             map.insert(f.off, f);
@@ -279,13 +279,13 @@ impl Nlog {
     }
 
     /// Makes `f` the active file of its pair (at open).
-    pub fn set_active(&self, f: Arc<Extent>) {
+    pub fn set_active(&self, f: Arc<LogFile>) {
         let i = self.pair(f.node, f.cluster);
         *self.active[i].lock() = Some(f);
     }
 
     /// The live file holding pool offset `off`.
-    pub fn file_at(&self, off: u64) -> Option<Arc<Extent>> {
+    pub fn file_at(&self, off: u64) -> Option<Arc<LogFile>> {
         let map = self.files.read().expect("files lock");
         map.range(..=off)
             .next_back()
@@ -293,7 +293,7 @@ impl Nlog {
             .map(|(_, f)| f.clone())
     }
 
-    pub fn snapshot(&self) -> Vec<Arc<Extent>> {
+    pub fn snapshot(&self) -> Vec<Arc<LogFile>> {
         self.files
             .read()
             .expect("files lock")
@@ -304,7 +304,7 @@ impl Nlog {
 
     /// Creates a zeroed file for (node, cluster) and links it into the
     /// extent table.
-    fn new_file(&self, node: u32, cluster: u32, numa: &Numa) -> Result<Arc<Extent>> {
+    fn new_file(&self, node: u32, cluster: u32, numa: &Numa) -> Result<Arc<LogFile>> {
         let pool = &self.pool;
         let slot = self.free_slots.lock().expect("slots lock").pop();
         let Some(slot) = slot else {
@@ -368,7 +368,7 @@ impl Nlog {
         // persist: the link before commit (allocator protocol).
         pool.persist(owner, 8);
         pool.commit(r);
-        let f = Arc::new(Extent {
+        let f = Arc::new(LogFile {
             off,
             node,
             cluster,
@@ -405,7 +405,7 @@ impl Nlog {
         h_addr: u64,
         h_seq: u64,
         numa: &Numa,
-    ) -> Result<(u64, Arc<Extent>)> {
+    ) -> Result<(u64, Arc<LogFile>)> {
         let e = NewEntry {
             cluster,
             op,
@@ -424,7 +424,7 @@ impl Nlog {
         node: u32,
         e: &NewEntry<'_>,
         numa: &Numa,
-    ) -> Result<(u64, Arc<Extent>)> {
+    ) -> Result<(u64, Arc<LogFile>)> {
         let staged = self.append_flushed(node, e, numa)?;
         let file = staged.file();
         Ok((staged.commit(), file))
@@ -457,7 +457,7 @@ impl Nlog {
         &self,
         node: u32,
         entries: &[NewEntry<'_>],
-        out: &mut Vec<(u64, Arc<Extent>)>,
+        out: &mut Vec<(u64, Arc<LogFile>)>,
         numa: &Numa,
     ) -> Result<()> {
         let mut pairs: Vec<usize> = entries.iter().map(|e| self.pair(node, e.cluster)).collect();
@@ -471,7 +471,7 @@ impl Nlog {
         let mut r = Ok(());
         // What each entry's append returned, and the files it replaced.
         let mut done: Vec<(usize, Appended)> = Vec::with_capacity(entries.len());
-        let mut replaced: Vec<Arc<Extent>> = Vec::new();
+        let mut replaced: Vec<Arc<LogFile>> = Vec::new();
         for e in entries {
             let i = pairs
                 .binary_search(&self.pair(node, e.cluster))
@@ -532,11 +532,11 @@ impl Nlog {
     /// entry before it unlocks the file.
     fn append_locked(
         &self,
-        g: &mut SpinGuard<'_, Option<Arc<Extent>>>,
+        g: &mut SpinGuard<'_, Option<Arc<LogFile>>>,
         node: u32,
         e: &NewEntry<'_>,
         numa: &Numa,
-        replaced: &mut Vec<Arc<Extent>>,
+        replaced: &mut Vec<Arc<LogFile>>,
     ) -> Result<Appended> {
         let (key, value) = (e.key, e.value);
         let len = entry_len(key.len(), value.len());
@@ -565,7 +565,7 @@ impl Nlog {
             }
             **g = Some(nf);
         }
-        let f: &Extent = g.as_deref().expect("an active file");
+        let f: &LogFile = g.as_deref().expect("an active file");
         let tail = f.tail.load(Ordering::Relaxed);
         let off = f.off + tail;
         let lens = lens_word(key.len(), value.len());
@@ -632,7 +632,7 @@ impl Nlog {
     /// its whole written part is durable (the next entry's durable mark).
     /// A plain store: nothing locked after the fence.
     #[inline]
-    pub fn fenced(&self, f: Option<&Extent>) {
+    pub fn fenced(&self, f: Option<&LogFile>) {
         if let (Some(f), Durability::Strict) = (f, self.durability) {
             f.synced
                 .store(f.tail.load(Ordering::Relaxed), Ordering::Release);
@@ -640,7 +640,7 @@ impl Nlog {
     }
 
     /// Flushes and fences what `Relaxed` appends left unfenced in `f`.
-    pub fn sync_file(&self, f: &Extent) {
+    pub fn sync_file(&self, f: &LogFile) {
         let tail = f.tail.load(Ordering::Acquire);
         let from = f.synced.load(Ordering::Acquire);
         if tail > from {
@@ -691,7 +691,7 @@ impl Nlog {
     /// overrun or bad checksum).
     pub fn parse(
         &self,
-        f: &Extent,
+        f: &LogFile,
         pos: u64,
         kbuf: &mut Vec<u8>,
         vbuf: &mut Vec<u8>,
@@ -726,7 +726,7 @@ impl Nlog {
     /// also in flight, is dropped with it: it was never synced). Anything
     /// else is corruption. Every line after `end` is looked at: entries
     /// are 64-aligned, so a valid one is found wherever it starts.
-    pub fn classify_end(&self, f: &Extent, end: u64, newest: bool) -> End {
+    pub fn classify_end(&self, f: &LogFile, end: u64, newest: bool) -> End {
         let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
         let mut nonzero = None;
         let mut pos = end;
@@ -775,7 +775,7 @@ impl Nlog {
 
     /// Unlinks and frees file `f` (already out of every DRAM map and past an
     /// epoch, so no reader holds an address into it).
-    pub fn free_file(&self, f: &Extent) -> Result<()> {
+    pub fn free_file(&self, f: &LogFile) -> Result<()> {
         let owner = self.root + R_TABLE + 8 * f.slot;
         let t = self.pool.begin_free(f.off, Link::Pointer { owner })?;
         self.pool.store_u64(owner, 0);
@@ -789,7 +789,7 @@ impl Nlog {
     }
 
     /// Removes `f` from the DRAM maps (the first step of freeing it).
-    pub fn forget(&self, f: &Extent) {
+    pub fn forget(&self, f: &LogFile) {
         self.files.write().expect("files lock").remove(&f.off);
     }
 

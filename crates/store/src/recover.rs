@@ -30,7 +30,7 @@ use pmem::{Link, Pool};
 use crate::index::{IKey, Index};
 use crate::inner::{new_inner, Inner};
 use crate::layout::*;
-use crate::nlog::{End, Extent};
+use crate::nlog::{End, LogFile};
 use crate::options::Options;
 use crate::pindex::PIndex;
 use crate::stats::OpenedFrom;
@@ -156,7 +156,7 @@ fn open_engine(pool: &Arc<Pool>, ri: &RootInfo, opts: &Options) -> Result<Option
 }
 
 /// Reads and checks every file of the extent table.
-fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>, Vec<u64>)> {
+fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<LogFile>>, Vec<u64>)> {
     let mut files = Vec::new();
     let mut free = Vec::new();
     let mut seqs = std::collections::HashSet::new();
@@ -184,7 +184,7 @@ fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>
         if head[2] == 0 || head[2] >= ri.next_seq || !seqs.insert(head[2]) {
             return Err(bad("bad or repeated sequence number"));
         }
-        files.push(Arc::new(Extent {
+        files.push(Arc::new(LogFile {
             off,
             node,
             cluster,
@@ -204,7 +204,7 @@ fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<Extent>>
 }
 
 /// `(offset, size)` of every file, as [`PIndex::check_slots`] takes them.
-fn file_ranges(files: &[Arc<Extent>]) -> Vec<(u64, u64)> {
+fn file_ranges(files: &[Arc<LogFile>]) -> Vec<(u64, u64)> {
     files.iter().map(|f| (f.off, f.size)).collect()
 }
 
@@ -370,7 +370,7 @@ pub(crate) fn open(
 /// GC waits for), and version counters start at a fresh reserved range.
 fn open_persistent(
     s: Inner,
-    files: Vec<Arc<Extent>>,
+    files: Vec<Arc<LogFile>>,
     free: Vec<u64>,
     clusters: u32,
     slots_checked: bool,
@@ -483,7 +483,7 @@ struct Win {
 }
 
 /// The crash open: rebuilds index, versions, tails and dead bytes.
-fn scan_log(s: &Inner, files: &[Arc<Extent>], torn: &[AtomicBool]) -> Result<u64> {
+fn scan_log(s: &Inner, files: &[Arc<LogFile>], torn: &[AtomicBool]) -> Result<u64> {
     let clusters = s.log.clusters as usize;
     let mut by_cluster: Vec<Vec<usize>> = vec![Vec::new(); clusters];
     for (i, f) in files.iter().enumerate() {
@@ -574,7 +574,7 @@ fn scan_log(s: &Inner, files: &[Arc<Extent>], torn: &[AtomicBool]) -> Result<u64
 
 /// Indexes (into `files`) of the newest file of each (node, cluster):
 /// the only ones that may hold entries in flight at a crash.
-pub(crate) fn newest_files(files: &[Arc<Extent>]) -> std::collections::HashSet<usize> {
+pub(crate) fn newest_files(files: &[Arc<LogFile>]) -> std::collections::HashSet<usize> {
     let mut newest: HashMap<(u32, u32), usize> = HashMap::new();
     for (i, f) in files.iter().enumerate() {
         let e = newest.entry((f.node, f.cluster)).or_insert(i);
@@ -586,7 +586,7 @@ pub(crate) fn newest_files(files: &[Arc<Extent>]) -> std::collections::HashSet<u
 }
 
 /// The error that refuses an open on corruption found by the log scan.
-fn corruption(f: &Extent, end: End) -> Error {
+fn corruption(f: &LogFile, end: End) -> Error {
     let End::Corrupt { at, proof } = end else {
         unreachable!("corruption() of a torn or clean end");
     };
@@ -926,7 +926,7 @@ fn parse_image(
     pool: &Pool,
     clusters: usize,
     tl: usize,
-    files: &[Arc<Extent>],
+    files: &[Arc<LogFile>],
     off: u64,
     len: u64,
 ) -> Option<Image> {
@@ -959,7 +959,7 @@ fn parse_image(
         versions.push(w(p));
         p += 8;
     }
-    let by_slot: HashMap<u64, &Arc<Extent>> = files.iter().map(|f| (f.slot, f)).collect();
+    let by_slot: HashMap<u64, &Arc<LogFile>> = files.iter().map(|f| (f.slot, f)).collect();
     let mut slots = Vec::with_capacity(tl);
     for slot in 0..tl as u64 {
         let (t, d) = (w(p), w(p + 8));
@@ -1009,7 +1009,7 @@ fn parse_image(
 /// recorded tail, be live (`ins` or `upd`) and hold the record's key. A
 /// page zeroed or overwritten since the clean close would otherwise open
 /// with keys silently missing. Reads only.
-fn check_image(pool: &Pool, files: &[Arc<Extent>], img: &Image, threads: usize) -> Result<()> {
+fn check_image(pool: &Pool, files: &[Arc<LogFile>], img: &Image, threads: usize) -> Result<()> {
     let mut spans: Vec<(u64, u64)> = files
         .iter()
         .filter_map(|f| {
@@ -1073,7 +1073,13 @@ fn check_image(pool: &Pool, files: &[Arc<Extent>], img: &Image, threads: usize) 
 /// Loads a clean-shutdown image; `Ok(false)` if it does not check out
 /// (then the caller scans the log), `Err` if its records disagree with the
 /// log ([`check_image`]).
-fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64, checked: bool) -> Result<bool> {
+fn load_image(
+    s: &Inner,
+    files: &[Arc<LogFile>],
+    off: u64,
+    len: u64,
+    checked: bool,
+) -> Result<bool> {
     let pool = &s.pool;
     let clusters = s.log.clusters as usize;
     let tl = s.log.table_len as usize;
@@ -1111,7 +1117,7 @@ fn load_image(s: &Inner, files: &[Arc<Extent>], off: u64, len: u64, checked: boo
 }
 
 /// The DRAM twin of a file found linked in the table.
-fn live_file<'a>(live: &'a HashMap<u64, Arc<Extent>>, f: &Extent) -> Result<&'a Arc<Extent>> {
+fn live_file<'a>(live: &'a HashMap<u64, Arc<LogFile>>, f: &LogFile) -> Result<&'a Arc<LogFile>> {
     live.get(&f.off)
         .ok_or_else(|| corrupt(format!("file {:#x} is linked but not in DRAM", f.off)))
 }
@@ -1122,8 +1128,8 @@ fn live_file<'a>(live: &'a HashMap<u64, Arc<Extent>>, f: &Extent) -> Result<&'a 
 fn check_persistent(
     s: &Inner,
     p: &PIndex,
-    files: &[Arc<Extent>],
-    live: &HashMap<u64, Arc<Extent>>,
+    files: &[Arc<LogFile>],
+    live: &HashMap<u64, Arc<LogFile>>,
     mut reach: u64,
 ) -> Result<(u64, u64)> {
     let pool = &s.pool;
@@ -1204,7 +1210,7 @@ pub(crate) fn check(s: &Inner) -> Result<(u64, u64)> {
     if image != 0 {
         reach += pool.block_size(image)?;
     }
-    let live: HashMap<u64, Arc<Extent>> =
+    let live: HashMap<u64, Arc<LogFile>> =
         s.log.snapshot().into_iter().map(|f| (f.off, f)).collect();
     if let crate::index::Point::Engine(p) = s.index.point() {
         return check_persistent(s, p, &files, &live, reach);
@@ -1330,7 +1336,7 @@ impl std::fmt::Display for Dropped {
 
 /// The first valid entry of `f` at or after relative position `from`
 /// (entries are 64-aligned, so every line is a candidate).
-fn next_valid(s: &crate::nlog::Nlog, f: &Extent, from: u64) -> Option<u64> {
+fn next_valid(s: &crate::nlog::Nlog, f: &LogFile, from: u64) -> Option<u64> {
     let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
     let mut pos = from.next_multiple_of(ENTRY_ALIGN);
     while pos + ENTRY_HEADER <= f.size {
@@ -1364,7 +1370,7 @@ fn claimed(s: &crate::nlog::Nlog, off: u64) -> Option<String> {
 /// Overwrites `[pos, end)` of `f` (relative, 64-aligned) with invalid
 /// filler entries that parse: the log then reads past the bad bytes to
 /// the valid entries after them.
-fn fill(s: &crate::nlog::Nlog, f: &Extent, mut pos: u64, end: u64) {
+fn fill(s: &crate::nlog::Nlog, f: &LogFile, mut pos: u64, end: u64) {
     let pool = &s.pool;
     // The longest filler: a value of at most MAX_VALUE bytes.
     let most = (ENTRY_HEADER + MAX_VALUE as u64) / ENTRY_ALIGN * ENTRY_ALIGN;

@@ -13,10 +13,10 @@ use pmem::{Link, Pool};
 use crate::epoch::Pin;
 use crate::inner::Inner;
 use crate::layout::*;
-use crate::nlog::Extent;
+use crate::nlog::LogFile;
 use crate::numa::detect_nodes;
 use crate::options::{GcMode, Options};
-use crate::pmap::Got;
+use crate::point_map::Got;
 use crate::raf::Probe;
 use crate::stats::StoreStats;
 
@@ -936,7 +936,7 @@ impl Drop for Store {
 
 /// An entry of a batch, appended and not yet published: (pair, old
 /// address, old file, address, file).
-type Appended = (usize, Option<u64>, Option<Arc<Extent>>, u64, Arc<Extent>);
+type Appended = (usize, Option<u64>, Option<Arc<LogFile>>, u64, Arc<LogFile>);
 
 /// A [`Store::put_batch`] that stopped: its first `done` pairs are put,
 /// the rest are not.

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use engine::filter::{self, CuckooFilter, FilterCell, Full, MAX_LOAD};
+use engine::cuckoo::{self, CuckooFilter, FilterCell, Full, MAX_LOAD};
 use engine::testkit::Rng;
 
 /// `n` distinct random keys (0 and `u64::MAX` among them).
@@ -47,7 +47,7 @@ fn fill(f: &CuckooFilter, seed: u64, load: f64) -> Vec<u64> {
 
 #[test]
 fn sizing_follows_the_formula() {
-    use engine::filter::SIZE_LOAD;
+    use engine::cuckoo::SIZE_LOAD;
     assert_eq!(CuckooFilter::with_capacity(0).buckets(), 2);
     assert_eq!(CuckooFilter::with_capacity(1).buckets(), 2);
     // Any bucket count works ((h - i) mod n is an involution): 3400 keys
@@ -175,11 +175,11 @@ fn duplicates_are_counted_copies() {
     assert!(f.is_empty());
     // Two buckets of four lanes hold 8 copies; the next ones go to the
     // exact stash, and past it the insert is `Full`.
-    let most = 8 + filter::STASH;
+    let most = 8 + cuckoo::STASH;
     for i in 0..most {
         assert_eq!(f.insert(k), Ok(()), "copy {i}");
     }
-    assert_eq!(f.stashed(), filter::STASH as u64);
+    assert_eq!(f.stashed(), cuckoo::STASH as u64);
     assert_eq!(f.insert(k), Err(Full));
     assert_eq!(f.len(), most as u64);
     for _ in 0..most {
@@ -404,7 +404,7 @@ fn build_with_two_threads_holds_every_key() {
         }
     };
     let started = Instant::now();
-    let f = filter::build(ks.len() as u64, 2, &feed);
+    let f = cuckoo::build(ks.len() as u64, 2, &feed);
     let took = started.elapsed();
     eprintln!(
         "build of 1M keys, 2 threads: {:.1} ms, {} buckets, load {:.3}",
@@ -429,7 +429,7 @@ fn build_with_two_threads_holds_every_key() {
             sink(k);
         }
     };
-    let f = filter::build(1000, 2, &feed);
+    let f = cuckoo::build(1000, 2, &feed);
     assert!(runs.load(Ordering::Relaxed) >= 4, "a second pass ran");
     assert_eq!(f.len(), small.len() as u64);
     assert!(f.load() <= MAX_LOAD);
@@ -450,7 +450,7 @@ fn build_survives_a_key_fed_many_times() {
             sink(12345);
         }
     };
-    let f = filter::build(1000, 1, &feed);
+    let f = cuckoo::build(1000, 1, &feed);
     for k in (0..1000u64).chain([12345]) {
         assert!(f.contains(k));
     }
@@ -550,15 +550,15 @@ fn colliding_keys(f: &CuckooFilter, n: u64) -> Vec<u64> {
 #[test]
 fn colliding_keys_go_to_the_exact_stash() {
     let f = CuckooFilter::with_buckets(1 << 10);
-    let keys = colliding_keys(&f, 8 + engine::filter::STASH as u64 + 1);
+    let keys = colliding_keys(&f, 8 + engine::cuckoo::STASH as u64 + 1);
     let (fit, over) = keys.split_at(keys.len() - 1);
     for &k in fit {
         assert!(f.insert(k).is_ok());
     }
-    assert_eq!(f.stashed(), engine::filter::STASH as u64);
+    assert_eq!(f.stashed(), engine::cuckoo::STASH as u64);
     assert_eq!(f.len(), fit.len() as u64);
     assert!(fit.iter().all(|&k| f.contains(k)));
-    assert_eq!(f.insert(over[0]), Err(filter::Full));
+    assert_eq!(f.insert(over[0]), Err(cuckoo::Full));
     assert_eq!(f.len(), fit.len() as u64);
     // Remove the bucket-held ones first, then the stashed ones: every key
     // still present stays found at every step.
@@ -604,13 +604,13 @@ fn seeding_changes_the_hash() {
 #[test]
 fn a_build_that_cannot_place_a_key_saturates() {
     let key = 42u64;
-    let times = 8 + engine::filter::STASH + 1;
+    let times = 8 + engine::cuckoo::STASH + 1;
     let feed = |_t: usize, sink: &mut dyn FnMut(u64)| {
         for _ in 0..times {
             sink(key);
         }
     };
-    let f = filter::build_with_buckets(16, 7, 1, &feed);
+    let f = cuckoo::build_with_buckets(16, 7, 1, &feed);
     assert!(f.is_saturated());
     assert!(f.contains(key));
     assert!(f.contains(key ^ 1), "a saturated filter answers maybe");

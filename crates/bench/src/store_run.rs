@@ -140,9 +140,12 @@ impl Target for StoreTarget {
     fn get(&self, key: u64) -> Option<u64> {
         if self.key_size == 8 && self.value_size == 8 {
             // Key and value on the stack, as a caller with integer keys
-            // and values would (`get_in`: no buffer, no allocation).
+            // and values would (`get_into_slice`: no buffer, no allocation).
             let mut v = [0u8; 8];
-            let n = self.store.get_in(&key.to_be_bytes(), &mut v).ok()??;
+            let n = self
+                .store
+                .get_into_slice(&key.to_be_bytes(), &mut v)
+                .ok()??;
             let w = u64::from_le_bytes(v);
             return Some(if n == 8 { w } else { !w });
         }

@@ -183,7 +183,9 @@ impl Engine for StoreEngine {
         let mut out = [0u8; 8];
         // A corrupt entry (an `Err`) reads as absent: the trait's get has
         // no error, and wrong bytes are never returned.
-        self.store.get_in(&key.to_be_bytes(), &mut out).ok()??;
+        self.store
+            .get_into_slice(&key.to_be_bytes(), &mut out)
+            .ok()??;
         Some(u64::from_le_bytes(out))
     }
 

@@ -446,7 +446,7 @@ impl Store {
         // another batch; GC holds one stripe at a time).
         let _k = s.index.stripes.lock_all(hashes.iter().copied());
         let _p = s.epochs.pin();
-        let mut done: Vec<Appended> = Vec::with_capacity(pairs.len());
+        let mut done: Vec<Unpublished> = Vec::with_capacity(pairs.len());
         // What pair i left the index naming: its entry's address (None
         // for a delete, or a pair not reached yet).
         let mut addr_of: Vec<Option<u64>> = vec![None; pairs.len()];
@@ -602,7 +602,7 @@ impl Store {
     /// them fit the CPU's out-of-order window (docs/benchmarks.md,
     /// "Why a get's length matters: the out-of-order window").
     #[inline]
-    pub fn get_in(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
+    pub fn get_into_slice(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
         let s = &*self.inner;
         if let (Ok(k), Some(m)) = (<&[u8; 8]>::try_from(key), s.index.inline_map()) {
             let hash = key_hash(k);
@@ -619,14 +619,14 @@ impl Store {
                 Got::Addr(_) => {}
             }
         }
-        self.get_in_slow(key, out)
+        self.get_into_slice_slow(key, out)
     }
 
-    /// [`get_in`](Self::get_in) of a value not inline, through the
+    /// [`get_into_slice`](Self::get_into_slice) of a value not inline, through the
     /// thread's buffer.
     #[cold]
     #[inline(never)]
-    fn get_in_slow(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
+    fn get_into_slice_slow(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
         thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
         BUF.with(|b| {
             let mut v = b.borrow_mut();
@@ -936,7 +936,7 @@ impl Drop for Store {
 
 /// An entry of a batch, appended and not yet published: (pair, old
 /// address, old file, address, file).
-type Appended = (usize, Option<u64>, Option<Arc<LogFile>>, u64, Arc<LogFile>);
+type Unpublished = (usize, Option<u64>, Option<Arc<LogFile>>, u64, Arc<LogFile>);
 
 /// A [`Store::put_batch`] that stopped: its first `done` pairs are put,
 /// the rest are not.

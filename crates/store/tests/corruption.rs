@@ -352,7 +352,7 @@ fn reads_of_a_corrupt_entry_are_errors_never_wrong_bytes() {
     let e = s.get(&key).unwrap_err().to_string();
     assert!(e.contains(&format!("{:#x}", at.off)), "{e}");
     assert!(s.get_into(&key, &mut Vec::new()).is_err());
-    assert!(s.get_in(&key, &mut [0u8; 16]).is_err());
+    assert!(s.get_into_slice(&key, &mut [0u8; 16]).is_err());
     let mut out = Vec::new();
     assert!(s.get_many(&[&key[..]], &mut out).is_err());
     // A scan that reaches it too (and one that does not, reads as usual).

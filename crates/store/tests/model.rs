@@ -571,7 +571,7 @@ fn largest_keys_and_values() {
     verify(&s, &m, "large, reopen after drop");
 }
 
-/// `get_in` copies what fits and reports the whole length: 8-byte keys
+/// `get_into_slice` copies what fits and reports the whole length: 8-byte keys
 /// with inline 8-byte values (the fast path), with longer and shorter
 /// values (the log), other keys, deletes and overwrites that change a
 /// value's length both ways, with inline values on and off, before and
@@ -601,7 +601,7 @@ fn get_in_copies_what_fits_and_reports_the_length() {
                 for cap in [0usize, 3, 8, 200] {
                     let mut buf = vec![0xeeu8; cap];
                     assert_eq!(
-                        s.get_in(k, &mut buf).unwrap(),
+                        s.get_into_slice(k, &mut buf).unwrap(),
                         Some(v.len()),
                         "{ctx}: length, cap {cap}"
                     );
@@ -614,18 +614,18 @@ fn get_in_copies_what_fits_and_reports_the_length() {
                 }
             }
             assert_eq!(
-                s.get_in(&[0xff; 8], &mut [0u8; 8]).unwrap(),
+                s.get_into_slice(&[0xff; 8], &mut [0u8; 8]).unwrap(),
                 None,
                 "{ctx}: absent 8-byte key"
             );
             assert_eq!(
-                s.get_in(b"absent", &mut [0u8; 8]).unwrap(),
+                s.get_into_slice(b"absent", &mut [0u8; 8]).unwrap(),
                 None,
                 "{ctx}: absent key"
             );
             let too_long = vec![1u8; store::MAX_KEY + 1];
             assert_eq!(
-                s.get_in(&too_long, &mut [0u8; 8]).unwrap(),
+                s.get_into_slice(&too_long, &mut [0u8; 8]).unwrap(),
                 None,
                 "{ctx}: oversized key"
             );
@@ -635,21 +635,21 @@ fn get_in_copies_what_fits_and_reports_the_length() {
         // An inline value becomes a long one and back; a delete.
         s.put(&k8, &long).unwrap();
         assert_eq!(
-            s.get_in(&k8, &mut [0u8; 8]).unwrap(),
+            s.get_into_slice(&k8, &mut [0u8; 8]).unwrap(),
             Some(100),
             "{ctx}: 8 -> 100 bytes"
         );
         s.put(&k8, b"eightval").unwrap();
         let mut b = [0u8; 8];
         assert_eq!(
-            s.get_in(&k8, &mut b).unwrap(),
+            s.get_into_slice(&k8, &mut b).unwrap(),
             Some(8),
             "{ctx}: 100 -> 8 bytes"
         );
         assert_eq!(&b, b"eightval");
         assert!(s.delete(b"\x00\x00\x00\x00\x00\x00\x00\x0b").unwrap());
         assert_eq!(
-            s.get_in(b"\x00\x00\x00\x00\x00\x00\x00\x0b", &mut b)
+            s.get_into_slice(b"\x00\x00\x00\x00\x00\x00\x00\x0b", &mut b)
                 .unwrap(),
             None,
             "{ctx}: deleted"

@@ -515,8 +515,9 @@ fn a_get_through_a_damaged_slot_is_an_error_not_a_missing_key() {
         expect(st.get(VICTIM).map(|g| g.is_some()), "get");
         expect(st.get_into(VICTIM, &mut Vec::new()), "get_into");
         expect(
-            st.get_in(VICTIM, &mut [0u8; 32]).map(|g| g.is_some()),
-            "get_in",
+            st.get_into_slice(VICTIM, &mut [0u8; 32])
+                .map(|g| g.is_some()),
+            "get_into_slice",
         );
         let mut out = Vec::new();
         expect(st.get_many(&[VICTIM], &mut out).map(|_| true), "get_many");

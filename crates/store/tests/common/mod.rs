@@ -81,30 +81,30 @@ pub fn verify(s: &Store, m: &Model, ctx: &str) {
             "{ctx}: get_into of a present key"
         );
         assert_eq!(&buf, v, "{ctx}: get_into value");
-        // get_in: the whole value into a buffer of its size, a prefix
+        // get_into_slice: the whole value into a buffer of its size, a prefix
         // into a shorter one, and the whole length either way.
         let mut whole = vec![0u8; v.len()];
         assert_eq!(
-            s.get_in(k, &mut whole).unwrap(),
+            s.get_into_slice(k, &mut whole).unwrap(),
             Some(v.len()),
-            "{ctx}: get_in length"
+            "{ctx}: get_into_slice length"
         );
-        assert_eq!(&whole, v, "{ctx}: get_in value");
+        assert_eq!(&whole, v, "{ctx}: get_into_slice value");
         let mut three = [0u8; 3];
         let n = v.len().min(3);
         assert_eq!(
-            s.get_in(k, &mut three).unwrap(),
+            s.get_into_slice(k, &mut three).unwrap(),
             Some(v.len()),
-            "{ctx}: get_in of a prefix"
+            "{ctx}: get_into_slice of a prefix"
         );
-        assert_eq!(&three[..n], &v[..n], "{ctx}: get_in prefix");
+        assert_eq!(&three[..n], &v[..n], "{ctx}: get_into_slice prefix");
     }
     for absent in [&b"\xffabsent!"[..], b"\xff-absent-key-\xff"] {
         if !m.contains_key(absent) {
             assert_eq!(
-                s.get_in(absent, &mut [0u8; 8]).unwrap(),
+                s.get_into_slice(absent, &mut [0u8; 8]).unwrap(),
                 None,
-                "{ctx}: get_in of an absent key"
+                "{ctx}: get_into_slice of an absent key"
             );
         }
     }

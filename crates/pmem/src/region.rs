@@ -531,10 +531,9 @@ impl Region {
         }
         if let Some(f) = &self.file {
             let path = self.path.as_deref().unwrap_or(Path::new(""));
-            // persist: the file is extended (zero-filled: all new chunks free)
-            // and its new pages reserved before the header records the new
-            // size; a crash in between leaves a longer file whose tail open
-            // ignores.
+            // persist: the file is extended and its new pages reserved
+            // before `record` makes the new size durable (the pool's reason
+            // is at `Pool::grow`).
             if let Err(e) = reserve_space(f, path, old, target - old, "grow") {
                 // Give back what a partial reservation took; the pool keeps
                 // its size and stays usable.

@@ -11,6 +11,9 @@
 //! table is dropped: readers may still hold them, and they are the
 //! `prior` source of lazy filling. Together they never exceed the current
 //! directory's size.
+//!
+//! One concept, this DRAM structure alone: the splits and merges that
+//! change it are in `split.rs`, the open that builds it in `recover.rs`.
 
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;

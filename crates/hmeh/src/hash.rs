@@ -1,5 +1,6 @@
 //! The key hash: a seeded bijection on u64, so a slot can hold the hash
-//! instead of the key and still give the key back.
+//! instead of the key and still give the key back. One concept: the
+//! function and its inverse, nothing of the table.
 
 use engine::hash::{fmix64, unfmix64};
 

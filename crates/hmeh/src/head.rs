@@ -20,7 +20,10 @@
 //! `2^shift` bytes cannot start in the same `2^shift`-aligned window, so
 //! the index names one block; a freed and reused block gets the same head,
 //! just as it gets the same PM header line (readers tell the two apart by
-//! identity and the table's free counter, exactly as before).
+//! identity and the table's free counter, as they do for the PM header).
+//!
+//! One concept, these DRAM arrays alone: the table's code that fills and
+//! writes them back is in `lib.rs` (`load_head`, `store_head`).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;

@@ -1,6 +1,10 @@
 //! The RT-directory: a radix tree of 64-byte PM nodes over hash prefixes,
 //! 8 entries (3 bits) per level. It changes only when a segment splits or
 //! merges; the FS-directory is rebuilt from it at open.
+//!
+//! One concept, this PM structure alone: finding a segment's run, the
+//! run repair of recovery, and the walk; the splits and merges that write
+//! its nodes are in `split.rs`.
 
 use std::collections::HashSet;
 

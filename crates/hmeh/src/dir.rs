@@ -11,12 +11,15 @@
 //! table is dropped: readers may still hold them, and they are the
 //! `prior` source of lazy filling. Together they never exceed the current
 //! directory's size.
+//!
+//! One concept, this DRAM structure alone: the splits and merges that
+//! change it are in `split.rs`, the open that builds it in `recover.rs`.
 
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-pub struct Dir {
-    pub gd: u32,
+pub(crate) struct Dir {
+    pub(crate) gd: u32,
     entries: Box<[AtomicU64]>,
     next: AtomicPtr<Dir>,
     prior: *const Dir,
@@ -34,17 +37,17 @@ impl Dir {
 
     /// The entry for hash `h` (0 = not filled yet).
     #[inline]
-    pub fn index(&self, h: u64) -> usize {
+    pub(crate) fn index(&self, h: u64) -> usize {
         (h >> (64 - self.gd)) as usize
     }
 
     #[inline]
-    pub fn load(&self, i: usize) -> u64 {
+    pub(crate) fn load(&self, i: usize) -> u64 {
         self.entries[i].load(Ordering::Acquire)
     }
 }
 
-pub struct FsDir {
+pub(crate) struct FsDir {
     cur: AtomicPtr<Dir>,
     /// Every directory ever installed, freed on drop.
     all: Mutex<Vec<*mut Dir>>,
@@ -58,7 +61,7 @@ unsafe impl Sync for FsDir {}
 
 impl FsDir {
     /// A directory of global depth `gd` with every entry set by `fill`.
-    pub fn build(gd: u32, mut fill: impl FnMut(usize) -> u64) -> FsDir {
+    pub(crate) fn build(gd: u32, mut fill: impl FnMut(usize) -> u64) -> FsDir {
         let d = Dir::boxed(gd, std::ptr::null());
         // SAFETY: freshly boxed, not shared yet.
         let r = unsafe { &*d };
@@ -73,14 +76,14 @@ impl FsDir {
 
     /// The current directory.
     #[inline]
-    pub fn current(&self) -> &Dir {
+    pub(crate) fn current(&self) -> &Dir {
         // SAFETY: every directory lives until `self` is dropped.
         unsafe { &*self.cur.load(Ordering::Acquire) }
     }
 
     /// The segment for entry `i` of `d`, copying it from the older
     /// directories if it was not filled yet.
-    pub fn resolve<'a>(&'a self, d: &'a Dir, i: usize) -> u64 {
+    pub(crate) fn resolve<'a>(&'a self, d: &'a Dir, i: usize) -> u64 {
         let e = d.entries[i].load(Ordering::SeqCst);
         if e != 0 {
             return e;
@@ -97,7 +100,7 @@ impl FsDir {
 
     /// Doubles `from` (or adopts the doubling another thread made) and
     /// returns the newer directory, installed as current.
-    pub fn double<'a>(&'a self, from: &'a Dir) -> &'a Dir {
+    pub(crate) fn double<'a>(&'a self, from: &'a Dir) -> &'a Dir {
         let mut next = from.next.load(Ordering::SeqCst);
         if next.is_null() {
             let mine = Dir::boxed(from.gd + 1, from);
@@ -132,7 +135,7 @@ impl FsDir {
     /// `ld`-bit integer) at `seg` in `from` and every newer directory.
     /// Called with the segment's lock held, after the RT-directory change
     /// is durable.
-    pub fn set_range(&self, from: &Dir, ld: u32, index: u64, seg: u64) {
+    pub(crate) fn set_range(&self, from: &Dir, ld: u32, index: u64, seg: u64) {
         let mut d: *const Dir = from;
         while !d.is_null() {
             // SAFETY: alive as long as `self`.
@@ -151,7 +154,7 @@ impl FsDir {
     }
 
     /// Bytes of DRAM held by all directories.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         let all = self.all.lock().expect("directory list");
         all.iter()
             // SAFETY: alive as long as `self`.

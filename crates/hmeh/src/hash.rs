@@ -1,5 +1,6 @@
 //! The key hash: a seeded bijection on u64, so a slot can hold the hash
-//! instead of the key and still give the key back.
+//! instead of the key and still give the key back. One concept: the
+//! function and its inverse, nothing of the table.
 
 use engine::hash::{fmix64, unfmix64};
 
@@ -14,7 +15,8 @@ pub enum HashKind {
 }
 
 impl HashKind {
-    pub fn from_word(w: u64) -> Option<HashKind> {
+    /// The kind a root block's hash-kind word names (`None` for any other word).
+    pub(crate) fn from_word(w: u64) -> Option<HashKind> {
         match w {
             0 => Some(HashKind::Mixed),
             1 => Some(HashKind::Identity),
@@ -25,14 +27,14 @@ impl HashKind {
 
 /// A key hasher and its inverse.
 #[derive(Clone, Copy, Debug)]
-pub struct Hasher {
-    pub kind: HashKind,
-    pub seed: u64,
+pub(crate) struct Hasher {
+    pub(crate) kind: HashKind,
+    pub(crate) seed: u64,
 }
 
 impl Hasher {
     #[inline]
-    pub fn hash(&self, key: u64) -> u64 {
+    pub(crate) fn hash(&self, key: u64) -> u64 {
         match self.kind {
             HashKind::Mixed => fmix64(key ^ self.seed),
             HashKind::Identity => key,
@@ -40,7 +42,7 @@ impl Hasher {
     }
 
     #[inline]
-    pub fn key(&self, h: u64) -> u64 {
+    pub(crate) fn key(&self, h: u64) -> u64 {
         match self.kind {
             HashKind::Mixed => unfmix64(h) ^ self.seed,
             HashKind::Identity => h,

@@ -20,7 +20,10 @@
 //! `2^shift` bytes cannot start in the same `2^shift`-aligned window, so
 //! the index names one block; a freed and reused block gets the same head,
 //! just as it gets the same PM header line (readers tell the two apart by
-//! identity and the table's free counter, exactly as before).
+//! identity and the table's free counter, as they do for the PM header).
+//!
+//! One concept, these DRAM arrays alone: the table's code that fills and
+//! writes them back is in `lib.rs` (`load_head`, `store_head`).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
@@ -31,24 +34,24 @@ const CHUNK: usize = 4096;
 /// Head words. The first line holds what a lookup reads (lock, identity,
 /// spill and stash bits, overflow pointer); the second what only writers
 /// read.
-pub const HD_LOCK: usize = 0;
-pub const HD_IDENT: usize = 1;
+pub(crate) const HD_LOCK: usize = 0;
+pub(crate) const HD_IDENT: usize = 1;
 /// Four words of spill bits, one bit per home bucket (`home & 255`).
-pub const HD_SPILL: usize = 2;
-pub const HD_STASH: usize = 6;
-pub const HD_OVERFLOW: usize = 7;
-pub const HD_COUNT: usize = 8;
-pub const HD_BACKUP: usize = 9;
-pub const HD_RETIRED: usize = 10;
+pub(crate) const HD_SPILL: usize = 2;
+pub(crate) const HD_STASH: usize = 6;
+pub(crate) const HD_OVERFLOW: usize = 7;
+pub(crate) const HD_COUNT: usize = 8;
+pub(crate) const HD_BACKUP: usize = 9;
+pub(crate) const HD_RETIRED: usize = 10;
 /// Four words of spill plane B (see [`Spill`]).
-pub const HD_SPILL_FAR: usize = 11;
-pub const HEAD_WORDS: usize = 16;
+pub(crate) const HD_SPILL_FAR: usize = 11;
+pub(crate) const HEAD_WORDS: usize = 16;
 
 /// One segment's head: two cache lines of its own (no two segments'
 /// locks share a line).
 #[repr(align(64))]
 #[derive(Default)]
-pub struct Head(pub [AtomicU64; HEAD_WORDS]);
+pub(crate) struct Head(pub(crate) [AtomicU64; HEAD_WORDS]);
 
 /// A segment's spill bits, two planes of one bit per home bucket
 /// (`home & 255`): plane A, an item whose home is `home` may sit 1 to 3
@@ -62,17 +65,17 @@ pub struct Head(pub [AtomicU64; HEAD_WORDS]);
 /// planes, so a reopened segment reads as coarsely as the file says until
 /// its next split or merge.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
-pub struct Spill(pub [u64; 8]);
+pub(crate) struct Spill(pub(crate) [u64; 8]);
 
 impl Spill {
     #[inline]
-    pub fn word_mask(home: u64) -> (usize, u64) {
+    pub(crate) fn word_mask(home: u64) -> (usize, u64) {
         (((home >> 6) & 3) as usize, 1 << (home & 63))
     }
 
     /// Records an item of home `home` sitting `d` (1..=3) buckets past it.
     #[inline]
-    pub fn set(&mut self, home: u64, d: u64) {
+    pub(crate) fn set(&mut self, home: u64, d: u64) {
         let (w, m) = Self::word_mask(home);
         self.0[w] |= m;
         if d >= 2 {
@@ -82,7 +85,7 @@ impl Spill {
 
     /// Buckets a lookup of home `home` reads: 1, 2 or the window (4).
     #[inline]
-    pub fn reach(&self, home: u64) -> u64 {
+    pub(crate) fn reach(&self, home: u64) -> u64 {
         let (w, m) = Self::word_mask(home);
         Self::reach_of(m, self.0[w], || self.0[4 + w])
     }
@@ -101,22 +104,22 @@ impl Spill {
     }
 
     /// The PM header's 64-bit form.
-    pub fn fold(&self) -> u64 {
+    pub(crate) fn fold(&self) -> u64 {
         self.0[..4].iter().fold(0, |a, w| a | w)
     }
 
     /// From the PM header's 64-bit form (conservative: the whole window).
-    pub fn expand(coarse: u64) -> Spill {
+    pub(crate) fn expand(coarse: u64) -> Spill {
         Spill([coarse; 8])
     }
 
-    pub fn load(hw: &[AtomicU64; HEAD_WORDS]) -> Spill {
+    pub(crate) fn load(hw: &[AtomicU64; HEAD_WORDS]) -> Spill {
         Spill(std::array::from_fn(|i| {
             hw[Self::head_word(i)].load(std::sync::atomic::Ordering::Relaxed)
         }))
     }
 
-    pub fn store(&self, hw: &[AtomicU64; HEAD_WORDS]) {
+    pub(crate) fn store(&self, hw: &[AtomicU64; HEAD_WORDS]) {
         for (i, w) in self.0.iter().enumerate() {
             hw[Self::head_word(i)].store(*w, std::sync::atomic::Ordering::Relaxed);
         }
@@ -124,7 +127,7 @@ impl Spill {
 
     /// The head word of plane word `i` (0..4 plane A, 4..8 plane B).
     #[inline]
-    pub fn head_word(i: usize) -> usize {
+    pub(crate) fn head_word(i: usize) -> usize {
         if i < 4 {
             HD_SPILL + i
         } else {
@@ -134,7 +137,7 @@ impl Spill {
 
     /// Reach of home `home` read from a live head (lookup's fast path).
     #[inline]
-    pub fn head_reach(hw: &[AtomicU64; HEAD_WORDS], home: u64) -> u64 {
+    pub(crate) fn head_reach(hw: &[AtomicU64; HEAD_WORDS], home: u64) -> u64 {
         use std::sync::atomic::Ordering::Relaxed;
         let (w, m) = Self::word_mask(home);
         Self::reach_of(m, hw[HD_SPILL + w].load(Relaxed), || {
@@ -145,7 +148,7 @@ impl Spill {
     /// Sets home `home`'s bits for distance `d` in a live head (the writer
     /// holds the lock).
     #[inline]
-    pub fn head_set(hw: &[AtomicU64; HEAD_WORDS], home: u64, d: u64) {
+    pub(crate) fn head_set(hw: &[AtomicU64; HEAD_WORDS], home: u64, d: u64) {
         use std::sync::atomic::Ordering::{Relaxed, Release};
         let (w, m) = Self::word_mask(home);
         if d >= 2 {
@@ -157,7 +160,7 @@ impl Spill {
     }
 }
 
-pub struct Heads {
+pub(crate) struct Heads {
     shift: u32,
     chunks: Box<[OnceLock<Box<[Head]>>]>,
 }
@@ -165,7 +168,7 @@ pub struct Heads {
 impl Heads {
     /// Heads for segments of `seg_bytes` in a pool that may grow to
     /// `max_bytes`.
-    pub fn new(seg_bytes: u64, max_bytes: u64) -> Heads {
+    pub(crate) fn new(seg_bytes: u64, max_bytes: u64) -> Heads {
         let shift = 63 - seg_bytes.leading_zeros();
         let n = (max_bytes >> shift) as usize / CHUNK + 1;
         Heads {
@@ -176,7 +179,7 @@ impl Heads {
 
     /// The head of the segment at pool offset `seg`.
     #[inline]
-    pub fn get(&self, seg: u64) -> &[AtomicU64; HEAD_WORDS] {
+    pub(crate) fn get(&self, seg: u64) -> &[AtomicU64; HEAD_WORDS] {
         let i = (seg >> self.shift) as usize;
         let chunk =
             self.chunks[i / CHUNK].get_or_init(|| (0..CHUNK).map(|_| Head::default()).collect());
@@ -184,7 +187,7 @@ impl Heads {
     }
 
     /// DRAM bytes allocated.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         let n = self.chunks.iter().filter(|c| c.get().is_some()).count();
         (n * CHUNK * std::mem::size_of::<Head>() + self.chunks.len() * 8) as u64
     }

@@ -51,64 +51,64 @@
 //! its hash is not 0, its top LD bits equal the segment's prefix and, in a
 //! normal bucket, its home bucket is this one or one of the three before.
 
-pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PMHMEH01");
-pub const ROOT_BYTES: u64 = 64;
-pub const R_SEED: u64 = 8;
-pub const R_HASH: u64 = 16;
-pub const R_GEOMETRY: u64 = 24;
-pub const R_RT_ROOT: u64 = 32;
-pub const R_ZERO_PRESENT: u64 = 40;
-pub const R_ZERO_VALUE: u64 = 48;
-pub const R_COUNT: u64 = 56;
+pub(crate) const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PMHMEH01");
+pub(crate) const ROOT_BYTES: u64 = 64;
+pub(crate) const R_SEED: u64 = 8;
+pub(crate) const R_HASH: u64 = 16;
+pub(crate) const R_GEOMETRY: u64 = 24;
+pub(crate) const R_RT_ROOT: u64 = 32;
+pub(crate) const R_ZERO_PRESENT: u64 = 40;
+pub(crate) const R_ZERO_VALUE: u64 = 48;
+pub(crate) const R_COUNT: u64 = 56;
 
-pub const LINE: u64 = 64;
-pub const SLOTS: usize = 4;
-pub const PROBE: u64 = 4;
-pub const NODE_FANOUT: u64 = 8;
-pub const NODE_BITS: u32 = 3;
+pub(crate) const LINE: u64 = 64;
+pub(crate) const SLOTS: usize = 4;
+pub(crate) const PROBE: u64 = 4;
+pub(crate) const NODE_FANOUT: u64 = 8;
+pub(crate) const NODE_BITS: u32 = 3;
 
 /// PM header words, as byte offsets (`H_`) and word indices (`W_`). Words
 /// 0 and 6 (lock and retired flag in older builds) are written 0: the lock
 /// and the flag live in the segment's DRAM head (`head.rs`), as do count,
 /// spill and stash bits while the table is open (a clean close writes
 /// those three here).
-pub const H_IDENT: u64 = 8;
-pub const H_BACKUP: u64 = 32;
-pub const H_OVERFLOW: u64 = 40;
-pub const W_IDENT: usize = 1;
-pub const W_COUNT: usize = 2;
-pub const W_STASH_BITS: usize = 3;
-pub const W_BACKUP: usize = 4;
-pub const W_OVERFLOW: usize = 5;
-pub const W_SPILL: usize = 7;
+pub(crate) const H_IDENT: u64 = 8;
+pub(crate) const H_BACKUP: u64 = 32;
+pub(crate) const H_OVERFLOW: u64 = 40;
+pub(crate) const W_IDENT: usize = 1;
+pub(crate) const W_COUNT: usize = 2;
+pub(crate) const W_STASH_BITS: usize = 3;
+pub(crate) const W_BACKUP: usize = 4;
+pub(crate) const W_OVERFLOW: usize = 5;
+pub(crate) const W_SPILL: usize = 7;
 
 const SEG_MAGIC: u64 = 0x4853; // "HS"
 const OVF_MAGIC: u64 = 0x484f; // "HO"
 
 /// Smallest and largest segment, in cache lines.
-pub const MIN_LINES: u64 = 16;
-pub const MAX_LINES: u64 = 512;
+pub(crate) const MIN_LINES: u64 = 16;
+pub(crate) const MAX_LINES: u64 = 512;
 /// Local depth is at most 32: the prefix lives in the hash's high word.
-pub const DEPTH_LIMIT: u32 = 32;
+pub(crate) const DEPTH_LIMIT: u32 = 32;
 
 /// The segment geometry of a table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Geometry {
+pub(crate) struct Geometry {
     /// Cache lines per segment (header included).
-    pub lines: u64,
+    pub(crate) lines: u64,
     /// Normal (addressable) buckets.
-    pub buckets: u64,
+    pub(crate) buckets: u64,
     /// Stash buckets.
-    pub stash: u64,
+    pub(crate) stash: u64,
     /// Largest local depth; beyond it a full segment chains overflow blocks.
-    pub max_depth: u32,
+    pub(crate) max_depth: u32,
     /// Fill policy (`Options::stash_before_split`): a full window goes to
     /// the stash and a long displacement search before the segment splits.
-    pub stash_first: bool,
+    pub(crate) stash_first: bool,
 }
 
 impl Geometry {
-    pub fn new(lines: u64, max_depth: u32) -> Option<Geometry> {
+    pub(crate) fn new(lines: u64, max_depth: u32) -> Option<Geometry> {
         if !lines.is_power_of_two() || !(MIN_LINES..=MAX_LINES).contains(&lines) {
             return None;
         }
@@ -132,11 +132,11 @@ impl Geometry {
     }
 
     /// The root's geometry word: lines | max depth << 16 | stash first << 24.
-    pub fn encode(&self) -> u64 {
+    pub(crate) fn encode(&self) -> u64 {
         self.lines | (self.max_depth as u64) << 16 | (self.stash_first as u64) << 24
     }
 
-    pub fn decode(w: u64) -> Option<Geometry> {
+    pub(crate) fn decode(w: u64) -> Option<Geometry> {
         if w >> 25 != 0 {
             return None;
         }
@@ -147,36 +147,36 @@ impl Geometry {
         })
     }
 
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.lines * LINE
     }
 
     /// Item slots per segment (normal and stash).
-    pub fn slots(&self) -> u64 {
+    pub(crate) fn slots(&self) -> u64 {
         (self.buckets + self.stash) * SLOTS as u64
     }
 
     /// Offset of normal bucket `b` in segment `seg`.
     #[inline]
-    pub fn bucket(&self, seg: u64, b: u64) -> u64 {
+    pub(crate) fn bucket(&self, seg: u64, b: u64) -> u64 {
         seg + (1 + b) * LINE
     }
 
     /// Offset of stash bucket `i` in segment `seg`.
     #[inline]
-    pub fn stash_bucket(&self, seg: u64, i: u64) -> u64 {
+    pub(crate) fn stash_bucket(&self, seg: u64, i: u64) -> u64 {
         seg + (1 + self.buckets + i) * LINE
     }
 
     /// Home bucket of a hash (from its low word).
     #[inline]
-    pub fn home(&self, h: u64) -> u64 {
+    pub(crate) fn home(&self, h: u64) -> u64 {
         ((h & 0xffff_ffff) * self.buckets) >> 32
     }
 
     /// How many buckets past `home` bucket `b` is (0..buckets).
     #[inline]
-    pub fn dist(&self, home: u64, b: u64) -> u64 {
+    pub(crate) fn dist(&self, home: u64, b: u64) -> u64 {
         let d = b + self.buckets - home;
         if d >= self.buckets {
             d - self.buckets
@@ -187,14 +187,14 @@ impl Geometry {
 
     /// The spill bit of home bucket `home`.
     #[inline]
-    pub fn spill_bit(home: u64) -> u64 {
+    pub(crate) fn spill_bit(home: u64) -> u64 {
         1 << (home & 63)
     }
 
     /// Whether a slot in normal bucket `b` is in the probe window of a hash
     /// whose home bucket is `home`.
     #[inline]
-    pub fn in_window(&self, home: u64, b: u64) -> bool {
+    pub(crate) fn in_window(&self, home: u64, b: u64) -> bool {
         // `(b - home) mod buckets < PROBE`, without a division: both are
         // below `buckets`, so one conditional subtraction reduces it (a
         // `%` here cost a divide per probed slot).
@@ -209,7 +209,7 @@ impl Geometry {
 
     /// Bucket `home + j` of the ring of normal buckets (`j < buckets`).
     #[inline]
-    pub fn ring(&self, home: u64, j: u64) -> u64 {
+    pub(crate) fn ring(&self, home: u64, j: u64) -> u64 {
         let b = home + j;
         if b >= self.buckets {
             b - self.buckets
@@ -221,18 +221,18 @@ impl Geometry {
 
 /// A segment's identity word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ident {
-    pub ld: u32,
+pub(crate) struct Ident {
+    pub(crate) ld: u32,
     /// Top-aligned prefix: only its top `ld` bits may be set.
-    pub prefix: u32,
+    pub(crate) prefix: u32,
 }
 
 impl Ident {
-    pub fn encode(&self) -> u64 {
+    pub(crate) fn encode(&self) -> u64 {
         SEG_MAGIC << 48 | (self.ld as u64) << 32 | self.prefix as u64
     }
 
-    pub fn decode(w: u64) -> Option<Ident> {
+    pub(crate) fn decode(w: u64) -> Option<Ident> {
         let ld = ((w >> 32) & 0xffff) as u32;
         let prefix = w as u32;
         if w >> 48 != SEG_MAGIC || !(1..=DEPTH_LIMIT).contains(&ld) || prefix & !mask(ld) != 0 {
@@ -243,12 +243,12 @@ impl Ident {
 
     /// Whether this segment owns hash `h`.
     #[inline]
-    pub fn owns(&self, h: u64) -> bool {
+    pub(crate) fn owns(&self, h: u64) -> bool {
         ((h >> 32) as u32 ^ self.prefix) & mask(self.ld) == 0
     }
 
     /// The two halves of a split.
-    pub fn children(&self) -> (Ident, Ident) {
+    pub(crate) fn children(&self) -> (Ident, Ident) {
         let ld = self.ld + 1;
         (
             Ident {
@@ -263,25 +263,25 @@ impl Ident {
     }
 
     /// The prefix as an integer of `ld` bits (the directory index at GD = LD).
-    pub fn index(&self) -> u64 {
+    pub(crate) fn index(&self) -> u64 {
         (self.prefix as u64) >> (32 - self.ld)
     }
 
     /// The hash high word a deleted slot gets: this prefix with its top bit
     /// flipped, so no segment of this subtree can take it for valid.
-    pub fn invalid_hi(&self) -> u64 {
+    pub(crate) fn invalid_hi(&self) -> u64 {
         (self.prefix ^ 0x8000_0000) as u64
     }
 }
 
 /// The overflow block magic word (header word 8).
-pub fn overflow_ident() -> u64 {
+pub(crate) fn overflow_ident() -> u64 {
     OVF_MAGIC << 48
 }
 
 /// Top `ld` bits set.
 #[inline]
-pub fn mask(ld: u32) -> u32 {
+pub(crate) fn mask(ld: u32) -> u32 {
     if ld == 0 {
         0
     } else {
@@ -291,13 +291,13 @@ pub fn mask(ld: u32) -> u32 {
 
 /// The two words of a slot holding hash `h` and value `v`.
 #[inline]
-pub fn encode_slot(h: u64, v: u64) -> (u64, u64) {
+pub(crate) fn encode_slot(h: u64, v: u64) -> (u64, u64) {
     ((h >> 32) << 32 | v >> 32, h << 32 | (v & 0xffff_ffff))
 }
 
 /// Hash and value of a slot's two words (hash 0 = empty).
 #[inline]
-pub fn decode_slot(w0: u64, w1: u64) -> (u64, u64) {
+pub(crate) fn decode_slot(w0: u64, w1: u64) -> (u64, u64) {
     ((w0 >> 32) << 32 | w1 >> 32, w0 << 32 | (w1 & 0xffff_ffff))
 }
 

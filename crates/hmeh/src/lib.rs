@@ -12,6 +12,14 @@
 //!   the second.
 //! - Writers take the segment's version lock; readers are optimistic and
 //!   re-validate the version (and the free counter) on hits and misses.
+//!
+//! The files, as in every engine: `lib.rs` (the type, its spec, options
+//! and tallies, create, and the helpers every path shares), `layout.rs`
+//! (the bytes in the pool), `ops.rs` (lookup, insert, update, delete),
+//! `split.rs` (split, overflow, merge, backups), `recover.rs` (open in its
+//! numbered phases, repair, check), `api.rs` (the `Engine` impl); and one
+//! concept each: `dir.rs` (the FS-directory), `rt.rs` (the RT-directory),
+//! `head.rs` (the DRAM segment headers), `hash.rs` (the key hash).
 
 use std::collections::HashSet;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -23,12 +31,15 @@ use engine::{
 };
 use pmem::{Link, Pool, Reservation};
 
+mod api;
 mod dir;
 mod hash;
 mod head;
 mod layout;
+mod ops;
 mod recover;
 mod rt;
+mod split;
 
 use dir::{Dir, FsDir};
 pub use hash::HashKind;
@@ -72,6 +83,7 @@ pub struct Options {
     /// Local depth cap (1..=32); a full segment at the cap chains overflow
     /// blocks instead of splitting.
     pub max_depth: u32,
+    /// The key hash ([`HashKind::Mixed`] by default; kept in the root).
     pub hash: HashKind,
     /// Fill a segment through its stash and a long displacement search
     /// before it splits: the highest load factor before a split reaches
@@ -95,33 +107,6 @@ impl Default for Options {
 
 fn corrupt(m: String) -> Error {
     Error::Corrupt(m)
-}
-
-/// A slot a writer found.
-#[derive(Clone, Copy, Debug)]
-struct Slot {
-    line: u64,
-    s: usize,
-    /// Normal bucket index; `None` for stash and overflow slots.
-    bucket: Option<u64>,
-    stash: bool,
-}
-
-/// What a writer's scan looks for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Want {
-    /// The key only.
-    Find,
-    /// The key, or else a free slot.
-    Insert,
-    /// The key and a free slot.
-    Both,
-}
-
-/// What a writer's scan of a locked segment found.
-struct Scan {
-    found: Option<(Slot, u64, u64)>,
-    free: Option<Slot>,
 }
 
 #[derive(Default)]
@@ -150,6 +135,17 @@ struct Tallies {
     /// Splits (with any doublings they need), overflow blocks and merges,
     /// and the time spent in them (`Stats::structural_*`).
     structural: engine::StructuralClock,
+}
+
+/// A slot's two words and where it sits, as [`Hmeh::each_slot`] names
+/// it: its normal bucket (`None` for stash and overflow slots) and whether
+/// it is a stash slot.
+#[derive(Clone, Copy)]
+struct SlotAt {
+    w0: u64,
+    w1: u64,
+    bucket: Option<u64>,
+    stash: bool,
 }
 
 /// The OP-HMEH engine.
@@ -570,17 +566,13 @@ impl Hmeh {
     /// the item; recovery recomputes the bits; `check` reports a valid
     /// slot without its bit).
     #[inline]
-    #[allow(clippy::too_many_arguments)]
-    fn listed(
-        &self,
-        id: Ident,
-        w0: u64,
-        w1: u64,
-        bucket: Option<u64>,
-        stash: bool,
-        spill: &Spill,
-        stash_bits: u64,
-    ) -> bool {
+    fn listed(&self, id: Ident, at: SlotAt, spill: &Spill, stash_bits: u64) -> bool {
+        let SlotAt {
+            w0,
+            w1,
+            bucket,
+            stash,
+        } = at;
         if !self.valid(id, w0, w1, bucket) {
             return false;
         }
@@ -598,452 +590,6 @@ impl Hmeh {
     fn search_bits(&self, seg: u64) -> (Spill, u64) {
         let hw = self.head(seg);
         (Spill::load(hw), hw[HD_STASH].load(Ordering::Relaxed))
-    }
-
-    /// The segment the current directory names for `h`.
-    #[inline]
-    fn locate(&self, h: u64) -> (&Dir, u64) {
-        let d = self.dir.current();
-        let i = d.index(h);
-        let s = d.load(i);
-        if s != 0 {
-            (d, s)
-        } else {
-            (d, self.dir.resolve(d, i))
-        }
-    }
-
-    /// Locks the segment that owns `h`: its header words and identity.
-    fn lock_owner(&self, h: u64) -> (u64, Ident) {
-        let home = self.geo.home(h);
-        loop {
-            let (d, seg) = self.locate(h);
-            // The bucket's miss overlaps the head's.
-            self.pool.prefetch(self.geo.bucket(seg, home));
-            let hw = self.head(seg);
-            self.lock.lock(&hw[HD_LOCK]);
-            // Under the lock the directory entry can only change by our
-            // hand, so entry == seg plus a matching identity proves that
-            // `seg` owns `h` now (a freed and reused block fails the first).
-            let id = Ident::decode(hw[HD_IDENT].load(Ordering::Relaxed));
-            let again = self.dir.current();
-            let now = if std::ptr::eq(again, d) {
-                d.load(d.index(h))
-            } else {
-                self.locate(h).1
-            };
-            if let Some(id) = id {
-                if now == seg && id.owns(h) && hw[HD_RETIRED].load(Ordering::Relaxed) == 0 {
-                    return (seg, id);
-                }
-            }
-            self.lock.unlock(&hw[HD_LOCK]);
-            std::hint::spin_loop();
-        }
-    }
-
-    fn unlock(&self, seg: u64) {
-        self.lock.unlock(&self.head(seg)[HD_LOCK]);
-    }
-
-    // ----- reads -----------------------------------------------------------------
-
-    /// Scans the slots of one line for hash halves (`hi`, `lo`).
-    #[inline(always)]
-    fn probe_line(&self, line: u64, hi: u64, lo: u64) -> Option<u64> {
-        let w = self.words(line);
-        for s in 0..SLOTS {
-            let w1 = w[2 * s + 1].load(Ordering::Relaxed);
-            if w1 >> 32 == lo {
-                let w0 = w[2 * s].load(Ordering::Relaxed);
-                if w0 >> 32 == hi {
-                    return Some(decode_slot(w0, w1).1);
-                }
-            }
-        }
-        None
-    }
-
-    /// Optimistic lookup (paper Alg. 2 with the §4.1 fixes: version read,
-    /// then ownership verified, value copied, version re-read on hits and
-    /// misses alike).
-    fn lookup(&self, h: u64) -> Option<u64> {
-        let (hi, lo) = (h >> 32, h & 0xffff_ffff);
-        let home = self.geo.home(h);
-        loop {
-            let f0 = self.frees.load(Ordering::Acquire);
-            let (_, seg) = self.locate(h);
-            self.pool.prefetch(self.geo.bucket(seg, home));
-            let hw = self.head(seg);
-            let v1 = hw[HD_LOCK].load(Ordering::Acquire);
-            if !self.lock.is_free(v1) {
-                std::hint::spin_loop();
-                continue;
-            }
-            match Ident::decode(hw[HD_IDENT].load(Ordering::Relaxed)) {
-                Some(id) if id.owns(h) => {}
-                _ => {
-                    std::hint::spin_loop();
-                    continue;
-                }
-            }
-            let mut res = None;
-            // Without the home's spill bit the key can only be in its home
-            // bucket (or the stash, or an overflow block).
-            let probe = Spill::head_reach(hw, home);
-            for j in 0..probe {
-                let mut b = home + j;
-                if b >= self.geo.buckets {
-                    b -= self.geo.buckets;
-                }
-                res = self.probe_line(self.geo.bucket(seg, b), hi, lo);
-                if res.is_some() {
-                    break;
-                }
-            }
-            if res.is_none()
-                && hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0
-            {
-                for i in 0..self.geo.stash {
-                    res = self.probe_line(self.geo.stash_bucket(seg, i), hi, lo);
-                    if res.is_some() {
-                        break;
-                    }
-                }
-            }
-            if res.is_none() {
-                let mut ovf = hw[HD_OVERFLOW].load(Ordering::Relaxed);
-                let mut hops = 0;
-                'chain: while ovf != 0 && hops < 1 << 20 {
-                    if self.pool.check_range(ovf, self.geo.bytes()).is_err() {
-                        break;
-                    }
-                    for l in 1..self.geo.lines {
-                        res = self.probe_line(ovf + l * LINE, hi, lo);
-                        if res.is_some() {
-                            break 'chain;
-                        }
-                    }
-                    ovf = self.pool.load_u64(ovf + H_OVERFLOW);
-                    hops += 1;
-                }
-            }
-            fence(Ordering::Acquire);
-            if hw[HD_LOCK].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0
-            {
-                return res;
-            }
-        }
-    }
-
-    // ----- writes ----------------------------------------------------------------
-
-    /// Every slot a key may occupy in a locked segment: window, stash,
-    /// overflow chain. Finds the key and the first slot free for it.
-    fn scan(&self, seg: u64, id: Ident, h: u64, want: Want) -> Scan {
-        let want_free = want != Want::Find;
-        let (hi, lo) = (h >> 32, h & 0xffff_ffff);
-        let home = self.geo.home(h);
-        let mut out = Scan {
-            found: None,
-            free: None,
-        };
-        let look = |line: u64, bucket: Option<u64>, stash: bool, out: &mut Scan| -> bool {
-            let w = self.words(line);
-            for s in 0..SLOTS {
-                let w0 = w[2 * s].load(Ordering::Relaxed);
-                let w1 = w[2 * s + 1].load(Ordering::Relaxed);
-                let slot = Slot {
-                    line,
-                    s,
-                    bucket,
-                    stash,
-                };
-                if w0 >> 32 == hi && w1 >> 32 == lo {
-                    if out.found.is_none() {
-                        out.found = Some((slot, w0, w1));
-                    }
-                } else if want_free && out.free.is_none() && !self.valid(id, w0, w1, bucket) {
-                    out.free = Some(slot);
-                }
-            }
-            out.found.is_some() && (want != Want::Both || out.free.is_some())
-        };
-        let hw = self.head(seg);
-        let reach = Spill::head_reach(hw, home);
-        for j in 0..PROBE {
-            // Past the home bucket only a spilled key, or a free slot we
-            // still need, can be found.
-            if j >= reach && !(want_free && out.free.is_none()) {
-                break;
-            }
-            let b = self.geo.ring(home, j);
-            if look(self.geo.bucket(seg, b), Some(b), false, &mut out) {
-                return out;
-            }
-        }
-        // The stash is read for the key only where the home's stash bit
-        // says it may be there; an insert looks there for a free slot only
-        // after displacement fails (`stash_free`), so a full window does
-        // not cost every insert 16 stash lines.
-        let stashed = hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
-        if stashed || (want == Want::Both && out.free.is_none()) {
-            for i in 0..self.geo.stash {
-                if look(self.geo.stash_bucket(seg, i), None, true, &mut out) {
-                    return out;
-                }
-            }
-        }
-        let mut ovf = hw[HD_OVERFLOW].load(Ordering::Relaxed);
-        while ovf != 0 {
-            for l in 1..self.geo.lines {
-                if look(ovf + l * LINE, None, false, &mut out) {
-                    return out;
-                }
-            }
-            ovf = self.pool.load_u64(ovf + H_OVERFLOW);
-        }
-        out
-    }
-
-    /// Writes item (`h`, `v`) into an invalid slot of a locked segment.
-    ///
-    /// persist: the caller persists the line (strict) or leaves it to
-    /// eviction (relaxed). Within one cache line x86 writes back stores in
-    /// program order, so after a crash the slot holds a prefix of the
-    /// stores below: word 1 first, then word 0 (which carries the prefix).
-    /// The one intermediate state (old word 0, new word 1) must not read as
-    /// a valid item: that is the paper's special-case check, done on the
-    /// slot's current content. When it fails, an invalidating word 0 is
-    /// stored first (same line, so no fence is needed).
-    fn write_slot(&self, id: Ident, slot: Slot, h: u64, v: u64) {
-        let w = self.words(slot.line);
-        let (n0, n1) = encode_slot(h, v);
-        let old0 = w[2 * slot.s].load(Ordering::Relaxed);
-        if self.valid(id, old0, n1, slot.bucket) {
-            w[2 * slot.s].store(id.invalid_hi() << 32, Ordering::Release);
-            self.t.special_writes.fetch_add(1, Ordering::Relaxed);
-        }
-        w[2 * slot.s + 1].store(n1, Ordering::Release);
-        w[2 * slot.s].store(n0, Ordering::Release);
-    }
-
-    /// Invalidates a slot with one 8-byte store (failure-atomic): word 0
-    /// gets this segment's prefix with its top bit flipped, which no
-    /// segment of the subtree takes for valid.
-    fn kill_slot(&self, id: Ident, slot: Slot) {
-        self.words(slot.line)[2 * slot.s].store(id.invalid_hi() << 32, Ordering::Release);
-    }
-
-    /// Sets the spill bit when an item with hash `h` goes to a normal
-    /// bucket other than its home, the stash bit when it goes to the stash
-    /// (the writer holds the lock; before the item is written, so a reader
-    /// that sees the item sees the bit).
-    #[inline]
-    fn mark_spill(&self, seg: u64, slot: Slot, h: u64) {
-        let home = self.geo.home(h);
-        let hw = self.head(seg);
-        match slot.bucket {
-            Some(b) if b != home => Spill::head_set(hw, home, self.geo.dist(home, b)),
-            None if slot.stash => {
-                let w = &hw[HD_STASH];
-                w.store(
-                    w.load(Ordering::Relaxed) | Geometry::spill_bit(home),
-                    Ordering::Release,
-                );
-            }
-            _ => {}
-        }
-    }
-
-    /// Adjusts a locked segment's item count (DRAM meaning).
-    fn count_add(&self, seg: u64, d: i64) {
-        let hw = self.head(seg);
-        let c = hw[HD_COUNT].load(Ordering::Relaxed);
-        hw[HD_COUNT].store(c.wrapping_add(d as u64), Ordering::Relaxed);
-    }
-
-    fn zero_op<T>(&self, f: impl FnOnce(&Pool, u64) -> T) -> T {
-        let _g = self.zero.lock().expect("zero-key lock");
-        f(&self.pool, self.root)
-    }
-
-    /// Makes room in the full window of `home` by moving items along a
-    /// chain: an item of the window goes to another bucket of its own
-    /// window, whose item (if that bucket is full too) goes on, up to 3
-    /// moves (16 when `deep`), found breadth first (linear probing's
-    /// displacement, bounded). Returns the window slot it freed.
-    ///
-    /// persist: moves run from the free end of the chain backwards; each
-    /// moved copy is persisted (both modes) before its old slot is
-    /// overwritten by the next move (or by the caller's item), so a crash
-    /// leaves every item once or twice (recovery keeps one copy; both hold
-    /// the same value), never zero times.
-    fn displace(&self, seg: u64, id: Ident, home: u64, deep: bool) -> Option<Slot> {
-        // A short search on every full window; a long one (rare: the
-        // window and the stash are full) before giving up for a split.
-        let (move_depth, max_nodes) = if deep { (16, 247) } else { (3, 48) };
-        // BFS over buckets: (bucket, parent node index, slot in the parent
-        // whose item moves into this bucket, depth).
-        let mut nodes: Vec<(u64, usize, usize, usize)> = Vec::with_capacity(max_nodes);
-        // Buckets already in the BFS, one bit each: a linear search of
-        // `nodes` made the deep search quadratic (up to 247 x 16 x 247
-        // compares before each split, the largest cost of a growing insert).
-        let mut seen = Seen::new();
-        for j in 0..PROBE {
-            let b = self.geo.ring(home, j);
-            seen.insert(b);
-            nodes.push((b, usize::MAX, 0, 0));
-        }
-        let free_in = |b: u64| -> Option<usize> {
-            let w = self.words(self.geo.bucket(seg, b));
-            (0..SLOTS).find(|&s| {
-                !self.valid(
-                    id,
-                    w[2 * s].load(Ordering::Relaxed),
-                    w[2 * s + 1].load(Ordering::Relaxed),
-                    Some(b),
-                )
-            })
-        };
-        let mut i = 0;
-        while i < nodes.len() {
-            let (b, _, _, depth) = nodes[i];
-            if depth < move_depth {
-                let w = self.words(self.geo.bucket(seg, b));
-                for s in 0..SLOTS {
-                    let hx = decode_slot(
-                        w[2 * s].load(Ordering::Relaxed),
-                        w[2 * s + 1].load(Ordering::Relaxed),
-                    )
-                    .0;
-                    let hx_home = self.geo.home(hx);
-                    for k in 0..PROBE {
-                        let t = self.geo.ring(hx_home, k);
-                        if !seen.insert(t) {
-                            continue;
-                        }
-                        if nodes.len() >= max_nodes {
-                            return None;
-                        }
-                        nodes.push((t, i, s, depth + 1));
-                        if let Some(fs) = free_in(t) {
-                            return Some(self.run_moves(seg, id, &nodes, fs));
-                        }
-                    }
-                }
-            }
-            i += 1;
-        }
-        None
-    }
-
-    /// A free slot in the stash of a locked segment.
-    fn stash_free(&self, seg: u64, id: Ident) -> Option<Slot> {
-        (0..self.geo.stash).find_map(|i| {
-            let line = self.geo.stash_bucket(seg, i);
-            let w = self.words(line);
-            (0..SLOTS)
-                .find(|&s| {
-                    !self.valid(
-                        id,
-                        w[2 * s].load(Ordering::Relaxed),
-                        w[2 * s + 1].load(Ordering::Relaxed),
-                        None,
-                    )
-                })
-                .map(|s| Slot {
-                    line,
-                    s,
-                    bucket: None,
-                    stash: true,
-                })
-        })
-    }
-
-    /// Executes the chain ending at the last BFS node (whose bucket has the
-    /// free slot `fs`); returns the freed window slot.
-    fn run_moves(
-        &self,
-        seg: u64,
-        id: Ident,
-        nodes: &[(u64, usize, usize, usize)],
-        fs: usize,
-    ) -> Slot {
-        let slot_at = |b: u64, s: usize| Slot {
-            line: self.geo.bucket(seg, b),
-            s,
-            bucket: Some(b),
-            stash: false,
-        };
-        let mut to = slot_at(nodes[nodes.len() - 1].0, fs);
-        let mut at = nodes.len() - 1;
-        loop {
-            let (_, parent, ps, _) = nodes[at];
-            let from = slot_at(nodes[parent].0, ps);
-            let w = self.words(from.line);
-            let (hx, vx) = decode_slot(
-                w[2 * ps].load(Ordering::Relaxed),
-                w[2 * ps + 1].load(Ordering::Relaxed),
-            );
-            self.mark_spill(seg, to, hx);
-            self.write_slot(id, to, hx, vx);
-            self.pool.persist_line(to.line);
-            self.t.displacements.fetch_add(1, Ordering::Relaxed);
-            to = from;
-            at = parent;
-            if nodes[at].1 == usize::MAX {
-                return to;
-            }
-        }
-    }
-
-    /// Makes room in a locked, full segment: split, or chain an overflow
-    /// block at the depth cap. Releases the lock.
-    fn grow(&self, seg: u64, id: Ident) -> Result<()> {
-        let start = std::time::Instant::now();
-        let r = if id.ld >= self.geo.max_depth {
-            self.add_overflow(seg)
-        } else {
-            self.split(seg, id)
-        };
-        if r.is_err() {
-            self.unlock(seg);
-        } else {
-            self.t.structural.record(start);
-        }
-        r
-    }
-
-    fn note_split_load(&self) {
-        let cap = self.t.segments.load(Ordering::Relaxed) * self.geo.slots();
-        let lf = self.len.get().max(0) as f64 / cap.max(1) as f64;
-        self.t
-            .max_lf_bits
-            .fetch_max(lf.to_bits(), Ordering::Relaxed);
-        self.t
-            .min_split_lf_bits
-            .fetch_min(lf.to_bits(), Ordering::Relaxed);
-    }
-}
-
-/// A set of bucket numbers below a segment's bucket count, one bit each.
-struct Seen([u64; (MAX_LINES / 64) as usize]);
-
-impl Seen {
-    /// An empty set: a segment has fewer than `MAX_LINES` buckets.
-    fn new() -> Seen {
-        Seen([0; (MAX_LINES / 64) as usize])
-    }
-
-    /// Adds `b`; false if it was there.
-    #[inline]
-    fn insert(&mut self, b: u64) -> bool {
-        let w = &mut self.0[(b / 64) as usize];
-        let m = 1u64 << (b % 64);
-        let new = *w & m == 0;
-        *w |= m;
-        new
     }
 }
 
@@ -1067,6 +613,5 @@ fn init_segment_pm(pool: &Pool, geo: &Geometry, off: u64, id: Ident, nt: bool) {
     }
 }
 
-mod ops;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,7 @@
 //! Opening a pool: validation, crash repair (paper §3.5 plus what it
-//! leaves out), the FS-directory rebuild, and `check`.
+//! leaves out), the FS-directory rebuild, and `check`; `open` runs one
+//! function per numbered phase. Also the segment walks they (and
+//! `for_each`, `sync`) share.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -142,6 +144,78 @@ fn count_valid(hm: &Hmeh, s: u64, id: Ident) -> u64 {
     n
 }
 
+impl Hmeh {
+    /// Calls `f(hash, word0, word1)` for every valid item of a segment
+    /// (buckets, stash, overflow chain).
+    pub(crate) fn each_valid(&self, seg: u64, id: Ident, f: &mut dyn FnMut(u64, u64, u64)) {
+        self.each_slot(seg, &mut |line, s, bucket, _| {
+            let w = self.words(line);
+            let w0 = w[2 * s].load(Ordering::Relaxed);
+            let w1 = w[2 * s + 1].load(Ordering::Relaxed);
+            if self.valid(id, w0, w1, bucket) {
+                f(decode_slot(w0, w1).0, w0, w1);
+            }
+        });
+    }
+
+    /// Calls `f(line, slot, bucket, stash)` for every slot of a segment
+    /// and its overflow chain.
+    pub(crate) fn each_slot(&self, seg: u64, f: &mut dyn FnMut(u64, usize, Option<u64>, bool)) {
+        for l in 1..self.geo.lines {
+            let bucket = (l <= self.geo.buckets).then_some(l - 1);
+            for s in 0..SLOTS {
+                f(seg + l * LINE, s, bucket, bucket.is_none());
+            }
+        }
+        let mut ovf = self.pool.load_u64(seg + H_OVERFLOW);
+        let mut hops = 0u64;
+        while ovf != 0 && hops < 1 << 20 {
+            for l in 1..self.geo.lines {
+                for s in 0..SLOTS {
+                    f(ovf + l * LINE, s, None, false);
+                }
+            }
+            ovf = self.pool.load_u64(ovf + H_OVERFLOW);
+            hops += 1;
+        }
+    }
+
+    /// Every live segment with its identity (walks the RT-directory).
+    pub(crate) fn segments(&self) -> Result<Vec<(u64, Ident)>> {
+        let mut v = Vec::new();
+        rt::walk(
+            &self.pool,
+            self.rt_root,
+            |_, _| Ok(()),
+            |s| {
+                let id = Ident::decode(self.pool.load_u64(s + H_IDENT))
+                    .ok_or_else(|| corrupt(format!("segment {s:#x} has no identity")))?;
+                v.push((s, id));
+                Ok(())
+            },
+        )?;
+        Ok(v)
+    }
+
+    /// Every segment the RT-directory names now, skipping entries that no
+    /// longer hold a segment (a merge may free one while `sync` walks).
+    pub(crate) fn segments_lenient(&self) -> Vec<(u64, Ident)> {
+        let mut v = Vec::new();
+        let _ = rt::walk(
+            &self.pool,
+            self.rt_root,
+            |_, _| Ok(()),
+            |s| {
+                if let Some(id) = Ident::decode(self.pool.load_u64(s + H_IDENT)) {
+                    v.push((s, id));
+                }
+                Ok(())
+            },
+        );
+        v
+    }
+}
+
 /// `Engine::for_each_part`: part `part` of `parts` visits the zero-hash
 /// key (part 0) and an equal share of the live segments, as `for_each`
 /// visits them.
@@ -158,7 +232,59 @@ pub(crate) fn for_each_part(hm: &Hmeh, part: usize, parts: usize, f: &mut dyn Fn
     }
 }
 
+/// The root block's words, checked before anything follows them: where
+/// the table is and how it is shaped.
+#[derive(Clone, Copy)]
+struct Root {
+    root: u64,
+    rt_root: u64,
+    geo: Geometry,
+    hasher: Hasher,
+}
+
+/// What phase 2 of [`open`] hands on: the table, its live segments, and
+/// the blocks they chain (overflow blocks and backups).
+struct Rebuilt {
+    hm: Hmeh,
+    segs: Vec<(u64, Ident)>,
+    chained: std::collections::HashSet<u64>,
+}
+
+/// Opens a pool in its numbered phases (`docs/engines/hmeh.md`,
+/// "Recovery"): the root is read and checked, then each phase runs in
+/// turn; a cleanly closed pool stops after phase 2.
 pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
+    let r = read_root(&pool)?;
+    let clean = pool.was_clean();
+    // 1. Repair the RT-directory's leaf runs (a crash mid-split or merge);
+    // the same pass lists every node and segment.
+    let rep = repair_runs(&pool, &r, clean)?;
+    // 2. Rebuild the FS-directory.
+    let Rebuilt { hm, segs, chained } = rebuild_dir(&pool, cfg, r, rep)?;
+    let zero = pool.load_u64(r.root + R_ZERO_PRESENT);
+    if clean {
+        check_clean(&hm, &segs, &chained, zero)?;
+        hm.len.set(pool.load_u64(r.root + R_COUNT) as i64);
+        return Ok(hm);
+    }
+    // 3. After a crash: recount, reset DRAM-meaning header words, remove
+    // the second copy a crashed update may leave, then merge backups.
+    hm.recovering.store(true, Ordering::Relaxed);
+    recount(&hm, &segs, zero);
+    if pool.is_read_only() {
+        // `inspect` and `check` look without writing: backups stay (their
+        // items are not merged into this view; `check` counts their blocks).
+        hm.recovering.store(false, Ordering::Relaxed);
+        return Ok(hm);
+    }
+    merge_backups(&hm, &segs)?;
+    hm.recovering.store(false, Ordering::Relaxed);
+    Ok(hm)
+}
+
+/// Reads and checks the root block: magic, geometry, hash kind, the
+/// zero-hash key's flag and the RT root.
+fn read_root(pool: &Pool) -> Result<Root> {
     let root = pool.root();
     if root == 0 {
         return Err(corrupt("pool has no hmeh root (root is 0)".into()));
@@ -190,11 +316,20 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
             "RT root {rt_root:#x} is not an allocated 64-byte node"
         )));
     }
-    let clean = pool.was_clean();
-    let ident_of = |s: u64| segment_ident(&pool, &geo, s);
-    // 1. Repair the RT-directory's leaf runs (a crash mid-split or merge);
-    // the same pass lists every node and segment.
-    let rep = rt::repair(&pool, rt_root, &ident_of, !clean)?;
+    Ok(Root {
+        root,
+        rt_root,
+        geo,
+        hasher,
+    })
+}
+
+/// Phase 1: the RT-directory's leaf runs repaired (refused in a cleanly
+/// closed pool, which has none to repair); lists every node and segment.
+fn repair_runs(pool: &Pool, r: &Root, clean: bool) -> Result<rt::Repair> {
+    let Root { rt_root, geo, .. } = *r;
+    let ident_of = |s: u64| segment_ident(pool, &geo, s);
+    let rep = rt::repair(pool, rt_root, &ident_of, !clean)?;
     if !rep.changed.is_empty() {
         if clean {
             return Err(corrupt(
@@ -207,7 +342,19 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         // persist: repaired runs before anything relies on them.
         pool.fence();
     }
-    // 2. Rebuild the FS-directory.
+    Ok(rep)
+}
+
+/// Phase 2: the FS-directory rebuilt from the live segments (each hash
+/// owned by exactly one), every chained block checked, and the table's
+/// handle made with its heads filled from the PM headers.
+fn rebuild_dir(pool: &Arc<Pool>, cfg: &EngineConfig, r: Root, rep: rt::Repair) -> Result<Rebuilt> {
+    let Root {
+        root,
+        rt_root,
+        geo,
+        hasher,
+    } = r;
     let segs = rep.segments;
     let nodes = rep.nodes.len() as u64;
     let gd = segs.iter().map(|(_, id)| id.ld).max().unwrap_or(1);
@@ -239,7 +386,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     let live: std::collections::HashSet<u64> = segs.iter().map(|&(s, _)| s).collect();
     let mut chained = std::collections::HashSet::new();
     for &(s, id) in &segs {
-        validate_chains(&pool, &geo, s, id, &live, &mut chained)?;
+        validate_chains(pool, &geo, s, id, &live, &mut chained)?;
     }
     let dir = FsDir::build(gd, |i| table[i]);
     let hm = Hmeh::handle(
@@ -259,44 +406,53 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     for &(s, _) in &segs {
         hm.load_head(s);
     }
-    let zero = pool.load_u64(root + R_ZERO_PRESENT);
-    if clean {
-        // A clean close dropped every backup; one left means a crash.
-        if segs.iter().any(|&(s, _)| pool.load_u64(s + H_BACKUP) != 0) {
-            return Err(corrupt("a cleanly closed pool still holds backups".into()));
-        }
-        // The count a clean close recorded must match the slots `for_each`
-        // lists (`listed`: valid and within the search's reach), so a page
-        // zeroed or overwritten since, or a slot moved out of its search's
-        // reach, would otherwise open with keys silently missing. One read of the table, on all threads; a
-        // writable open after a read-only one that passed this walk under
-        // the same lock (`Pool::prechecked`) does not read it again.
-        if !pool.prechecked() {
-            let found =
-                zero + engine::par_sum(segs.len(), |i| count_valid(&hm, segs[i].0, segs[i].1));
-            // Live segments and their overflow blocks (a clean pool holds
-            // no backups: `chained` is the overflow blocks).
-            let blocks = (segs.len() + chained.len()) as u64;
-            hm.t.clean_walk_slots
-                .store(blocks * (geo.lines - 1) * SLOTS as u64, Ordering::Relaxed);
-            let recorded = pool.load_u64(root + R_COUNT);
-            if recorded != found {
-                return Err(corrupt(format!(
-                    "clean pool records {recorded} keys, its segments hold {found}: {}",
-                    engine::damaged_after_close(&pool)
-                )));
-            }
+    Ok(Rebuilt { hm, segs, chained })
+}
+
+/// A cleanly closed pool's checks: no backup left, and the recorded
+/// count equal to the slots `for_each` lists.
+fn check_clean(
+    hm: &Hmeh,
+    segs: &[(u64, Ident)],
+    chained: &std::collections::HashSet<u64>,
+    zero: u64,
+) -> Result<()> {
+    let (pool, geo, root) = (&hm.pool, hm.geo, hm.root);
+    // A clean close dropped every backup; one left means a crash.
+    if segs.iter().any(|&(s, _)| pool.load_u64(s + H_BACKUP) != 0) {
+        return Err(corrupt("a cleanly closed pool still holds backups".into()));
+    }
+    // The count a clean close recorded must match the slots `for_each`
+    // lists (`listed`: valid and within the search's reach), so a page
+    // zeroed or overwritten since, or a slot moved out of its search's
+    // reach, would otherwise open with keys silently missing. One read of the table, on all threads; a
+    // writable open after a read-only one that passed this walk under
+    // the same lock (`Pool::prechecked`) does not read it again.
+    if !pool.prechecked() {
+        let found = zero + engine::par_sum(segs.len(), |i| count_valid(hm, segs[i].0, segs[i].1));
+        // Live segments and their overflow blocks (a clean pool holds
+        // no backups: `chained` is the overflow blocks).
+        let blocks = (segs.len() + chained.len()) as u64;
+        hm.t.clean_walk_slots
+            .store(blocks * (geo.lines - 1) * SLOTS as u64, Ordering::Relaxed);
+        let recorded = pool.load_u64(root + R_COUNT);
+        if recorded != found {
+            return Err(corrupt(format!(
+                "clean pool records {recorded} keys, its segments hold {found}: {}",
+                engine::damaged_after_close(pool)
+            )));
         }
     }
-    if clean {
-        hm.len.set(pool.load_u64(root + R_COUNT) as i64);
-        return Ok(hm);
-    }
-    // 3. After a crash: recount, reset DRAM-meaning header words, remove
-    // the second copy a crashed update may leave, then merge backups.
-    hm.recovering.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Phase 3, after a crash: every segment's items recounted, its
+/// DRAM-meaning header words reset, and the second copy a crashed update
+/// may leave removed.
+fn recount(hm: &Hmeh, segs: &[(u64, Ident)], zero: u64) {
+    let pool = &hm.pool;
     let mut total = zero;
-    for &(s, id) in &segs {
+    for &(s, id) in segs {
         let mut seen: HashMap<u64, ()> = HashMap::new();
         let (mut n, mut ns, mut spill) = (0u64, 0u64, Spill::default());
         let mut dups = Vec::new();
@@ -335,13 +491,13 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
         total += n;
     }
     hm.len.set(total as i64);
-    if pool.is_read_only() {
-        // `inspect` and `check` look without writing: backups stay (their
-        // items are not merged into this view; `check` counts their blocks).
-        hm.recovering.store(false, Ordering::Relaxed);
-        return Ok(hm);
-    }
-    for &(s, _) in &segs {
+}
+
+/// Phase 3, last step (writable opens): every backup's items merged into
+/// the table, then the backups dropped.
+fn merge_backups(hm: &Hmeh, segs: &[(u64, Ident)]) -> Result<()> {
+    let (pool, geo, hasher) = (&hm.pool, hm.geo, hm.hasher);
+    for &(s, _) in segs {
         let first = pool.load_u64(s + H_BACKUP);
         if first == 0 {
             continue;
@@ -352,7 +508,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
             if hops >= 32 {
                 return Err(corrupt(format!("backup chain of {s:#x} is too long")));
             }
-            let bid = segment_ident(&pool, &geo, b)?;
+            let bid = segment_ident(pool, &geo, b)?;
             let mut items = Vec::new();
             hm.each_valid(b, bid, &mut |h, w0, w1| {
                 items.push((h, decode_slot(w0, w1).1))
@@ -372,11 +528,10 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Hmeh> {
     // persist: every merged item is durable (inserts persist during
     // recovery) before the backups are dropped.
     pool.fence();
-    for &(s, _) in &segs {
+    for &(s, _) in segs {
         hm.drop_backups(s)?;
     }
-    hm.recovering.store(false, Ordering::Relaxed);
-    Ok(hm)
+    Ok(())
 }
 
 /// Read-only walk: runs, identities, items, counts, reachable bytes.

@@ -1,6 +1,10 @@
 //! The RT-directory: a radix tree of 64-byte PM nodes over hash prefixes,
 //! 8 entries (3 bits) per level. It changes only when a segment splits or
 //! merges; the FS-directory is rebuilt from it at open.
+//!
+//! One concept, this PM structure alone: finding a segment's run, the
+//! run repair of recovery, and the walk; the splits and merges that write
+//! its nodes are in `split.rs`.
 
 use std::collections::HashSet;
 
@@ -10,28 +14,28 @@ use crate::layout::{Ident, LINE, NODE_BITS, NODE_FANOUT};
 use engine::{Error, Result};
 
 /// The deepest node: depth 36 covers local depth 32 (the limit).
-pub const MAX_NODE_DEPTH: u32 = 36;
+pub(crate) const MAX_NODE_DEPTH: u32 = 36;
 
 /// Where a segment's run of entries sits.
 #[derive(Clone, Copy, Debug)]
-pub struct Pos {
-    pub node: u64,
+pub(crate) struct Pos {
+    pub(crate) node: u64,
     /// Prefix bits this node resolves down to (3 × level).
-    pub depth: u32,
+    pub(crate) depth: u32,
     /// First entry of the run.
-    pub start: u64,
+    pub(crate) start: u64,
     /// Entries in the run: 2^(depth - ld).
-    pub len: u64,
+    pub(crate) len: u64,
 }
 
 impl Pos {
-    pub fn entry(&self, i: u64) -> u64 {
+    pub(crate) fn entry(&self, i: u64) -> u64 {
         self.node + i * 8
     }
 }
 
 #[inline]
-pub fn is_child(e: u64) -> bool {
+pub(crate) fn is_child(e: u64) -> bool {
     e & 1 == 1
 }
 
@@ -43,7 +47,7 @@ fn slot_of(prefix64: u64, depth: u32) -> u64 {
 
 /// Finds the run of the segment with identity `id` (the tree is assumed
 /// consistent: called by writers holding the segment's lock).
-pub fn find(pool: &Pool, root_node: u64, id: Ident) -> Pos {
+pub(crate) fn find(pool: &Pool, root_node: u64, id: Ident) -> Pos {
     let p = (id.prefix as u64) << 32;
     let mut node = root_node;
     let mut depth = NODE_BITS;
@@ -86,7 +90,7 @@ fn node_ok(pool: &Pool, off: u64) -> Result<()> {
 ///
 /// With `fix` false nothing is written: the nodes that need a repair are
 /// returned (a check).
-pub fn repair(
+pub(crate) fn repair(
     pool: &Pool,
     root_node: u64,
     ident_of: &(dyn Fn(u64) -> Result<Ident> + Sync),
@@ -230,18 +234,18 @@ fn repair_node(
 
 /// What a repair pass saw.
 #[derive(Default)]
-pub struct Repair {
+pub(crate) struct Repair {
     /// Nodes whose runs needed (or, with `fix`, got) a repair.
-    pub changed: Vec<u64>,
+    pub(crate) changed: Vec<u64>,
     /// Every node of the tree.
-    pub nodes: Vec<u64>,
+    pub(crate) nodes: Vec<u64>,
     /// Every segment with its identity, once each.
-    pub segments: Vec<(u64, Ident)>,
+    pub(crate) segments: Vec<(u64, Ident)>,
 }
 
 /// Calls `f(segment)` once per segment the tree names, and `node(n)` once
 /// per node. The tree must be consistent (after `repair`).
-pub fn walk(
+pub(crate) fn walk(
     pool: &Pool,
     root_node: u64,
     mut node_f: impl FnMut(u64, u32) -> Result<()>,

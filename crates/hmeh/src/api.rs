@@ -1,0 +1,148 @@
+//! The [`Engine`] implementation: the operations (`ops.rs`), stats,
+//! `sync`, `for_each`, `check` (`recover.rs`) and `close`.
+
+use super::*;
+
+impl Engine for Hmeh {
+    fn name(&self) -> &str {
+        "hmeh"
+    }
+
+    fn insert(&self, key: u64, value: u64) -> Result<bool> {
+        self.insert_key(key, value)
+    }
+
+    fn get(&self, key: u64) -> Option<u64> {
+        self.get_key(key)
+    }
+
+    fn update(&self, key: u64, value: u64) -> Result<bool> {
+        self.update_key(key, value)
+    }
+
+    fn remove(&self, key: u64) -> Result<bool> {
+        self.remove_key(key)
+    }
+
+    fn len(&self) -> u64 {
+        self.len.get().max(0) as u64
+    }
+
+    fn stats(&self) -> Stats {
+        let len = self.len();
+        let segs = self.t.segments.load(Ordering::Relaxed);
+        let capacity = segs * self.geo.slots();
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        let lf = |a: &AtomicU64| match f64::from_bits(a.load(Ordering::Relaxed)) {
+            x if x <= 1.0 => format!("{x:.4}"),
+            _ => "none".into(),
+        };
+        let cur = f64::from_bits(self.t.max_lf_bits.load(Ordering::Relaxed))
+            .max(len as f64 / capacity.max(1) as f64);
+        Stats {
+            len,
+            capacity,
+            load_factor: len as f64 / capacity.max(1) as f64,
+            pm_bytes: ROOT_BYTES
+                + segs * self.geo.bytes()
+                + (self.t.nodes.load(Ordering::Relaxed) + 1) * LINE
+                + self.t.overflow_blocks.load(Ordering::Relaxed) * self.geo.bytes(),
+            dram_bytes: std::mem::size_of::<Self>() as u64 + self.dir.bytes() + self.heads.bytes(),
+            structural_changes: self.t.structural.changes(),
+            structural_nanos: self.t.structural.nanos(),
+            detail: vec![
+                ("segment bytes".into(), self.geo.bytes().to_string()),
+                ("segments".into(), segs.to_string()),
+                ("global depth".into(), self.dir.current().gd.to_string()),
+                ("splits".into(), c(&self.t.splits)),
+                ("node splits".into(), c(&self.t.node_splits)),
+                ("delayed splits".into(), c(&self.t.delayed_splits)),
+                ("doublings".into(), c(&self.t.doublings)),
+                ("merges".into(), c(&self.t.merges)),
+                ("overflow blocks".into(), c(&self.t.overflow_blocks)),
+                ("backups made".into(), c(&self.t.backups_made)),
+                ("backup items merged".into(), c(&self.t.backups_merged)),
+                ("duplicates removed".into(), c(&self.t.duplicates_removed)),
+                ("clean-open slots read".into(), c(&self.t.clean_walk_slots)),
+                ("special-case writes".into(), c(&self.t.special_writes)),
+                ("displacements".into(), c(&self.t.displacements)),
+                ("in-place updates".into(), c(&self.t.inplace_updates)),
+                ("same-line updates".into(), c(&self.t.line_updates)),
+                ("cross-line updates".into(), c(&self.t.cross_updates)),
+                ("max load factor".into(), format!("{cur:.4}")),
+                (
+                    "min load factor at split".into(),
+                    lf(&self.t.min_split_lf_bits),
+                ),
+            ],
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        if self.durability == Durability::Relaxed {
+            self.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(u64, u64)) {
+        if self.pool.load_u64(self.root + R_ZERO_PRESENT) == 1 {
+            f(
+                self.hasher.key(0),
+                self.pool.load_u64(self.root + R_ZERO_VALUE),
+            );
+        }
+        let Ok(segs) = self.segments() else { return };
+        for (s, id) in segs {
+            // What a lookup finds (`listed`): a damaged slot that is valid
+            // but outside the search's reach is not a key of this table.
+            let (spill, stash_bits) = self.search_bits(s);
+            self.each_slot(s, &mut |line, slot, bucket, stash| {
+                let w = self.words(line);
+                let w0 = w[2 * slot].load(Ordering::Relaxed);
+                let w1 = w[2 * slot + 1].load(Ordering::Relaxed);
+                if self.listed(
+                    id,
+                    SlotAt {
+                        w0,
+                        w1,
+                        bucket,
+                        stash,
+                    },
+                    &spill,
+                    stash_bits,
+                ) {
+                    let (h, v) = decode_slot(w0, w1);
+                    f(self.hasher.key(h), v);
+                }
+            });
+        }
+    }
+
+    fn for_each_part(&self, part: usize, parts: usize, f: &mut dyn FnMut(u64, u64)) {
+        recover::for_each_part(self, part, parts, f)
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        recover::check(self)
+    }
+
+    fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if self.durability == Durability::Relaxed {
+            self.sync_all()?;
+        }
+        for (s, _) in self.segments()? {
+            self.store_head(s);
+            self.pool.flush(s, LINE as usize);
+        }
+        self.pool.store_u64(self.root + R_COUNT, self.len());
+        // persist: segment headers (their counts) and the item count
+        // before the clean flag that makes them trusted.
+        self.pool.persist(self.root, LINE as usize);
+        self.pool.close()?;
+        Ok(())
+    }
+}

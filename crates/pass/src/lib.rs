@@ -26,7 +26,7 @@ pub mod layout;
 mod mirror;
 mod ops;
 mod recover;
-pub mod spiral;
+mod spiral;
 mod split;
 pub mod table;
 

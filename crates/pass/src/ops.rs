@@ -71,14 +71,14 @@ pub(crate) struct Held<'a> {
 }
 
 impl<'a> Held<'a> {
-    pub fn new(ps: &'a Pass) -> Held<'a> {
+    pub(crate) fn new(ps: &'a Pass) -> Held<'a> {
         Held {
             ps,
             pair: [None, None],
             more: Vec::new(),
         }
     }
-    pub fn lock(&mut self, off: u64) {
+    pub(crate) fn lock(&mut self, off: u64) {
         let w = self.ps.pool.atomic_u64(off);
         self.ps.lock.lock(w);
         match self.pair.iter_mut().find(|x| x.is_none()) {

@@ -77,6 +77,7 @@ fn mul_shift(a: u128, b: u128, s: u32) -> u128 {
 
 /// `⌊2^k · log2(l)⌋` by `f64`, checked: where the `f64` value lies close
 /// to an integer the exact routine decides.
+#[cfg(test)]
 #[inline]
 pub(crate) fn scaled_log2_fast(l: u64, k: u32) -> u64 {
     let v = (l as f64).log2() * (1u64 << k) as f64;
@@ -91,6 +92,7 @@ pub(crate) fn scaled_log2_fast(l: u64, k: u32) -> u64 {
 /// The power table entry for index `i`: the largest `L` with
 /// `⌊2^k · log2 L⌋ ≤ i`, i.e. `⌈2^((i+1)/2^k)⌉ − 1` (what the paper's
 /// Algorithm 2 means, with its undefined `init` read as `logical`).
+#[cfg(test)]
 pub(crate) fn power_exact(i: u64, k: u32) -> u64 {
     // Start from the f64 estimate and correct it with the exact test.
     let est = (((i + 1) as f64) / (1u64 << k) as f64).exp2().ceil() as u64;
@@ -124,6 +126,7 @@ pub(crate) fn power_table_alg2(k: u32, len: u64) -> Vec<u64> {
 
 /// The corrected Algorithm 2: `power[i]` for `i` in `from .. to`, built in
 /// one pass that advances `L` as many times as an index needs.
+#[cfg(test)]
 pub(crate) fn power_table(k: u32, from: u64, to: u64) -> Vec<u64> {
     let mut t = Vec::with_capacity((to - from) as usize);
     let mut l = power_exact(from, k);
@@ -139,6 +142,7 @@ pub(crate) fn power_table(k: u32, from: u64, to: u64) -> Vec<u64> {
 /// The window of indices when the leftmost bucket is `first`: the first
 /// index whose logical bucket is at least `first` (`cI`); the window is
 /// `cI .. cI + 2^k` and maps onto logical `first .. 2·first − 1`.
+#[cfg(test)]
 pub(crate) fn window_start(first: u64, k: u32) -> u64 {
     // The smallest i with power[i] >= first: power[i] >= first iff
     // ⌊2^k·log2 first⌋ <= i.

@@ -23,11 +23,11 @@ use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
 /// Registry name of the hashbrown baseline.
-pub const HASHBROWN: &str = "hashbrown";
+pub(crate) const HASHBROWN: &str = "hashbrown";
 /// Registry name of the dashmap baseline.
-pub const DASHMAP: &str = "dashmap";
+pub(crate) const DASHMAP: &str = "dashmap";
 /// Shards of the hashbrown baseline when more than one thread runs.
-pub const SHARDS: usize = 64;
+pub(crate) const SHARDS: usize = 64;
 
 /// Bytes per bucket: a `(u64, u64)` entry plus hashbrown's control byte.
 const BUCKET_BYTES: u64 = 16 + 1;
@@ -90,7 +90,7 @@ fn stats_from(len: u64, buckets: u64, detail: Vec<(String, String)>) -> Stats {
 }
 
 /// `hashbrown::HashMap` behind one or more `Mutex` shards.
-pub struct ShardedHashbrown {
+pub(crate) struct ShardedHashbrown {
     shards: Box<[Mutex<HashMap<u64, u64>>]>,
     /// `64 - log2(shards)`: the shift that takes the shard bits of a key's
     /// multiplicative hash (unused with one shard).
@@ -99,7 +99,7 @@ pub struct ShardedHashbrown {
 
 impl ShardedHashbrown {
     /// A map with `shards` shards (rounded up to a power of two, at least 1).
-    pub fn new(shards: usize) -> ShardedHashbrown {
+    pub(crate) fn new(shards: usize) -> ShardedHashbrown {
         let shards = shards.max(1).next_power_of_two();
         ShardedHashbrown {
             shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -197,7 +197,7 @@ impl Engine for ShardedHashbrown {
 
 /// `dashmap::DashMap` with its default hasher.
 #[derive(Default)]
-pub struct DashMapEngine {
+pub(crate) struct DashMapEngine {
     map: DashMap<u64, u64>,
 }
 

@@ -59,7 +59,7 @@ fn tick_label(v: f64, step: f64) -> String {
 }
 
 /// Renders the report's Mops/s as an SVG document.
-pub fn render_svg(report: &Report) -> String {
+pub(crate) fn render_svg(report: &Report) -> String {
     let mut engines: Vec<&str> = Vec::new();
     let mut groups: Vec<(&str, usize)> = Vec::new();
     let mut thread_counts: Vec<usize> = Vec::new();

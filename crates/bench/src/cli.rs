@@ -269,7 +269,7 @@ impl BenchArgs {
 }
 
 /// `/dev/shm` if it exists, else the system's temporary directory.
-pub fn default_pool_dir() -> PathBuf {
+pub(crate) fn default_pool_dir() -> PathBuf {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
         shm.to_path_buf()
@@ -304,7 +304,7 @@ fn resolve_engines(names: &[String], registry: &[EngineSpec]) -> Result<Vec<Engi
 
 /// Parses a count: digits with optional `_` separators and an optional
 /// `k`, `M` or `G` suffix (powers of 1000).
-pub fn parse_count(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_count(s: &str) -> Result<u64, String> {
     let t = s.trim().replace('_', "");
     let (digits, mult) = match t.char_indices().last() {
         Some((i, 'k' | 'K')) => (&t[..i], 1_000),

@@ -135,7 +135,7 @@ impl BenchConfig {
 
 /// Pool size for `keys` keys: 64 MiB + 128 bytes a key, whole MiB; it may
 /// grow to 16 times that, at most 20 GiB.
-pub fn pool_sizes(keys: u64) -> (u64, u64) {
+pub(crate) fn pool_sizes(keys: u64) -> (u64, u64) {
     let size = (64 * MIB)
         .saturating_add(keys.saturating_mul(128))
         .div_ceil(MIB)
@@ -153,7 +153,7 @@ pub fn pool_sizes(keys: u64) -> (u64, u64) {
 /// the tables grow. Its largest size is the pre-sized rule's: the default
 /// options (`max_size` 0) would not let the pool grow at all, and a run
 /// that stops with a full pool measures nothing.
-pub fn pool_file_sizes(sizing: Sizing, keys: u64) -> (u64, u64) {
+pub(crate) fn pool_file_sizes(sizing: Sizing, keys: u64) -> (u64, u64) {
     let (size, max_size) = pool_sizes(keys);
     match sizing {
         Sizing::Presized => (size, max_size),
@@ -167,7 +167,7 @@ pub fn pool_file_sizes(sizing: Sizing, keys: u64) -> (u64, u64) {
 /// Whether `spec` is the store engine `store` (driven directly by
 /// the `store_run` module). Other engine forms of the store (other point
 /// indexes, under other names) run through their `Engine` like any engine.
-pub fn is_store(spec: &EngineSpec) -> bool {
+pub(crate) fn is_store(spec: &EngineSpec) -> bool {
     let own = store::spec();
     spec.name == own.name
         && matches!(spec.kind, EngineKind::Persistent { layout, .. } if layout == store::LAYOUT)

@@ -57,7 +57,7 @@ fn zeta_range(from: u64, to: u64, theta: f64) -> f64 {
 
 /// Zipfian ranks over `0..items` (Gray et al.), rank 0 the most popular.
 #[derive(Clone, Debug)]
-pub struct Zipfian {
+pub(crate) struct Zipfian {
     items: u64,
     theta: f64,
     zetan: f64,
@@ -71,7 +71,7 @@ pub struct Zipfian {
 impl Zipfian {
     /// A generator over `items` ranks (at least 1) with skew `theta`, which
     /// must lie in `(0, 1)`. Costs `items` calls to `powf`.
-    pub fn new(items: u64, theta: f64) -> Result<Zipfian, String> {
+    pub(crate) fn new(items: u64, theta: f64) -> Result<Zipfian, String> {
         if !(theta > 0.0 && theta < 1.0) {
             return Err(format!(
                 "zipfian theta must lie strictly between 0 and 1, got {theta}"
@@ -98,13 +98,13 @@ impl Zipfian {
     }
 
     /// Number of ranks.
-    pub fn items(&self) -> u64 {
+    pub(crate) fn items(&self) -> u64 {
         self.items
     }
 
     /// Extends the rank space to `items` (never shrinks it), updating the
     /// zeta sum incrementally as YCSB does.
-    pub fn grow_to(&mut self, items: u64) {
+    pub(crate) fn grow_to(&mut self, items: u64) {
         if items > self.items {
             self.zetan += zeta_range(self.items, items, self.theta);
             self.items = items;
@@ -114,7 +114,7 @@ impl Zipfian {
 
     /// The next rank, in `0..items`.
     #[inline]
-    pub fn next(&self, rng: &mut Rng) -> u64 {
+    pub(crate) fn next(&self, rng: &mut Rng) -> u64 {
         let u = rng.next_f64();
         let uz = u * self.zetan;
         if uz < 1.0 {
@@ -130,7 +130,7 @@ impl Zipfian {
 
 /// YCSB's `Utils.fnvhash64`: FNV-1a over the 8 bytes of `v`, then `abs`.
 #[inline]
-pub fn fnvhash64(mut v: u64) -> u64 {
+pub(crate) fn fnvhash64(mut v: u64) -> u64 {
     let mut h: u64 = 0xCBF2_9CE4_8422_2325;
     for _ in 0..8 {
         h ^= v & 0xff;
@@ -142,7 +142,7 @@ pub fn fnvhash64(mut v: u64) -> u64 {
 
 /// Picks indices into a key array for one worker thread.
 #[derive(Clone, Debug)]
-pub enum Picker {
+pub(crate) enum Picker {
     /// Uniform over the current count.
     Uniform,
     /// Scrambled zipfian over the generator's fixed item count.
@@ -154,7 +154,7 @@ pub enum Picker {
 impl Picker {
     /// A picker for `dist`; `zipf` (the shared, precomputed generator) is
     /// required for the skewed distributions.
-    pub fn new(dist: Dist, zipf: Option<&Zipfian>) -> Result<Picker, String> {
+    pub(crate) fn new(dist: Dist, zipf: Option<&Zipfian>) -> Result<Picker, String> {
         let need = || {
             zipf.cloned()
                 .ok_or_else(|| format!("{} needs a zipfian generator", dist.name()))
@@ -170,7 +170,7 @@ impl Picker {
     /// `count` beyond its own item count, so its hot set stays put while a
     /// run inserts.
     #[inline]
-    pub fn pick(&mut self, rng: &mut Rng, count: u64) -> u64 {
+    pub(crate) fn pick(&mut self, rng: &mut Rng, count: u64) -> u64 {
         match self {
             Picker::Uniform => rng.below(count),
             Picker::Scrambled(z) => fnvhash64(z.next(rng)) % z.items().min(count),

@@ -10,7 +10,7 @@ use crate::rng::{mix64, GAMMA};
 
 /// The keys of one benchmark invocation.
 #[derive(Clone, Debug)]
-pub struct KeySet {
+pub(crate) struct KeySet {
     /// Keys loaded into the engine (or inserted by the `insert` workload).
     pub loaded: Vec<u64>,
     /// Keys known to be absent: the negative gets look these up.
@@ -24,7 +24,7 @@ impl KeySet {
     /// `loaded` keys, as many absent ones, and `fresh` keys for inserts
     /// during a run, all distinct, all fixed by `seed`. Fails cleanly when
     /// the arrays do not fit in memory.
-    pub fn generate(seed: u64, loaded: usize, fresh: usize) -> Result<KeySet, String> {
+    pub(crate) fn generate(seed: u64, loaded: usize, fresh: usize) -> Result<KeySet, String> {
         let space = KeySpace::new(seed);
         let n = loaded as u64;
         let make = |from: u64, count: usize| -> Result<Vec<u64>, String> {
@@ -49,7 +49,7 @@ impl KeySet {
     /// fresh ones. Used by YCSB D/E, where reads may reach keys inserted
     /// during the run. `index` must be below `loaded.len() + fresh.len()`.
     #[inline]
-    pub fn in_insert_order(&self, index: u64) -> u64 {
+    pub(crate) fn in_insert_order(&self, index: u64) -> u64 {
         let n = self.loaded.len() as u64;
         if index < n {
             self.loaded[index as usize]
@@ -62,25 +62,25 @@ impl KeySet {
 /// The value the untimed load (and the `insert` workload) stores for `key`,
 /// so that positive gets can verify what they read.
 #[inline]
-pub fn load_value(key: u64) -> u64 {
+pub(crate) fn load_value(key: u64) -> u64 {
     key.rotate_left(29) ^ 0xA5A5_5A5A_0F0F_F0F0
 }
 
 /// The numbered key sequence of one seed.
 #[derive(Clone, Copy, Debug)]
-pub struct KeySpace {
+pub(crate) struct KeySpace {
     base: u64,
 }
 
 impl KeySpace {
     /// The sequence for `seed`.
-    pub fn new(seed: u64) -> KeySpace {
+    pub(crate) fn new(seed: u64) -> KeySpace {
         KeySpace { base: mix64(seed) }
     }
 
     /// Key number `i`; distinct `i` give distinct keys.
     #[inline]
-    pub fn key(&self, i: u64) -> u64 {
+    pub(crate) fn key(&self, i: u64) -> u64 {
         mix64(self.base.wrapping_add(i.wrapping_mul(GAMMA)))
     }
 }

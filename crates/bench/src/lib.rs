@@ -7,37 +7,39 @@
 //! threads, sampled latency percentiles, persist counters per operation,
 //! a table on stdout, JSON and an SVG chart.
 //!
-//! One file per concept: [`keys`] (distinct random keys), [`dist`]
-//! (distributions), [`workload`] (workloads and YCSB mixes), [`baselines`]
-//! (hashbrown, dashmap), [`target`] (what the threads drive), [`config`]
-//! (the plan: engines, workloads, sizing, pool file sizes), [`measure`]
-//! (loading, timing, checking), [`runner`] (building each engine, running
-//! the plan), [`store_run`] (the store engine: byte keys and values, real
-//! scans, recovery, its figures), [`report`] (table and JSON), [`chart`]
-//! (SVG), [`cli`] (options).
+//! One file per concept (all private; the crate's surface is the items
+//! re-exported below): `keys` (distinct random keys), `dist`
+//! (distributions), `workload` (workloads and YCSB mixes), `baselines`
+//! (hashbrown, dashmap), `target` (what the threads drive), `config`
+//! (the plan: engines, workloads, sizing, pool file sizes), `measure`
+//! (loading, timing, checking), `runner` (building each engine, running
+//! the plan), `store_run` (the store engine: byte keys and values, real
+//! scans, recovery, its figures), `report` (table and JSON), `chart`
+//! (SVG), `cli` (options).
 //!
-//! The modules form layers, each using only those below it: [`cli`], then
-//! [`runner`], then [`store_run`], then [`measure`], then [`config`] and
+//! The modules form layers, each using only those below it: `cli`, then
+//! `runner`, then `store_run`, then `measure`, then `config` and
 //! the rest.
 
 #![forbid(unsafe_code)]
 
-pub mod baselines;
-pub mod chart;
-pub mod cli;
-pub mod config;
-pub mod dist;
-pub mod keys;
-pub mod machine;
-pub mod measure;
+mod baselines;
+mod chart;
+mod cli;
+mod config;
+mod dist;
+mod keys;
+mod machine;
+mod measure;
 mod progress;
-pub mod report;
+mod report;
 mod rng;
-pub mod runner;
-pub mod store_run;
-pub mod target;
-pub mod workload;
+mod runner;
+mod store_run;
+mod target;
+mod workload;
 
 pub use baselines::baselines;
 pub use cli::{run_cli, BenchArgs};
+pub use machine::Machine;
 pub use report::{Latency, Recovery, Report, RunResult, StoreFigures};

@@ -96,7 +96,7 @@ fn mem_total() -> Option<u64> {
 }
 
 /// The current time as `YYYY-MM-DDTHH:MM:SSZ`.
-pub fn utc_now_iso8601() -> String {
+pub(crate) fn utc_now_iso8601() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -36,7 +36,7 @@ use crate::target::Target;
 use crate::workload::{Workload, YcsbOp, MAX_SCAN};
 
 /// One operation in this many is timed for the latency percentiles.
-pub const SAMPLE_EVERY: u64 = 64;
+pub(crate) const SAMPLE_EVERY: u64 = 64;
 
 /// What every run shares: the keys and the precomputed zipfian generator.
 pub(crate) struct Inputs {
@@ -293,7 +293,7 @@ fn timed(
 }
 
 /// Keys a `get-batch` call looks up.
-pub const BATCH_KEYS: usize = 64;
+pub(crate) const BATCH_KEYS: usize = 64;
 
 /// Runs `op` over `stream` in batches of [`BATCH_KEYS`]; a latency sample
 /// is a sampled batch's time divided by its keys.

@@ -7,7 +7,7 @@ use std::time::Instant;
 const BAR: usize = 24;
 
 /// Progress of a benchmark invocation.
-pub struct Progress {
+pub(crate) struct Progress {
     total: usize,
     done: usize,
     enabled: bool,
@@ -16,7 +16,7 @@ pub struct Progress {
 
 impl Progress {
     /// A bar for `total` runs, shown only if stderr is a terminal.
-    pub fn new(total: usize) -> Progress {
+    pub(crate) fn new(total: usize) -> Progress {
         Progress {
             total,
             done: 0,
@@ -25,16 +25,8 @@ impl Progress {
         }
     }
 
-    /// A bar that never draws (tests, library use).
-    pub fn hidden() -> Progress {
-        Progress {
-            enabled: false,
-            ..Progress::new(0)
-        }
-    }
-
     /// Starts the next run, described by `label`.
-    pub fn tick(&mut self, label: &str) {
+    pub(crate) fn tick(&mut self, label: &str) {
         let done = self.done;
         self.done += 1;
         if !self.enabled {
@@ -55,14 +47,14 @@ impl Progress {
     }
 
     /// Shows a transient status line (replaced by the next tick).
-    pub fn note(&mut self, msg: &str) {
+    pub(crate) fn note(&mut self, msg: &str) {
         if self.enabled {
             self.draw(msg);
         }
     }
 
     /// Prints a message that stays, whether or not the bar is shown.
-    pub fn warn(&mut self, msg: &str) {
+    pub(crate) fn warn(&mut self, msg: &str) {
         let mut err = std::io::stderr().lock();
         if self.enabled {
             let _ = write!(err, "\r\x1b[2K");
@@ -71,7 +63,7 @@ impl Progress {
     }
 
     /// Clears the bar.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.enabled {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[2K");

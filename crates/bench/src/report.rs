@@ -16,8 +16,11 @@ use crate::machine::Machine;
 /// Latency percentiles of the sampled operations, in nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Latency {
+    /// Median (50th percentile).
     pub p50: u64,
+    /// 99th percentile.
     pub p99: u64,
+    /// 99.9th percentile.
     pub p999: u64,
 }
 
@@ -44,8 +47,11 @@ impl Latency {
 /// One timed run of one engine on one workload with one thread count.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunResult {
+    /// The engine's registry name.
     pub engine: String,
+    /// The workload's name.
     pub workload: String,
+    /// Worker threads.
     pub threads: usize,
     /// Keys loaded (or inserted, for the `insert` workload).
     pub keys: u64,
@@ -54,17 +60,23 @@ pub struct RunResult {
     /// Millions of operations per second, over the wall time from the
     /// first thread's start to the last thread's end.
     pub mops: f64,
+    /// Latency percentiles of the sampled operations.
     pub lat_ns: Latency,
+    /// Cache-line flushes per timed operation.
     pub flushes_per_op: f64,
+    /// Store fences per timed operation.
     pub fences_per_op: f64,
+    /// `Stats::load_factor` after the run.
     pub load_factor: f64,
     /// PM and DRAM bytes the engine (or the store) holds after the run
     /// (`Stats::pm_bytes`, `Stats::dram_bytes`).
     pub pm_bytes: u64,
+    /// DRAM bytes held after the run.
     pub dram_bytes: u64,
     /// `pm_bytes` and `dram_bytes` over the keys held after the run
     /// (null when it holds none).
     pub pm_bytes_per_key: Option<f64>,
+    /// `dram_bytes` per key held after the run (null when it holds none).
     pub dram_bytes_per_key: Option<f64>,
     /// Keys the engine was created for (`--keys` when pre-sized).
     pub initial_capacity: u64,
@@ -111,7 +123,9 @@ pub struct RunResult {
 /// The store's own figures after a run (`StoreStats`), for the store engine.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct StoreFigures {
+    /// Key size in bytes.
     pub key_size: usize,
+    /// Value size in bytes.
     pub value_size: usize,
     /// 8-byte values of 8-byte keys kept in the DRAM point index (their
     /// gets read no log, so they count no local or remote read).
@@ -123,17 +137,25 @@ pub struct StoreFigures {
     /// Log bytes written and not reclaimed, over the bytes holding a key's
     /// newest value.
     pub space_amplification: f64,
+    /// Log bytes written and not reclaimed.
     pub log_bytes: u64,
+    /// Log bytes holding a key's newest value.
     pub live_bytes: u64,
     /// Log reads and appends of the timed section (of writing the log, for
     /// `recovery`) on the accessing thread's node (local) or another
     /// (remote); RAF cache hits read no log. GC copies count as writes.
     pub local_reads: u64,
+    /// Log reads on another node than the reading thread's.
     pub remote_reads: u64,
+    /// Log appends on the writing thread's node.
     pub local_writes: u64,
+    /// Log appends on another node than the writing thread's.
     pub remote_writes: u64,
+    /// Gets answered from the RAF cache.
     pub raf_hits: u64,
+    /// Garbage-collection passes.
     pub gc_runs: u64,
+    /// Log files reclaimed by garbage collection.
     pub files_reclaimed: u64,
     /// The crash and clean reopens of the recovery workload.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,17 +176,22 @@ pub struct Recovery {
     pub ms: f64,
     /// The whole `Store::open`, pool mapping included.
     pub wall_ms: f64,
+    /// Log entries scanned per second.
     pub entries_per_s: f64,
+    /// Milliseconds per million log entries scanned.
     pub ms_per_million_entries: f64,
     /// Milliseconds the open of the cleanly closed store took (index image).
     pub clean_reopen_ms: f64,
+    /// `clean_reopen_ms` per million keys held.
     pub clean_ms_per_million_keys: f64,
 }
 
 /// Everything one `pmhash bench` invocation measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// The machine the runs ran on.
     pub machine: Machine,
+    /// One record per engine × workload × threads, in the order they ran.
     pub runs: Vec<RunResult>,
 }
 

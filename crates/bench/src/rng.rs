@@ -6,12 +6,12 @@
 
 /// The splitmix64 increment (the golden-ratio constant); odd, so
 /// `i * GAMMA` is a bijection on `u64`.
-pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+pub(crate) const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// The splitmix64 output function: a bijection on `u64` with good
 /// avalanche, so distinct inputs give distinct, random-looking outputs.
 #[inline]
-pub fn mix64(mut z: u64) -> u64 {
+pub(crate) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)

@@ -28,7 +28,7 @@ use crate::workload::Workload;
 
 /// Runs every engine × workload × threads × repetition of `cfg`, ticking
 /// `progress`, and builds the report.
-pub fn run(cfg: &BenchConfig, progress: &mut Progress) -> Result<Report, String> {
+pub(crate) fn run(cfg: &BenchConfig, progress: &mut Progress) -> Result<Report, String> {
     if cfg.keys == 0 {
         return Err("--keys must be at least 1".to_string());
     }

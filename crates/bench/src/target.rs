@@ -10,7 +10,7 @@ use engine::{Engine, Result};
 
 /// What a real range scan returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scanned {
+pub(crate) struct Scanned {
     /// Pairs returned.
     pub count: usize,
     /// The first key returned.
@@ -18,7 +18,7 @@ pub struct Scanned {
 }
 
 /// The operations a benchmark run performs.
-pub trait Target: Sync {
+pub(crate) trait Target: Sync {
     fn insert(&self, key: u64, value: u64) -> Result<bool>;
     /// Inserts or replaces.
     fn put(&self, key: u64, value: u64) -> Result<()>;
@@ -30,13 +30,10 @@ pub trait Target: Sync {
     /// target has no range scan (YCSB E then emulates it with gets).
     fn scan(&self, start: u64, limit: usize) -> Option<Result<Scanned>>;
     fn len(&self) -> u64;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// An engine as a [`Target`].
-pub struct EngineTarget<'a>(pub &'a dyn Engine);
+pub(crate) struct EngineTarget<'a>(pub &'a dyn Engine);
 
 impl Target for EngineTarget<'_> {
     #[inline]

@@ -15,7 +15,7 @@ use crate::dist::Dist;
 use crate::rng::Rng;
 
 /// Longest emulated scan of YCSB E.
-pub const MAX_SCAN: u64 = 100;
+pub(crate) const MAX_SCAN: u64 = 100;
 
 /// One benchmark workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -26,8 +26,9 @@ pub fn eq_mask16(lo: u64, hi: u64, b: u8) -> u32 {
 }
 
 /// [`eq_mask16`] with word operations only (the portable version).
+#[cfg(any(test, not(target_arch = "x86_64")))]
 #[inline]
-pub fn eq_mask16_words(lo: u64, hi: u64, b: u8) -> u32 {
+fn eq_mask16_words(lo: u64, hi: u64, b: u8) -> u32 {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     let bb = LO * b as u64;

@@ -37,7 +37,9 @@ pub struct Config {
     pub ops: u64,
     /// Crash states to check (approximately; the exact count is reported).
     pub states: u64,
+    /// Seed of the workload and of the crash-state sampling.
     pub seed: u64,
+    /// The durability contract the engine runs under and is checked against.
     pub durability: Durability,
     /// Distinct keys the workload draws from (small, so that updates,
     /// duplicate inserts and deletes of present keys are common).
@@ -68,8 +70,11 @@ impl Default for Config {
 /// The result, as printed and written to JSON.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
+    /// The engine's registry name.
     pub engine: String,
+    /// The durability contract checked.
     pub durability: Durability,
+    /// The seed the run used.
     pub seed: u64,
     /// Crash states recovered and checked.
     pub states: u64,

@@ -46,9 +46,9 @@
 //!   moves the fingerprint its search read (not what the lane holds by
 //!   then), and when a remove took a fingerprint off its path, the copy it
 //!   had already made of it is taken out again (`kick`).
-//! - [`CuckooFilter::try_insert_free`] takes no lock: it may run
-//!   concurrently with itself and with readers, not with `insert` or
-//!   `remove` (it is meant for bulk builds, see [`build`]).
+//! - The free-lane insert of bulk builds (`place_free`, see [`build`])
+//!   takes no lock: it may run concurrently with itself and with readers,
+//!   not with `insert` or `remove`.
 //!
 //! An insert whose two buckets are full takes the writer lock and searches
 //! a cuckoo path *without moving anything*: a breadth-first search from both
@@ -126,7 +126,7 @@ const FILTER_SEED: u64 = 0x6a09_e667_f3bc_c909;
 /// Keys the exact stash holds (see [`CuckooFilter::insert`]).
 pub const STASH: usize = 64;
 /// Longest cuckoo path, in moves.
-pub const MAX_PATH: usize = 5;
+pub(crate) const MAX_PATH: usize = 5;
 /// Most buckets one path search explores (Fan et al.'s MaxKicks).
 pub const MAX_NODES: usize = 500;
 /// Largest bucket count (8 TiB of buckets): keeps the arithmetic from
@@ -614,7 +614,7 @@ impl CuckooFilter {
     /// Runs a path found by [`find_path`](Self::find_path) backward and
     /// puts `fp` into the root's lane; `false` if a lane changed under it.
     /// Under the writer lock (one kick at a time), with no
-    /// `try_insert_free` running (the contract). Each step copies the
+    /// `place_free` running (the contract). Each step copies the
     /// fingerprint the search read into the lane just copied out of, by a
     /// compare-and-swap from the fingerprint that was there (0 at the free
     /// end), so a fingerprint moves only into its own bucket pair and is
@@ -749,21 +749,12 @@ impl CuckooFilter {
         }
     }
 
-    /// Puts `key`'s fingerprint into a free lane of one of its buckets
-    /// without kicking anything out and without the writer lock; `false` if
-    /// both are full. May run concurrently with itself and with readers,
-    /// not with `insert` or `remove`.
-    pub fn try_insert_free(&self, key: u64) -> bool {
-        let placed = self.place_free(&self.probe(key));
-        if placed {
-            self.len.add(1);
-        }
-        placed
-    }
-
-    /// [`try_insert_free`](Self::try_insert_free) without counting: the
-    /// caller adds what it placed to `len` (a bulk build counts once per
-    /// thread instead of contending on `len` for every key).
+    /// Puts the probed key's fingerprint into a free lane of one of its
+    /// buckets without kicking anything out and without the writer lock;
+    /// `false` if both are full. May run concurrently with itself and with
+    /// readers, not with `insert` or `remove`. Does not count: the caller
+    /// adds what it placed to `len` (a bulk build counts once per thread
+    /// instead of contending on `len` for every key).
     fn place_free(&self, p: &Probe) -> bool {
         let p = self.rebase(p);
         let fp = fingerprint(p.hash);
@@ -775,6 +766,7 @@ impl CuckooFilter {
         self.len.get().max(0) as u64
     }
 
+    /// Whether the filter holds no fingerprint.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -784,6 +776,7 @@ impl CuckooFilter {
         self.buckets.len() as u64 * SLOTS
     }
 
+    /// Buckets in all.
     pub fn buckets(&self) -> usize {
         self.buckets.len()
     }
@@ -838,7 +831,7 @@ pub fn random_seed() -> u64 {
 
 /// What [`build`] takes: `each(t, sink)` feeds thread `t`'s share of the
 /// keys into `sink`.
-pub type Feed<'a> = dyn Fn(usize, &mut dyn FnMut(u64)) + Sync + 'a;
+pub(crate) type Feed<'a> = dyn Fn(usize, &mut dyn FnMut(u64)) + Sync + 'a;
 
 /// Keys fed through a sink per batch: hashed and prefetched together, then
 /// inserted, so the batch's cache misses overlap.
@@ -847,7 +840,7 @@ const BATCH: usize = 16;
 /// Builds a filter holding every key that `each` feeds: `each(t, sink)` is
 /// called once for each `t` in `0..threads`, each on its own scoped thread,
 /// and feeds its share of the keys into `sink`. The sinks insert lock-free
-/// into free lanes ([`CuckooFilter::try_insert_free`], in prefetched
+/// into free lanes (`place_free`, in prefetched
 /// batches) and keep the keys that found none; those then go through
 /// [`CuckooFilter::insert`] (with kicks) on the calling thread.
 ///
@@ -1018,6 +1011,7 @@ impl Drop for FilterRef<'_> {
 }
 
 impl FilterCell {
+    /// A cell holding `f`.
     pub fn new(f: CuckooFilter) -> FilterCell {
         FilterCell {
             ptr: AtomicPtr::new(Box::into_raw(Box::new(f))),

@@ -63,7 +63,7 @@ const STRIPES: usize = 1024;
 const MIN_PAIR_BYTES: u64 = 16;
 
 /// A persistent engine's constructor (create or open).
-pub type PoolFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
+pub(crate) type PoolFn = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
 
 /// See the module documentation.
 pub struct Filtered {

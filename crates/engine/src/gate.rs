@@ -99,6 +99,7 @@ impl Default for WriterGate {
 }
 
 impl WriterGate {
+    /// An open gate with no writer inside.
     pub fn new() -> WriterGate {
         WriterGate::default()
     }

@@ -21,7 +21,7 @@ pub const RUN_AT: u32 = 32;
 /// Highest score: a run of hits ends after five misses at most.
 pub const MAX: u32 = 64;
 /// What a miss takes off the score.
-pub const MISS_COST: u32 = 7;
+pub(crate) const MISS_COST: u32 = 7;
 
 thread_local! {
     static SCORE: Cell<u32> = const { Cell::new(0) };

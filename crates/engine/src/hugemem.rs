@@ -76,7 +76,8 @@ impl HugeWords {
     }
 
     /// Whether the words live in a huge-page-advised mapping.
-    pub fn is_mapped(&self) -> bool {
+    #[cfg(test)]
+    fn is_mapped(&self) -> bool {
         self.map.is_some()
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use pmem::{Mode, Pool, PoolLock, PoolOptions};
 
-pub mod bytes;
+mod bytes;
 pub mod crashtest;
 pub mod cuckoo;
 pub mod filtered;
@@ -21,6 +21,8 @@ pub mod hugemem;
 pub mod slotarray;
 pub mod sync;
 pub mod testkit;
+
+pub use bytes::eq_mask16;
 
 /// What an engine promises about a mutating call that has returned
 /// (ARCHITECTURE.md, "Durability contract").
@@ -37,12 +39,14 @@ pub enum Durability {
 }
 
 impl Durability {
+    /// The contract's name, as [`Durability::parse`] reads it.
     pub fn name(self) -> &'static str {
         match self {
             Durability::Strict => "strict",
             Durability::Relaxed => "relaxed",
         }
     }
+    /// Reads `strict` or `relaxed`.
     pub fn parse(s: &str) -> Result<Durability> {
         match s {
             "strict" => Ok(Durability::Strict),
@@ -89,6 +93,7 @@ impl From<pmem::Error> for Error {
     }
 }
 
+/// A result whose error is the engines' [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Size and shape of an engine, as reported by `stats()`.
@@ -201,6 +206,7 @@ pub trait Engine: Send + Sync {
     }
     /// Number of keys.
     fn len(&self) -> u64;
+    /// Whether the engine holds no key.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -235,6 +241,7 @@ pub trait Engine: Send + Sync {
 /// Options that every engine understands.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
+    /// What a returned mutating call promises.
     pub durability: Durability,
     /// Expected number of keys; engines size their first table from it.
     pub initial_capacity: u64,
@@ -272,14 +279,20 @@ pub enum EngineKind {
         open: OpenFn,
     },
     /// A DRAM-only structure (baselines): no pool.
-    Volatile { create: VolatileFn },
+    Volatile {
+        /// Builds the structure.
+        create: VolatileFn,
+    },
 }
 
 /// A named engine for the registry.
 #[derive(Clone, Copy)]
 pub struct EngineSpec {
+    /// The name tools know the engine by.
     pub name: &'static str,
+    /// One line saying what the engine is.
     pub about: &'static str,
+    /// How to build it.
     pub kind: EngineKind,
     /// A structure for testing the tools (the crash checker's reference and
     /// its deliberately broken twin), not an index to use: left out of the
@@ -288,6 +301,7 @@ pub struct EngineSpec {
 }
 
 impl EngineSpec {
+    /// Whether the engine lives in a pool.
     pub fn is_persistent(&self) -> bool {
         matches!(self.kind, EngineKind::Persistent { .. })
     }

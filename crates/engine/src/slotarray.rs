@@ -56,8 +56,10 @@ const MIN_CAP: u64 = 8;
 /// The table header's count word (see "Clean open").
 const COUNT: u64 = 16;
 
+/// Layout id of the slot array's pools.
 pub const LAYOUT: &str = "slotarray";
 
+/// The registry entry of the correct slot array (the crash checker's reference).
 pub fn spec() -> EngineSpec {
     EngineSpec {
         reference: true,
@@ -71,6 +73,8 @@ pub fn spec() -> EngineSpec {
     }
 }
 
+/// The registry entry of the slot array that persists in the wrong order (the
+/// crash checker must catch it).
 pub fn misordered_spec() -> EngineSpec {
     EngineSpec {
         reference: true,
@@ -102,7 +106,7 @@ struct Inner {
 
 /// The slot array. Writers and readers serialise on one mutex: this
 /// structure is for checking, not for speed.
-pub struct SlotArray {
+pub(crate) struct SlotArray {
     pool: Arc<Pool>,
     misordered: bool,
     inner: Mutex<Inner>,
@@ -145,7 +149,11 @@ impl SlotArray {
     }
 
     /// Formats a fresh pool with a table for `initial_capacity` keys.
-    pub fn create(pool: Arc<Pool>, cfg: &EngineConfig, misordered: bool) -> Result<SlotArray> {
+    pub(crate) fn create(
+        pool: Arc<Pool>,
+        cfg: &EngineConfig,
+        misordered: bool,
+    ) -> Result<SlotArray> {
         if pool.root() != 0 {
             return Err(Error::InvalidArgument("pool already holds a table".into()));
         }
@@ -176,7 +184,11 @@ impl SlotArray {
     }
 
     /// Opens and validates the table of an existing pool.
-    pub fn open(pool: Arc<Pool>, _cfg: &EngineConfig, misordered: bool) -> Result<SlotArray> {
+    pub(crate) fn open(
+        pool: Arc<Pool>,
+        _cfg: &EngineConfig,
+        misordered: bool,
+    ) -> Result<SlotArray> {
         let table = pool.root();
         if table == 0 {
             return Err(Error::Corrupt(

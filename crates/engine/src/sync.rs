@@ -30,6 +30,8 @@ pub struct LineLock {
 }
 
 impl LineLock {
+    /// Lock-word operations for a structure opened for the `opens`-th time (the
+    /// epoch that makes lock bits left by a crash stale).
     pub fn new(opens: u64) -> LineLock {
         LineLock {
             epoch: opens & 0xff_ffff,
@@ -137,6 +139,7 @@ pub struct StripeGuard<'a> {
 }
 
 impl Stripes {
+    /// At least `n` stripes (rounded up to a power of two), all free.
     pub fn new(n: usize) -> Stripes {
         Stripes {
             locks: (0..n.next_power_of_two())
@@ -150,6 +153,7 @@ impl Stripes {
         (hash >> 32) as usize & (self.locks.len() - 1)
     }
 
+    /// Holds the stripe of `hash` (spins until free).
     pub fn lock(&self, hash: u64) -> StripeGuard<'_> {
         self.lock_index(self.index(hash))
     }
@@ -191,6 +195,7 @@ impl Stripes {
             .map(|_| StripeGuard { lock })
     }
 
+    /// DRAM bytes the stripes take.
     pub fn bytes(&self) -> u64 {
         self.locks.len() as u64
     }
@@ -236,7 +241,7 @@ pub struct SpinMutex<T> {
 }
 
 /// Spins before a waiter of [`SpinMutex`] starts yielding.
-pub const SPINS_BEFORE_YIELD: u32 = 64;
+pub(crate) const SPINS_BEFORE_YIELD: u32 = 64;
 
 // SAFETY: the lock hands out `&mut T` to one thread at a time (the CAS in
 // `lock`), so sharing the mutex is sharing a `T` by sending it.
@@ -254,6 +259,7 @@ impl<T: Default> Default for SpinMutex<T> {
 }
 
 impl<T> SpinMutex<T> {
+    /// A free lock holding `value`.
     pub const fn new(value: T) -> SpinMutex<T> {
         SpinMutex {
             locked: AtomicBool::new(false),
@@ -261,6 +267,7 @@ impl<T> SpinMutex<T> {
         }
     }
 
+    /// Holds the lock (spins until free).
     #[inline]
     pub fn lock(&self) -> SpinGuard<'_, T> {
         if self
@@ -334,7 +341,7 @@ struct Padded(AtomicI64);
 const SHARDS: usize = 64;
 
 /// Indices a live thread can own: `0..OWNED`; [`OWNED`] is the shared one.
-pub const OWNED: usize = 63;
+pub(crate) const OWNED: usize = 63;
 /// Bit `i`: index `i` is owned by a live thread.
 static TAKEN: AtomicU64 = AtomicU64::new(0);
 
@@ -400,6 +407,7 @@ impl Default for Counter {
 }
 
 impl Counter {
+    /// Adds `d` (negative to subtract) to the calling thread's shard.
     #[inline]
     pub fn add(&self, d: i64) {
         let i = shard();

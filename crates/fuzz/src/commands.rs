@@ -23,9 +23,9 @@ use crate::resp::encode;
 use crate::{Failure, Rng, Target};
 
 /// How long a `PING` on a fresh connection may take after a case.
-pub const LIVE_BOUND: Duration = Duration::from_secs(3);
+pub(crate) const LIVE_BOUND: Duration = Duration::from_secs(3);
 /// The most resident memory the process may reach.
-pub const RSS_BOUND: u64 = 2 << 30;
+pub(crate) const RSS_BOUND: u64 = 2 << 30;
 /// How long a case's connection may stay quiet, once the whole case is
 /// sent, before the server has answered everything and closed it.
 const DRAIN: Duration = Duration::from_secs(3);
@@ -87,7 +87,7 @@ struct Running {
 }
 
 #[derive(Default)]
-pub struct Commands {
+pub(crate) struct Commands {
     running: Option<Running>,
     /// What this server was sent so far, session by session (the state a
     /// failure may depend on), up to [`HISTORY`] bytes.
@@ -96,7 +96,7 @@ pub struct Commands {
 
 /// Separates the sessions of an input (each is sent on a connection of its
 /// own, with the checks after each).
-pub const SESSION_BREAK: &[u8] = b"\n--pmhash-fuzz session--\n";
+pub(crate) const SESSION_BREAK: &[u8] = b"\n--pmhash-fuzz session--\n";
 /// The most history kept for a reproducing input.
 const HISTORY: usize = 8 << 20;
 

@@ -20,9 +20,11 @@ use crate::{Failure, Rng, Target};
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// The fuzz target's name (see `TARGETS`).
     pub target: String,
     /// Run new cases for this long (0: none, only the replays).
     pub seconds: f64,
+    /// The seed the cases are drawn from.
     pub seed: u64,
     /// Run only this case of `seed` (reproduces a reported failure).
     pub case: Option<u64>,
@@ -41,7 +43,7 @@ pub struct Options {
 }
 
 /// The RNG of case `i` of a run seeded `seed`.
-pub fn case_rng(seed: u64, i: u64) -> Rng {
+pub(crate) fn case_rng(seed: u64, i: u64) -> Rng {
     let mut r = Rng::new(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     r.next();
     r
@@ -49,7 +51,7 @@ pub fn case_rng(seed: u64, i: u64) -> Rng {
 
 /// Every file named by `paths` (directories: their files, sorted; a
 /// `README` is skipped).
-pub fn replay_files(paths: &[PathBuf]) -> Vec<PathBuf> {
+pub(crate) fn replay_files(paths: &[PathBuf]) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -194,7 +196,7 @@ pub fn worker(o: &Options) -> Result<u64, String> {
 /// under test allocate without bound (a length read from a corrupt file)
 /// then fails its allocation and aborts, and is reported, instead of
 /// taking the machine's memory.
-pub const WORKER_ADDRESS_SPACE: u64 = 8 << 30;
+pub(crate) const WORKER_ADDRESS_SPACE: u64 = 8 << 30;
 
 fn limit_address_space(bytes: u64) -> Result<(), String> {
     let lim = libc::rlimit {

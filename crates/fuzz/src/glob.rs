@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::{show, Failure, Rng, Target};
 
-pub struct Glob;
+pub(crate) struct Glob;
 
 /// One element of a pattern.
 #[derive(Debug)]
@@ -101,7 +101,7 @@ fn in_set(body: &[u8], c: u8) -> bool {
 /// The reference matcher: dynamic programming over (element, key
 /// position), O(pattern × key) time, no recursion. `m[j]` after element
 /// `t`: the elements before `t` match the first `j` key bytes.
-pub fn reference(pattern: &[u8], key: &[u8]) -> bool {
+pub(crate) fn reference(pattern: &[u8], key: &[u8]) -> bool {
     let mut m = vec![false; key.len() + 1];
     m[0] = true;
     for t in tokens(pattern) {
@@ -135,7 +135,7 @@ pub fn reference(pattern: &[u8], key: &[u8]) -> bool {
 /// The longest one call may take: a matcher that costs at most pattern ×
 /// key steps does every input this target makes (at most 2^24 such steps)
 /// in well under it, with room for a slow shared machine.
-pub fn time_bound(pattern: &[u8], key: &[u8]) -> Duration {
+pub(crate) fn time_bound(pattern: &[u8], key: &[u8]) -> Duration {
     Duration::from_millis(250 + (pattern.len() as u64 * key.len().max(1) as u64) / 20_000)
 }
 

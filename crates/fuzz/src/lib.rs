@@ -10,22 +10,23 @@
 //! kills the process by a signal (a stack overflow, an abort, a SIGBUS in
 //! a mapping) or that never returns must still be caught, named and saved,
 //! and the pool target checks files on disk, not return values. So each
-//! run is a parent that watches a worker process ([`driver`]); the worker
+//! run is a parent that watches a worker process (`driver`); the worker
 //! draws cases from seed corpora with the usual mutations (bit flips, byte
 //! sets, interesting integers, splices, truncations, zeroed pages), all
 //! from a seeded RNG, so that a case is reproduced from its seed and
 //! number alone, and every failing input is also saved to a file.
 
-pub mod commands;
-pub mod driver;
-pub mod glob;
-pub mod mutate;
-pub mod pools;
-pub mod resp;
+mod commands;
+mod driver;
+mod glob;
+mod mutate;
+mod pools;
+mod resp;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub use driver::{run, worker, Options};
 pub use engine::testkit::Rng;
 
 /// A violated property. `fatal`: the worker cannot go on after it (a
@@ -33,7 +34,9 @@ pub use engine::testkit::Rng;
 /// `--keep-going`.
 #[derive(Debug)]
 pub struct Failure {
+    /// What went wrong.
     pub msg: String,
+    /// The worker cannot go on after it.
     pub fatal: bool,
     /// The input that reproduces it, when that is more than the case's
     /// own input (the commands target: the earlier cases that built the
@@ -42,6 +45,7 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A failure the run may go on after.
     pub fn new(msg: impl Into<String>) -> Failure {
         Failure {
             msg: msg.into(),
@@ -49,6 +53,7 @@ impl Failure {
             repro: None,
         }
     }
+    /// A failure that stops the run (see `fatal`).
     pub fn fatal(msg: impl Into<String>) -> Failure {
         Failure {
             msg: msg.into(),

@@ -4,11 +4,13 @@
 //! failure (each failing input is printed and saved under `--out`), 2 on
 //! bad arguments.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use pmhash_fuzz::driver::{self, Options};
+use pmhash_fuzz::{run, Options};
 
 #[global_allocator]
 static ALLOC: pmhash_fuzz::CountingAlloc = pmhash_fuzz::CountingAlloc;
@@ -97,7 +99,7 @@ fn main() -> ExitCode {
         }
     };
     if worker {
-        return match driver::worker(&o) {
+        return match pmhash_fuzz::worker(&o) {
             Ok(0) => ExitCode::SUCCESS,
             Ok(_) => ExitCode::from(1),
             Err(e) => {
@@ -113,7 +115,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match driver::run(&o, &exe, &args) {
+    match run(&o, &exe, &args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {

@@ -5,12 +5,12 @@
 use crate::Rng;
 
 /// Bytes that matter to a text protocol and to integer fields.
-pub const BYTES: [u8; 16] = [
+pub(crate) const BYTES: [u8; 16] = [
     0, 0xff, 0x7f, 0x80, b'\r', b'\n', b'*', b'$', b'-', b'0', b'9', b' ', b'[', b']', b'\\', b'?',
 ];
 
 /// Integers, as text, that sit on a boundary somewhere.
-pub const NUMBERS: [&str; 18] = [
+pub(crate) const NUMBERS: [&str; 18] = [
     "0",
     "-0",
     "1",
@@ -38,7 +38,7 @@ fn pos(rng: &mut Rng, len: usize) -> usize {
 
 /// Applies 1 to `max_ops` random mutations to `data`, keeping it at most
 /// `max_len` bytes long.
-pub fn mutate(rng: &mut Rng, data: &mut Vec<u8>, max_ops: u64, max_len: usize) {
+pub(crate) fn mutate(rng: &mut Rng, data: &mut Vec<u8>, max_ops: u64, max_len: usize) {
     for _ in 0..1 + rng.below(max_ops) {
         let len = data.len();
         match rng.below(10) {

@@ -36,7 +36,7 @@ use crate::{Failure, Rng, Target};
 
 /// The engine forms a pool is made by, and `store-dir` (a store directory
 /// opened with `Store::open`, as `pmhash serve` does).
-pub fn kinds() -> Vec<&'static str> {
+pub(crate) fn kinds() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = specs().iter().map(|s| s.name).collect();
     v.push(STORE_DIR);
     v
@@ -305,7 +305,7 @@ fn decode(input: &[u8]) -> Option<(String, Vec<Mutation>)> {
 }
 
 #[derive(Default)]
-pub struct Pools {
+pub(crate) struct Pools {
     bases: HashMap<String, Base>,
 }
 

@@ -1,4 +1,4 @@
-//! RESP framing: [`server::resp::Parser::next`] fed mutated pipelines.
+//! RESP framing: [`server::Parser::next`] fed mutated pipelines.
 //!
 //! Input: byte 0 flags (bit 0: the wire is valid multibulk, unmutated),
 //! bytes 1..9 the seed of the chunking, then the wire bytes.
@@ -11,12 +11,12 @@
 //! exactly its bytes, and (up to 4 KiB) cut into two pieces at every byte
 //! parses into the same requests.
 
-use server::resp::{Parser, ProtocolError, Request};
+use server::{Parser, ProtocolError, Request};
 
 use crate::mutate::mutate;
 use crate::{show, Failure, Rng, Target};
 
-pub struct Resp;
+pub(crate) struct Resp;
 
 /// Commands the seed pipelines are made of.
 const COMMANDS: [&str; 16] = [
@@ -40,7 +40,7 @@ fn arg(rng: &mut Rng) -> Vec<u8> {
 }
 
 /// Encodes a request as a multibulk, as a client does.
-pub fn encode(req: &[Vec<u8>], out: &mut Vec<u8>) {
+pub(crate) fn encode(req: &[Vec<u8>], out: &mut Vec<u8>) {
     out.extend_from_slice(format!("*{}\r\n", req.len()).as_bytes());
     for a in req {
         out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());

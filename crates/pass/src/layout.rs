@@ -70,34 +70,56 @@
 //!   0    length in bytes   8  the key, zero-padded to a whole word
 //! ```
 
+/// Cache-line size in bytes.
 pub const LINE: u64 = 64;
+/// Bucket size in bytes.
 pub const BUCKET: u64 = 256;
+/// Slots per bucket.
 pub const SLOTS: usize = 14;
+/// Offset of slot 0 in a bucket.
 pub const SLOT0: u64 = 32;
+/// Bytes per slot (key word, value).
 pub const SLOT_BYTES: u64 = 16;
 
+/// Root block size in bytes.
 pub const ROOT_BYTES: u64 = 2048;
+/// Root block magic (offset 0).
 pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PASS\0v02");
+/// Root: geometry word.
 pub const R_GEO: u64 = 8;
+/// Root: hash seed.
 pub const R_SEED: u64 = 16;
+/// Root: split load (`f64` bits).
 pub const R_SPLIT_LOAD: u64 = 24;
+/// Root: `k`, the mapping table's cells per octave as a power of two.
 pub const R_K: u64 = 32;
+/// Root: 1 if the inline key whose hash is 0 is present.
 pub const R_ZERO: u64 = 40;
+/// Root: that key's value.
 pub const R_ZERO_VALUE: u64 = 48;
+/// Root: `first`, the leftmost active logical segment (the commit word of every expansion).
 pub const R_FIRST: u64 = 64;
+/// Root: item count (written at clean close).
 pub const R_LEN: u64 = 72;
+/// Root: the octave table slots.
 pub const R_TABLES: u64 = 128;
+/// Root: the directory.
 pub const R_DIR: u64 = 192;
 /// Directory entries per group (Dash-LH's `fixedExpandNum`).
 pub const STRIDE: u64 = 8;
 /// Groups: 8·(2^28 − 1) segments, far beyond any pool.
 pub const GROUPS: u64 = 28;
+/// Directory entries in all.
 pub const DIR_ENTRIES: usize = (STRIDE * GROUPS) as usize;
 
+/// Octave table block magic (offset 0).
 pub const OCT_MAGIC: u64 = u64::from_le_bytes(*b"PASSoct1");
+/// Octave table block header bytes (the cells follow).
 pub const OCT_HEADER: u64 = 64;
 
+/// Segment: the lock word serialising chain appends.
 pub const H_LOCK: u64 = 0;
+/// Segment: the logical bucket this physical segment serves.
 pub const H_LOGICAL: u64 = 16;
 /// The first chain group's line.
 pub const H_CHAINS: u64 = 64;
@@ -131,13 +153,20 @@ pub fn filter_bits(h: u64) -> u64 {
     1 << ((h >> 24) & 63) | 1 << ((h >> 30) & 63)
 }
 
+/// Bucket: the meta word.
 pub const B_META: u64 = 8;
+/// Bucket: the fingerprints.
 pub const B_FP: u64 = 16;
 
+/// Meta word: the alloc bits (one per slot).
 pub const ALLOC_MASK: u64 = (1 << SLOTS) - 1;
+/// Meta word: first member bit (the record's home is the previous bucket).
 pub const MEMBER_SHIFT: u32 = 14;
+/// Meta word: first overflow-hint valid bit.
 pub const OFP_VALID_SHIFT: u32 = 28;
+/// Meta word: first overflow-hint member bit.
 pub const OFP_MEMBER_SHIFT: u32 = 31;
+/// Meta word: first overflow-hint stash index (2 bits each).
 pub const OFP_IDX_SHIFT: u32 = 34;
 /// Overflow filter, meta bits 40..56: bit `(h >> 36) mod 16` is set for
 /// every stash and chain record of this home (a 16-bit Bloom filter, one
@@ -146,6 +175,7 @@ pub const OFP_IDX_SHIFT: u32 = 34;
 /// filter word; one with it clear is done once the hinted stash buckets
 /// are searched.
 pub const OFILTER_SHIFT: u32 = 40;
+/// Meta word: the overflow filter's bits.
 pub const OFILTER_MASK: u64 = 0xffff << OFILTER_SHIFT;
 
 /// The overflow-filter bit of hash `h` (hash bits 36..40).
@@ -153,14 +183,18 @@ pub const OFILTER_MASK: u64 = 0xffff << OFILTER_SHIFT;
 pub fn overflow_bit(h: u64) -> u64 {
     1 << (OFILTER_SHIFT + ((h >> 36) & 15) as u32)
 }
+/// Meta word: overflow fingerprint 2 (bits 56..64).
 pub const OFP2_SHIFT: u32 = 56;
 /// Overflow fingerprint hints per normal bucket (Dash has 4; our lock word
 /// is 8 bytes, so one fingerprint byte moved into the meta word and one
 /// was dropped).
 pub const OFPS: usize = 3;
+/// Chain bucket meta word: the next chain bucket / 64 starts at this bit.
 pub const CHAIN_NEXT_SHIFT: u32 = 16;
 
+/// Geometry key mode: 8-byte keys stored inline as their hash.
 pub const KEY_MODE_INLINE: u64 = 0;
+/// Geometry key mode: keys stored out of line in key blocks.
 pub const KEY_MODE_BYTES: u64 = 1;
 
 /// The shape of a table, fixed at create.
@@ -170,6 +204,7 @@ pub struct Geo {
     pub n: u64,
     /// Stash buckets per segment (1..=4: a hint names one in 2 bits).
     pub m: u64,
+    /// Keys are stored out of line (bytes mode).
     pub bytes_keys: bool,
     /// Header bytes, [`Geo::header`] (kept: it is on every bucket's
     /// address path, and `n` is not a constant).
@@ -177,6 +212,7 @@ pub struct Geo {
 }
 
 impl Geo {
+    /// The geometry of `n` normal and `m` stash buckets per segment.
     pub fn new(n: u64, m: u64, bytes_keys: bool) -> Geo {
         let g = Geo {
             n,
@@ -190,10 +226,12 @@ impl Geo {
         }
     }
 
+    /// The root's geometry word.
     pub fn encode(&self) -> u64 {
         self.n | self.m << 16 | (self.bytes_keys as u64) << 32
     }
 
+    /// Reads a geometry word; `None` if it is not a valid geometry.
     pub fn decode(w: u64) -> Option<Geo> {
         let bytes_keys = match w >> 24 {
             k if k & 0xff != 0 => return None,
@@ -207,6 +245,7 @@ impl Geo {
         g.valid().then_some(g)
     }
 
+    /// Whether `n` and `m` are in range.
     pub fn valid(&self) -> bool {
         (4..=1024).contains(&self.n) && (1..=4).contains(&self.m)
     }
@@ -244,6 +283,7 @@ impl Geo {
         (self.n + self.m) * SLOTS as u64
     }
 
+    /// Offset of bucket `b` of the segment at `seg`.
     #[inline]
     pub fn bucket(&self, seg: u64, b: u64) -> u64 {
         seg + self.header() + b * BUCKET
@@ -284,11 +324,13 @@ pub fn entry_first(e: usize) -> u64 {
     STRIDE * ((1 << g) - 1) + (e as u64 % STRIDE) * (1 << g)
 }
 
+/// Offset of slot `s` of `bucket`.
 #[inline]
 pub fn slot_off(bucket: u64, s: usize) -> u64 {
     bucket + SLOT0 + s as u64 * SLOT_BYTES
 }
 
+/// Offset of the cache line holding slot `s` of `bucket`.
 #[inline]
 pub fn slot_line(bucket: u64, s: usize) -> u64 {
     slot_off(bucket, s) & !(LINE - 1)
@@ -313,16 +355,19 @@ pub fn first_free(meta: u64) -> Option<usize> {
     (free != 0).then(|| free.trailing_zeros() as usize)
 }
 
+/// The alloc bits of a meta word.
 #[inline]
 pub fn alloc(meta: u64) -> u64 {
     meta & ALLOC_MASK
 }
 
+/// The member bits of a meta word.
 #[inline]
 pub fn member(meta: u64) -> u64 {
     (meta >> MEMBER_SHIFT) & ALLOC_MASK
 }
 
+/// The next chain bucket's offset in a chain bucket's meta word (0: none).
 #[inline]
 pub fn chain_next(meta: u64) -> u64 {
     (meta >> CHAIN_NEXT_SHIFT) << 6
@@ -346,7 +391,7 @@ pub fn ofp(meta: u64, fps_hi: u64, j: usize) -> (bool, bool, u64, u8) {
 /// per byte (slots 0..14 only).
 #[inline]
 pub fn fp_matches(lo: u64, hi: u64, fp: u8) -> u64 {
-    engine::bytes::eq_mask16(lo, hi, fp) as u64 & ALLOC_MASK
+    engine::eq_mask16(lo, hi, fp) as u64 & ALLOC_MASK
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ pub mod layout;
 mod mirror;
 mod ops;
 mod recover;
-pub mod spiral;
+mod spiral;
 mod split;
 pub mod table;
 
@@ -43,7 +43,7 @@ pub const DEFAULT_SPLIT_LOAD: f64 = 0.7;
 /// home bucket: at 0.7 a third of misses read it and the extra line costs
 /// 1–4% of get throughput; at 1.05 four in five do, and it gains about 4%
 /// (10M keys).
-pub const DENSE_SPLIT_LOAD: f64 = 0.85;
+pub(crate) const DENSE_SPLIT_LOAD: f64 = 0.85;
 
 /// A registry entry of this layout (every entry opens with [`Pass::open`]:
 /// the options are in the pool).
@@ -71,7 +71,7 @@ pub fn spec() -> EngineSpec {
 
 /// The split load of the `pass-dense` registry entry: load factor about
 /// 0.91 (the "max load factor ≥ 90%"), at the cost of overflow.
-pub const DENSE_ENTRY_SPLIT_LOAD: f64 = 1.05;
+pub(crate) const DENSE_ENTRY_SPLIT_LOAD: f64 = 1.05;
 
 /// The registry entry for a dense table: inline keys, split load
 /// [`DENSE_ENTRY_SPLIT_LOAD`].
@@ -126,7 +126,7 @@ pub fn wide_key(k: u64) -> [u8; 16] {
 
 /// Whether a byte key is the form of a u64 key ([`wide_key`]): the keys
 /// the u64 `Engine` calls of a bytes-mode table count and visit.
-pub fn is_wide(key: &[u8]) -> bool {
+pub(crate) fn is_wide(key: &[u8]) -> bool {
     key.len() == 16 && key[..8].iter().zip(&key[8..]).all(|(&a, &b)| b == !a)
 }
 

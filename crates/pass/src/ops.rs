@@ -61,6 +61,29 @@ pub(crate) enum Placed {
     NoRoom,
 }
 
+/// How a record is placed: what it persists, what the caller holds, and
+/// whether the overflow chain may take it.
+#[derive(Clone, Copy)]
+pub(crate) struct Placing {
+    /// Write the record's lines back (fenced as each path says).
+    pub(crate) persist: bool,
+    /// The caller holds the whole segment: no bucket lock is taken.
+    pub(crate) all_locked: bool,
+    /// The overflow chain takes the record when home, probe and stash are
+    /// full; without it the placement answers [`Placed::NoRoom`].
+    pub(crate) allow_chain: bool,
+}
+
+/// Where a record is written: a free slot of a bucket, and the meta bits
+/// its write sets (its allocation bit, and the member bit for a
+/// probe-bucket record).
+#[derive(Clone, Copy)]
+struct SlotAt {
+    bucket: u64,
+    s: usize,
+    bits: u64,
+}
+
 /// Lock words held by one writer, released (version bumped) on drop. The
 /// two words of an ordinary write live inline (no allocation on the hot
 /// path); a split's whole segment spills to a vector.
@@ -71,14 +94,14 @@ pub(crate) struct Held<'a> {
 }
 
 impl<'a> Held<'a> {
-    pub fn new(ps: &'a Pass) -> Held<'a> {
+    pub(crate) fn new(ps: &'a Pass) -> Held<'a> {
         Held {
             ps,
             pair: [None, None],
             more: Vec::new(),
         }
     }
-    pub fn lock(&mut self, off: u64) {
+    pub(crate) fn lock(&mut self, off: u64) {
         let w = self.ps.pool.atomic_u64(off);
         self.ps.lock.lock(w);
         match self.pair.iter_mut().find(|x| x.is_none()) {
@@ -611,8 +634,12 @@ impl Pass {
             if self.find_locked(seg, h, k).is_some() {
                 return Ok(None);
             }
-            self.place(seg, h, Rec::New(k), v, true, false, true)
-                .map(Some)
+            let how = Placing {
+                persist: true,
+                all_locked: false,
+                allow_chain: true,
+            };
+            self.place(seg, h, Rec::New(k), v, how).map(Some)
         })?;
         let Some(placed) = r else { return Ok(false) };
         let tick = self.len.bump();
@@ -717,22 +744,19 @@ impl Pass {
     }
 
     /// Writes a record into free slot `s` of `bucket` and sets `bits`
-    /// (its allocation bit, and the member bit for a probe-bucket record).
-    /// With `persist`, its lines are written back, and fenced unless
-    /// `defer` (the caller fences with its hints; a new key block always
-    /// fences here, before its reservation is committed).
-    #[allow(clippy::too_many_arguments)]
+    /// (see [`SlotAt`]). With `persist`, its lines are written back, and
+    /// fenced unless `defer` (the caller fences with its hints; a new key
+    /// block always fences here, before its reservation is committed).
     fn write_slot(
         &self,
-        bucket: u64,
-        s: usize,
+        at: SlotAt,
         rec: Rec,
         v: u64,
         fp: u8,
-        bits: u64,
         persist: bool,
         defer: bool,
     ) -> Result<()> {
+        let SlotAt { bucket, s, bits } = at;
         let so = slot_off(bucket, s);
         let (kw, res) = match rec {
             Rec::Moved(kw) | Rec::New(Key::Word(kw)) => (kw, None),
@@ -808,7 +832,12 @@ impl Pass {
         let Some(s) = first_free(self.pool.load_u64(b + B_META)) else {
             return Ok(false);
         };
-        self.write_slot(b, s, rec, v, fp, 1 << s, persist, true)?;
+        let at = SlotAt {
+            bucket: b,
+            s,
+            bits: 1 << s,
+        };
+        self.write_slot(at, rec, v, fp, persist, true)?;
         Ok(true)
     }
 
@@ -816,17 +845,12 @@ impl Pass {
     /// less loaded of home and probe, displacement, the stash, then (with
     /// `allow_chain`) the overflow chain. The caller holds home and probe,
     /// or the whole segment (`all_locked`), or the segment is not live yet.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn place(
-        &self,
-        seg: u64,
-        h: u64,
-        rec: Rec,
-        v: u64,
-        persist: bool,
-        all_locked: bool,
-        allow_chain: bool,
-    ) -> Result<Placed> {
+    pub(crate) fn place(&self, seg: u64, h: u64, rec: Rec, v: u64, how: Placing) -> Result<Placed> {
+        let Placing {
+            persist,
+            all_locked,
+            allow_chain,
+        } = how;
         let (fp, bix) = self.fp_bix(h);
         let n = self.geo.n;
         let t = self.geo.bucket(seg, bix);
@@ -839,7 +863,12 @@ impl Pass {
             let full = SLOTS as u32;
             if ct < full && (ct <= cp || cp == full) {
                 let s = first_free(mt).expect("home has room");
-                self.write_slot(t, s, rec, v, fp, 1 << s, persist, false)?;
+                let at = SlotAt {
+                    bucket: t,
+                    s,
+                    bits: 1 << s,
+                };
+                self.write_slot(at, rec, v, fp, persist, false)?;
                 return Ok(if displaced {
                     Placed::Displaced
                 } else {
@@ -848,16 +877,12 @@ impl Pass {
             }
             if cp < full {
                 let s = first_free(mp).expect("probe has room");
-                self.write_slot(
-                    p,
+                let at = SlotAt {
+                    bucket: p,
                     s,
-                    rec,
-                    v,
-                    fp,
-                    1 << s | 1 << (MEMBER_SHIFT as usize + s),
-                    persist,
-                    false,
-                )?;
+                    bits: 1 << s | 1 << (MEMBER_SHIFT as usize + s),
+                };
+                self.write_slot(at, rec, v, fp, persist, false)?;
                 return Ok(if displaced {
                     Placed::Displaced
                 } else {
@@ -882,7 +907,7 @@ impl Pass {
         if !allow_chain {
             return Ok(Placed::NoRoom);
         }
-        self.chain_place(seg, h, rec, v, persist, all_locked)?;
+        self.chain_place(seg, h, rec, v, how)?;
         Ok(Placed::Chain)
     }
 
@@ -929,7 +954,12 @@ impl Pass {
                 // persist: the copy is a record before the original is
                 // cleared, so a crash leaves the key once or twice (recovery
                 // drops the duplicate), never zero times.
-                let r = self.write_slot(tb, d, Rec::Moved(kw), val, fpb, bits, persist, false);
+                let at = SlotAt {
+                    bucket: tb,
+                    s: d,
+                    bits,
+                };
+                let r = self.write_slot(at, Rec::Moved(kw), val, fpb, persist, false);
                 if r.is_ok() {
                     let _ = self.clear_slot(fb, s, Kind::Normal, persist, false);
                     self.t.displacements.fetch_add(1, Ordering::Relaxed);
@@ -1033,17 +1063,14 @@ impl Pass {
     }
 
     /// Puts a record into the overflow chain of its home's group,
-    /// appending a chain bucket when every one is full.
-    #[allow(clippy::too_many_arguments)]
-    fn chain_place(
-        &self,
-        seg: u64,
-        h: u64,
-        rec: Rec,
-        v: u64,
-        persist: bool,
-        all_locked: bool,
-    ) -> Result<()> {
+    /// appending a chain bucket when every one is full (`how.allow_chain`
+    /// is the caller's to check).
+    fn chain_place(&self, seg: u64, h: u64, rec: Rec, v: u64, how: Placing) -> Result<()> {
+        let Placing {
+            persist,
+            all_locked,
+            ..
+        } = how;
         let (fp, bix) = self.fp_bix(h);
         let hw = chain_head(seg, chain_group(bix));
         loop {

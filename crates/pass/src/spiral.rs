@@ -18,7 +18,8 @@
 /// The paper's Algorithm 1 for b = 2, as printed (recursive): the physical
 /// segment of logical bucket `l`. The last child of a bucket (odd `l`)
 /// reuses its parent's segment; the other child is appended at `l − ⌊l/2⌋`.
-pub fn physical_alg1(l: u64) -> u64 {
+#[cfg(test)]
+pub(crate) fn physical_alg1(l: u64) -> u64 {
     let high = l.div_ceil(2); // ⌊(1 + l) / 2⌋
     let low = l / 2;
     if low < high {
@@ -31,7 +32,7 @@ pub fn physical_alg1(l: u64) -> u64 {
 /// Algorithm 1 without recursion: strip the trailing "last child" steps
 /// (odd `l` → `⌊l/2⌋`), then the bucket was appended at `l − ⌊l/2⌋`.
 #[inline]
-pub fn physical(l: u64) -> u64 {
+pub(crate) fn physical(l: u64) -> u64 {
     let l = l >> l.trailing_ones();
     l - l / 2
 }
@@ -41,7 +42,7 @@ pub fn physical(l: u64) -> u64 {
 /// repeated squaring in 124-bit fixed point. A bit could only come out
 /// wrong if `log2 l` had some 90 equal binary digits in a row after bit
 /// `k`, which an irrational number of this size does not.
-pub fn scaled_log2_floor(l: u64, k: u32) -> u64 {
+pub(crate) fn scaled_log2_floor(l: u64, k: u32) -> u64 {
     assert!(l >= 1 && k <= 40);
     let n = 63 - l.leading_zeros();
     const F: u32 = 124;
@@ -76,8 +77,9 @@ fn mul_shift(a: u128, b: u128, s: u32) -> u128 {
 
 /// `⌊2^k · log2(l)⌋` by `f64`, checked: where the `f64` value lies close
 /// to an integer the exact routine decides.
+#[cfg(test)]
 #[inline]
-pub fn scaled_log2_fast(l: u64, k: u32) -> u64 {
+pub(crate) fn scaled_log2_fast(l: u64, k: u32) -> u64 {
     let v = (l as f64).log2() * (1u64 << k) as f64;
     let f = v.floor();
     if v - f < 1e-6 || f + 1.0 - v < 1e-6 {
@@ -90,7 +92,8 @@ pub fn scaled_log2_fast(l: u64, k: u32) -> u64 {
 /// The power table entry for index `i`: the largest `L` with
 /// `⌊2^k · log2 L⌋ ≤ i`, i.e. `⌈2^((i+1)/2^k)⌉ − 1` (what the paper's
 /// Algorithm 2 means, with its undefined `init` read as `logical`).
-pub fn power_exact(i: u64, k: u32) -> u64 {
+#[cfg(test)]
+pub(crate) fn power_exact(i: u64, k: u32) -> u64 {
     // Start from the f64 estimate and correct it with the exact test.
     let est = (((i + 1) as f64) / (1u64 << k) as f64).exp2().ceil() as u64;
     let mut l = est.saturating_sub(1).max(1);
@@ -106,7 +109,8 @@ pub fn power_exact(i: u64, k: u32) -> u64 {
 /// Algorithm 2 as the paper prints it (with `init` = `logical`): at most
 /// one increment of `logical` per index, so it falls behind once buckets
 /// are denser than indices (`L > scalar / ln 2`). Kept to show the bug.
-pub fn power_table_alg2(k: u32, len: u64) -> Vec<u64> {
+#[cfg(test)]
+pub(crate) fn power_table_alg2(k: u32, len: u64) -> Vec<u64> {
     let scalar = (1u64 << k) as f64;
     let mut logical = 1u64;
     let mut t = Vec::with_capacity(len as usize);
@@ -122,7 +126,8 @@ pub fn power_table_alg2(k: u32, len: u64) -> Vec<u64> {
 
 /// The corrected Algorithm 2: `power[i]` for `i` in `from .. to`, built in
 /// one pass that advances `L` as many times as an index needs.
-pub fn power_table(k: u32, from: u64, to: u64) -> Vec<u64> {
+#[cfg(test)]
+pub(crate) fn power_table(k: u32, from: u64, to: u64) -> Vec<u64> {
     let mut t = Vec::with_capacity((to - from) as usize);
     let mut l = power_exact(from, k);
     for i in from..to {
@@ -137,7 +142,8 @@ pub fn power_table(k: u32, from: u64, to: u64) -> Vec<u64> {
 /// The window of indices when the leftmost bucket is `first`: the first
 /// index whose logical bucket is at least `first` (`cI`); the window is
 /// `cI .. cI + 2^k` and maps onto logical `first .. 2·first − 1`.
-pub fn window_start(first: u64, k: u32) -> u64 {
+#[cfg(test)]
+pub(crate) fn window_start(first: u64, k: u32) -> u64 {
     // The smallest i with power[i] >= first: power[i] >= first iff
     // ⌊2^k·log2 first⌋ <= i.
     scaled_log2_floor(first, k)
@@ -146,8 +152,9 @@ pub fn window_start(first: u64, k: u32) -> u64 {
 /// Index of a key in the window starting at `ci`: the unique index
 /// ≡ `hq` (mod 2^k) in `ci .. ci + 2^k`, where `hq` is the hash's top `k`
 /// bits (`⌊2^k · h⌋`): `⌊2^k · G⌋` in integers.
+#[cfg(test)]
 #[inline]
-pub fn index(hq: u64, ci: u64, k: u32) -> u64 {
+pub(crate) fn index(hq: u64, ci: u64, k: u32) -> u64 {
     let m = (1u64 << k) - 1;
     ci + (hq.wrapping_sub(ci) & m)
 }

@@ -29,7 +29,7 @@ use engine::Result;
 use pmem::Link;
 
 use crate::layout::*;
-use crate::ops::{slot_bits, Held, Kind, Loc, Placed, Rec};
+use crate::ops::{slot_bits, Held, Kind, Loc, Placed, Placing, Rec};
 use crate::{spiral, Pass, Snap};
 
 impl Pass {
@@ -276,8 +276,15 @@ impl Pass {
                 }
             }
         }
+        // The new segment is not live yet: no lock to take, and no record
+        // persisted one by one (the whole segment is, before the commit).
+        let how = Placing {
+            persist: false,
+            all_locked: true,
+            allow_chain: true,
+        };
         for &(_, kw, v, h) in &movers {
-            if let Err(e) = self.place(new, h, Rec::Moved(kw), v, false, true, true) {
+            if let Err(e) = self.place(new, h, Rec::Moved(kw), v, how) {
                 let _ = self.free_chain(new);
                 return Err(e);
             }
@@ -375,7 +382,12 @@ impl Pass {
                 // persist: the copy (persisted by place) before the chain
                 // slot is cleared: a crash leaves a duplicate, which
                 // recovery drops, never a loss.
-                if self.place(seg, h, Rec::Moved(kw), v, true, true, false)? == Placed::NoRoom {
+                let how = Placing {
+                    persist: true,
+                    all_locked: true,
+                    allow_chain: false,
+                };
+                if self.place(seg, h, Rec::Moved(kw), v, how)? == Placed::NoRoom {
                     continue;
                 }
                 self.clear_slot(cb, s, Kind::Chain(chain_group(bix)), true, false)?;

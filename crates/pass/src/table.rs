@@ -8,12 +8,14 @@
 //! logical buckets `2^a .. 2^(a+1) − 1`.
 //!
 //! Two tables live here:
-//! - [`Octave`]: the paper's table, quantised to `2^-k` (with its
-//!   Algorithm 2 corrected). Kept, with its tests, as the reference that
-//!   shows what the paper builds; the engine does not use it.
+//! - `Octave`: the paper's table, quantised to `2^-k` (with its
+//!   Algorithm 2 corrected). Compiled for the tests only, as the
+//!   reference that shows what the paper builds; the engine does not use
+//!   it.
 //! - [`exact_octave`]: the engine's table, exact to `2^-40` and free to
 //!   grow `k` (see [`FINE`] and `docs/engines/pass.md`).
 
+#[cfg(test)]
 use crate::spiral::{physical, power_table};
 
 /// The smallest `k` (scalar = 2^k) that gives every active bucket an index
@@ -22,14 +24,16 @@ use crate::spiral::{physical, power_table};
 /// bucket of logical address `L` owns about `2^k / (L ln 2)` indices, so
 /// `2^k ≥ 2 · max_segments / ln 2` (≈ 2.9×) suffices; we take the next
 /// power of two above 3×, and at least 2^8.
-pub fn scalar_bits_for(max_segments: u64) -> u32 {
+#[cfg(test)]
+pub(crate) fn scalar_bits_for(max_segments: u64) -> u32 {
     let need = max_segments.max(1).saturating_mul(3);
     (64 - (need - 1).leading_zeros()).max(8)
 }
 
 /// One octave of the power and mapping tables.
+#[cfg(test)]
 #[derive(Clone, Debug)]
-pub struct Octave {
+pub(crate) struct Octave {
     /// Octave number `a`: indices `a·2^k .. (a+1)·2^k`.
     pub a: u32,
     /// `power[a·2^k + j]` = logical bucket (in `2^a .. 2^(a+1)`).
@@ -38,9 +42,10 @@ pub struct Octave {
     pub mapping: Vec<u32>,
 }
 
+#[cfg(test)]
 impl Octave {
     /// Builds octave `a` for scalar `2^k` (`a + 1 ≤ 32`: buckets fit `u32`).
-    pub fn build(a: u32, k: u32) -> Octave {
+    pub(crate) fn build(a: u32, k: u32) -> Octave {
         assert!(a < 32 && k <= 30);
         let s = 1u64 << k;
         let power = power_table(k, a as u64 * s, (a as u64 + 1) * s);
@@ -53,14 +58,15 @@ impl Octave {
     }
 
     /// Bytes the two tables of one octave take.
-    pub fn bytes(k: u32) -> u64 {
+    pub(crate) fn bytes(k: u32) -> u64 {
         (1u64 << k) * 8
     }
 }
 
 /// The tables a table of leftmost bucket `first` needs: the octaves of
 /// its window's first and last index.
-pub fn octaves_for(first: u64, k: u32) -> (u32, u32) {
+#[cfg(test)]
+pub(crate) fn octaves_for(first: u64, k: u32) -> (u32, u32) {
     let ci = crate::spiral::window_start(first, k);
     let last = ci + (1u64 << k) - 1;
     ((ci >> k) as u32, (last >> k) as u32)
@@ -160,7 +166,7 @@ pub fn fine_log2(l: u64) -> u64 {
 /// offset of that start in the cell (high 32 bits; 0 = none). With
 /// `2^k ≥ 3 · first` no bucket of a window is narrower than a cell, so one
 /// boundary per cell suffices.
-pub fn exact_octave(a: u32, k: u32) -> Vec<u64> {
+pub(crate) fn exact_octave(a: u32, k: u32) -> Vec<u64> {
     assert!(a < 32 && (8..=24).contains(&k));
     let w = 1u64 << (FINE - k);
     let mut out = Vec::with_capacity(1 << k);
@@ -180,7 +186,7 @@ pub fn exact_octave(a: u32, k: u32) -> Vec<u64> {
 
 /// The logical bucket of fine position `p` from its cell's entry.
 #[inline]
-pub fn entry_logical(e: u64, p: u64, k: u32) -> u64 {
+pub(crate) fn entry_logical(e: u64, p: u64, k: u32) -> u64 {
     let boff = e >> 32;
     let off = p & ((1u64 << (FINE - k)) - 1);
     (e & 0xffff_ffff) + (boff != 0 && off >= boff) as u64
@@ -188,7 +194,7 @@ pub fn entry_logical(e: u64, p: u64, k: u32) -> u64 {
 
 /// The smallest `k` (8..=24) whose cells are no wider than any bucket of
 /// a window with leftmost bucket `first`.
-pub fn cells_for(first: u64) -> u32 {
+pub(crate) fn cells_for(first: u64) -> u32 {
     let need = first.max(1).saturating_mul(3);
     (64 - (need - 1).leading_zeros()).clamp(8, 24)
 }

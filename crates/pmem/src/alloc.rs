@@ -57,6 +57,7 @@ pub(crate) type Grow<'a> = &'a dyn Fn(u64) -> Result<u64>;
 /// Allocation and recovery figures of a pool, for `inspect` and leak checks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PoolStats {
+    /// Pool size in bytes.
     pub size: u64,
     /// Bytes in allocated blocks (usable sizes).
     pub bytes_in_use: u64,
@@ -72,9 +73,9 @@ use crate::slots::SlotSet;
 /// Allocation granule of the heap.
 pub const CHUNK: u64 = 256 << 10;
 /// Number of lanes: reservations and frees in flight at once.
-pub const LANES: usize = 64;
+pub(crate) const LANES: usize = 64;
 /// Offset of lane 0 in the metadata chunk.
-pub const LANE_OFFSET: u64 = HEADER_LEN as u64;
+pub(crate) const LANE_OFFSET: u64 = HEADER_LEN as u64;
 const LANE_LEN: u64 = 64;
 /// Run size classes; larger requests get an extent.
 pub const CLASSES: [u64; 10] = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768];
@@ -96,12 +97,25 @@ const OWNER_AUX: u64 = u64::MAX - 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Link {
     /// The 8-byte word at `owner` (8-aligned pool offset) holds `value`.
-    Word { owner: u64, value: u64 },
+    Word {
+        /// Pool offset of the owning word.
+        owner: u64,
+        /// The value the word holds when the link holds.
+        value: u64,
+    },
     /// The word at `owner` holds the block's own offset: a plain pointer.
-    Pointer { owner: u64 },
+    Pointer {
+        /// Pool offset of the owning word.
+        owner: u64,
+    },
     /// The word at `owner` holds the block's offset with `tag` or'ed in (a
     /// tagged pointer; the tag uses bits the block's alignment leaves 0).
-    Tagged { owner: u64, tag: u64 },
+    Tagged {
+        /// Pool offset of the owning word.
+        owner: u64,
+        /// The tag or'ed into the block's offset.
+        tag: u64,
+    },
     /// The pool header's root offset equals the value ([`Pool::set_root`](crate::Pool::set_root)).
     Root(u64),
     /// The pool header's root offset is the block itself.
@@ -175,6 +189,7 @@ pub struct FreeTicket {
 }
 
 impl FreeTicket {
+    /// Offset of the block being freed.
     pub fn offset(&self) -> u64 {
         self.off
     }

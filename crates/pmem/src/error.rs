@@ -9,16 +9,29 @@ use std::path::PathBuf;
 pub enum Error {
     /// An operating-system call failed.
     Io {
+        /// What was being done.
         what: String,
+        /// The file it was done to, if any.
         path: Option<PathBuf>,
+        /// The operating system's error.
         source: io::Error,
     },
     /// The file does not start with the pmhash magic: not a pool.
     Foreign(String),
     /// The file is a pmhash pool of another format version.
-    Version { found: u32, supported: u32 },
+    Version {
+        /// The version in the file.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
     /// The pool was made for another engine than the one opening it.
-    WrongLayout { found: String, expected: String },
+    WrongLayout {
+        /// The layout id in the file.
+        found: String,
+        /// The layout id the opener asked for.
+        expected: String,
+    },
     /// The file is shorter than the header says (or than a header).
     Truncated(String),
     /// Checksums or invariants do not hold.
@@ -76,4 +89,5 @@ impl Error {
     }
 }
 
+/// A result whose error is the pool's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;

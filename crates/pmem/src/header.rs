@@ -18,13 +18,13 @@
 use crate::error::{Error, Result};
 
 /// First eight bytes of every pool file.
-pub const MAGIC: [u8; 8] = *b"PMHASHPL";
+pub(crate) const MAGIC: [u8; 8] = *b"PMHASHPL";
 /// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 /// Bytes reserved for the header at the start of the pool.
 pub const HEADER_LEN: usize = 4096;
 /// Longest layout id (engine name) a header can hold.
-pub const LAYOUT_MAX: usize = 16;
+pub(crate) const LAYOUT_MAX: usize = 16;
 /// Offset of state slot A; slot B follows 64 bytes later.
 pub const SLOT_OFFSET: usize = 64;
 /// Size of one state slot.
@@ -33,10 +33,15 @@ pub const SLOT_LEN: usize = 64;
 /// The immutable part of the header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
+    /// Format version of the pool file.
     pub version: u32,
+    /// Layout id: the name of the engine the pool was created for.
     pub layout: String,
+    /// Random id of this pool, fixed at create.
     pub uuid: [u8; 16],
+    /// Creation time, in nanoseconds since the Unix epoch.
     pub created_unix_ns: u64,
+    /// Allocation granule of the heap, in bytes.
     pub chunk_size: u32,
 }
 
@@ -214,7 +219,11 @@ impl State {
 
 /// Decodes and validates a whole header page (identity, state, reserved
 /// bytes) against the file length. Reads only.
-pub fn validate(header: &[u8], file_len: u64, min_size: u64) -> Result<(Identity, State, usize)> {
+pub(crate) fn validate(
+    header: &[u8],
+    file_len: u64,
+    min_size: u64,
+) -> Result<(Identity, State, usize)> {
     if header.len() < HEADER_LEN {
         return Err(Error::Truncated(format!(
             "file is {} bytes, smaller than the {HEADER_LEN}-byte header",

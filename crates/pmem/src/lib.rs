@@ -10,19 +10,20 @@
 //! - The crash-safe allocator: [`Pool::reserve`] → link → [`Pool::commit`].
 //! - The crash simulator: fence hooks and crash images in `simulated` mode.
 
-pub mod alloc;
+mod alloc;
 mod error;
 pub mod header;
 mod map;
 pub mod persist;
 mod pool;
 mod region;
-pub mod sim;
-pub mod slots;
+mod sim;
+mod slots;
 pub mod testfs;
 
-pub use alloc::{FreeTicket, Link, PoolStats, Reservation, CHUNK};
+pub use alloc::{FreeTicket, Link, PoolStats, Reservation, CHUNK, CLASSES};
 pub use error::{Error, Result};
+pub use header::Identity;
 pub use pool::{Pool, PoolLock, PoolOptions, MIN_POOL_SIZE};
 pub use region::{Mode, Region};
 pub use sim::{CrashChoice, CrashSite, FenceHook};

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Size of a CPU cache line, the unit of flushing and of crash simulation.
-pub const CACHE_LINE: usize = 64;
+pub(crate) const CACHE_LINE: usize = 64;
 
 /// The flush instruction this CPU offers, best first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,7 +161,7 @@ pub(crate) fn emulate_latency(lines: u64) {
 
 /// Number of cache lines covered by `[addr, addr+len)`.
 #[inline]
-pub fn lines_covered(addr: usize, len: usize) -> u64 {
+pub(crate) fn lines_covered(addr: usize, len: usize) -> u64 {
     if len == 0 {
         return 0;
     }
@@ -173,7 +173,7 @@ pub fn lines_covered(addr: usize, len: usize) -> u64 {
 /// Writes back every cache line of `[addr, addr+len)` with the detected
 /// instruction. Not ordered with later stores until [`fence`].
 #[inline]
-pub fn flush_range(addr: *const u8, len: usize) {
+pub(crate) fn flush_range(addr: *const u8, len: usize) {
     if len == 0 {
         return;
     }
@@ -218,7 +218,7 @@ fn flush_line(_instr: FlushInstr, _p: *const u8) {}
 /// Writes back one cache line and fences: the common persist of a hash
 /// table slot, with one counter update instead of two.
 #[inline]
-pub fn persist_one_line(addr: *const u8) {
+pub(crate) fn persist_one_line(addr: *const u8) {
     flush_line(flush_instr(), addr);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: sfence has no operands and no memory effects besides ordering.
@@ -240,7 +240,7 @@ pub fn persist_one_line(addr: *const u8) {
 /// Store fence: orders every earlier flush and non-temporal store before any
 /// later store.
 #[inline]
-pub fn fence() {
+pub(crate) fn fence() {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: sfence has no operands and no memory effects besides ordering.
     unsafe {
@@ -258,7 +258,7 @@ pub fn fence() {
 ///
 /// # Safety
 /// `dst..dst+src.len()` must be valid for writes and not overlap `src`.
-pub unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
+pub(crate) unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
     let len = src.len();
     if len == 0 {
         return;
@@ -316,7 +316,7 @@ pub unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
 ///
 /// # Safety
 /// `dst..dst+len` must be valid for writes.
-pub unsafe fn nt_zero(dst: *mut u8, len: usize) {
+pub(crate) unsafe fn nt_zero(dst: *mut u8, len: usize) {
     assert!(
         (dst as usize).is_multiple_of(64) && len.is_multiple_of(64),
         "nt_zero needs whole lines"

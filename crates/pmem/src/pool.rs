@@ -20,6 +20,7 @@ use crate::sim::{FenceHook, Sim};
 /// Options for [`Pool::create`] and [`Pool::open`].
 #[derive(Clone, Debug)]
 pub struct PoolOptions {
+    /// Persistence mode to map the pool in.
     pub mode: Mode,
     /// Size at create, in bytes (rounded up to the 256 KiB chunk).
     pub size: u64,
@@ -164,6 +165,7 @@ impl PoolLock {
         })
     }
 
+    /// The locked file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -563,6 +565,7 @@ impl Pool {
         self.writer_active
     }
 
+    /// The header's immutable part (layout id, uuid, creation time).
     pub fn identity(&self) -> &Identity {
         &self.identity
     }

@@ -32,6 +32,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The mode's name, as [`Mode::parse`] reads it.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Dax => "dax",
@@ -41,6 +42,7 @@ impl Mode {
         }
     }
 
+    /// Reads a mode name (`dax`, `mapped`, `volatile`, `simulated`).
     pub fn parse(s: &str) -> Result<Mode> {
         match s {
             "dax" => Ok(Mode::Dax),
@@ -125,10 +127,12 @@ impl Region {
         self.mode
     }
 
+    /// The mapped file's path (`None` for anonymous memory).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
 
+    /// Whether the mapping is read-only.
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
@@ -311,15 +315,10 @@ impl Region {
         unsafe { std::ptr::write_bytes(self.map.base().add(off as usize), 0, len) }
     }
 
-    /// Raw pointer to `off`, for engines' hot paths that need it.
-    ///
-    /// # Safety
-    /// The caller keeps every access inside the pool and synchronises
-    /// concurrent accesses itself. The pointer is valid while `self` lives.
-    pub unsafe fn ptr(&self, off: u64) -> *mut u8 {
-        // SAFETY: the caller keeps `off` inside the pool (above), so the
-        // address is inside the mapping.
-        unsafe { self.map.base().add(off as usize) }
+    /// The address the pool is mapped at, as a number: it never changes
+    /// for the region's life (growth maps in place), which tests check.
+    pub fn base_addr(&self) -> usize {
+        self.map.base() as usize
     }
 
     // ----- persist primitives ----------------------------------------------------

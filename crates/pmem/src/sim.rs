@@ -158,6 +158,7 @@ impl CrashSite<'_> {
         self.live.len()
     }
 
+    /// Whether the image has no bytes.
     pub fn is_empty(&self) -> bool {
         self.live.is_empty()
     }

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use pmem::alloc::CLASSES;
+use pmem::CLASSES;
 use pmem::{Error, Link, Pool, PoolOptions, CHUNK};
 
 const LAYOUT: &str = "alloctest";

@@ -177,8 +177,7 @@ fn growth_keeps_offsets_data_and_base_address() {
     let pool = Pool::create(tmp.path(), &opts).unwrap();
     assert_eq!(pool.size(), MIB);
     assert_eq!(pool.max_size(), 8 * MIB);
-    // SAFETY: only the address is compared, nothing is accessed through it.
-    let base = unsafe { pool.ptr(0) } as usize;
+    let base = pool.base_addr();
     let (small, _) = alloc_filled(&pool, 512, 0, 10);
     pool.set_root(small).unwrap();
     let free_before = pool.stats().free_chunks;
@@ -197,8 +196,7 @@ fn growth_keeps_offsets_data_and_base_address() {
     assert_eq!(grown % CHUNK, 0);
     assert!(r.size() >= big);
     assert!(r.offset() + r.size() <= grown);
-    // SAFETY: as above.
-    let now = unsafe { pool.ptr(0) } as usize;
+    let now = pool.base_addr();
     assert_eq!(now, base, "the base address never moves");
     assert_eq!(pool.stats().size, grown);
     assert_eq!(

@@ -4,7 +4,7 @@
 use engine::EngineSpec;
 
 /// All engines, persistent first.
-pub fn all() -> Vec<EngineSpec> {
+pub(crate) fn all() -> Vec<EngineSpec> {
     let mut v = vec![
         level::spec(),
         hmeh::spec(),
@@ -31,7 +31,7 @@ pub fn all() -> Vec<EngineSpec> {
 }
 
 /// The engine called `name`, or an error listing the known names.
-pub fn find(name: &str) -> Result<EngineSpec, String> {
+pub(crate) fn find(name: &str) -> Result<EngineSpec, String> {
     let all = all();
     all.iter().find(|s| s.name == name).copied().ok_or_else(|| {
         let names: Vec<&str> = all.iter().map(|s| s.name).collect();
@@ -40,7 +40,7 @@ pub fn find(name: &str) -> Result<EngineSpec, String> {
 }
 
 /// The (correct) persistent engine that writes pools of `layout`.
-pub fn find_layout(layout: &str) -> Option<EngineSpec> {
+pub(crate) fn find_layout(layout: &str) -> Option<EngineSpec> {
     all().into_iter().find(|s| {
         !s.name.ends_with("-misordered")
             && matches!(s.kind, engine::EngineKind::Persistent { layout: l, .. } if l == layout)

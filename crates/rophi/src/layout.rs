@@ -34,35 +34,56 @@
 //! flush and one fence persist all three (a line reaches PM whole, its
 //! stores in program order). A delete is the token store alone.
 
+/// Cache-line size in bytes.
 pub const LINE: u64 = 64;
+/// Bucket size in bytes (one line).
 pub const BUCKET: u64 = 64;
+/// Slots per bucket.
 pub const SLOTS: usize = 3;
 
+/// Root block size in bytes.
 pub const ROOT_BYTES: u64 = 64;
+/// Root block magic (offset 0).
 pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"ROPHI\0v1");
+/// Root: hash seed.
 pub const R_SEED: u64 = 8;
+/// Root: the live table's descriptor (the commit word of a resize).
 pub const R_TABLE: u64 = 16;
+/// Root: the table a resize is building (0: none).
 pub const R_NEXT: u64 = 24;
+/// Root: the table a finished resize is giving back (0: none).
 pub const R_OLD: u64 = 32;
+/// Root: item count (written at clean close).
 pub const R_LEN: u64 = 40;
 
+/// Table block magic (offset 0).
 pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"ROPHItb1");
+/// Table block: `k` (the head array has 2^k buckets).
 pub const T_K: u64 = 8;
+/// Table block: the first overflow slab (0: none).
 pub const T_SLABS: u64 = 16;
+/// Table block: the root block's offset.
 pub const T_ROOT: u64 = 24;
+/// Table block: the head buckets.
 pub const T_HEADS: u64 = 64;
 
+/// Overflow slab magic (offset 0).
 pub const SLAB_MAGIC: u64 = u64::from_le_bytes(*b"ROPHIsl1");
+/// Overflow slab: the next slab (0: none).
 pub const S_NEXT: u64 = 8;
+/// Overflow slab: its bucket count.
 pub const S_COUNT: u64 = 16;
+/// Overflow slab: its buckets.
 pub const S_BUCKETS: u64 = 64;
 
 /// Word indices inside a bucket.
 pub const W_TOKENS: usize = 0;
+/// Word index of the next-bucket word.
 pub const W_NEXT: usize = 7;
 
 /// Smallest and largest head arrays (log2).
 pub const MIN_K: u32 = 4;
+/// Largest head array (log2).
 pub const MAX_K: u32 = 36;
 
 /// Grow the head array when the table holds more than this many keys per
@@ -75,6 +96,7 @@ pub const CREATE_LOAD: f64 = 2.0;
 
 /// Buckets per overflow slab: a sixteenth of the heads, within these bounds.
 pub const SLAB_MIN: u64 = 64;
+/// Most buckets per overflow slab.
 pub const SLAB_MAX: u64 = 1 << 16;
 
 /// The token bit of slot `i` in the tokens word.
@@ -88,6 +110,7 @@ pub const fn token(i: usize) -> u64 {
 pub const fn w_key(i: usize) -> usize {
     1 + 2 * i
 }
+/// Value word of slot `i`.
 #[inline]
 pub const fn w_val(i: usize) -> usize {
     2 + 2 * i
@@ -98,11 +121,14 @@ pub const fn w_val(i: usize) -> usize {
 /// resize always makes `k` larger.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Table {
+    /// Offset of the table block.
     pub off: u64,
+    /// The head array has 2^k buckets.
     pub k: u32,
 }
 
 impl Table {
+    /// The table a descriptor names.
     #[inline]
     pub fn from_desc(d: u64) -> Table {
         Table {
@@ -110,10 +136,12 @@ impl Table {
             k: (d & 63) as u32,
         }
     }
+    /// The table's descriptor.
     #[inline]
     pub fn desc(self) -> u64 {
         self.off | self.k as u64
     }
+    /// Head buckets.
     #[inline]
     pub fn heads(self) -> u64 {
         1 << self.k
@@ -128,6 +156,7 @@ impl Table {
     pub fn bucket_of(self, h: u64) -> u64 {
         h >> (64 - self.k)
     }
+    /// Offset of head bucket `bn`.
     #[inline]
     pub fn head(self, bn: u64) -> u64 {
         self.off + T_HEADS + BUCKET * bn

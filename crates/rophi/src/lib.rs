@@ -37,7 +37,7 @@ pub const LAYOUT: &str = "rophi";
 /// Region locks (DRAM seqlocks); head bucket `bn` uses lock `bn mod LOCKS`,
 /// so a lock covers `heads / LOCKS` head buckets and their chains (the
 /// paper's `LockSize`). 4096 words: 32 KiB, cache-resident for readers.
-pub const LOCKS: usize = 4096;
+pub(crate) const LOCKS: usize = 4096;
 
 /// The registry entry.
 pub fn spec() -> EngineSpec {

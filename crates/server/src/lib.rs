@@ -26,9 +26,9 @@ mod clients;
 mod cmd;
 mod glob;
 mod info;
-pub mod limits;
+mod limits;
 mod net;
-pub mod resp;
+mod resp;
 mod stats;
 mod table;
 mod txn;
@@ -43,6 +43,7 @@ pub use cmd::{RANGE_MAX_LIMIT, SCAN_MATCH_BUDGET, SCAN_MAX_COUNT};
 pub use glob::{glob, Pattern};
 pub use limits::{ALLOWANCE, CLIENT_OUTPUT_LIMIT, MAX_CLIENT_MEMORY, OUT_SOFT};
 pub use net::{BUSY_POLL, MAX_CLIENTS};
+pub use resp::{Parser, ProtocolError, Request};
 pub use txn::{MAX_QUEUED, MAX_WATCHED};
 
 use limits::Budget;
@@ -52,6 +53,7 @@ use store::Store;
 /// Server settings.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// The address to listen on (`host:port`), for `Server::start`.
     pub addr: String,
     /// Clients must `AUTH` with this before any other command.
     pub requirepass: Option<String>,
@@ -360,6 +362,7 @@ impl Server {
         Ok(srv)
     }
 
+    /// The address the server listens on (the bound port when it was asked for port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

@@ -10,15 +10,15 @@
 use std::io::{self, Write};
 
 /// Most arguments in one request.
-pub const MAX_ARGS: usize = 1 << 20;
+pub(crate) const MAX_ARGS: usize = 1 << 20;
 /// Largest bulk string: the store's largest value plus slack.
-pub const MAX_BULK: usize = (1 << 20) + 4096;
+pub(crate) const MAX_BULK: usize = (1 << 20) + 4096;
 /// Longest inline command or header line.
-pub const MAX_LINE: usize = 64 << 10;
+pub(crate) const MAX_LINE: usize = 64 << 10;
 /// Most bytes one request may hold (its arguments plus 32 bytes of
 /// bookkeeping each), so that a request of many large arguments cannot
 /// take the server's memory.
-pub const MAX_REQUEST: usize = 64 << 20;
+pub(crate) const MAX_REQUEST: usize = 64 << 20;
 
 /// A request's arguments, the command name first.
 pub type Request = Vec<Vec<u8>>;
@@ -205,7 +205,7 @@ impl Parser {
 /// Appends a bulk string reply for `v` (what `Reply::Bulk(v)` writes),
 /// without the formatter or a copy of `v` into a reply: the hot path of
 /// GET.
-pub fn put_bulk(out: &mut Vec<u8>, v: &[u8]) {
+pub(crate) fn put_bulk(out: &mut Vec<u8>, v: &[u8]) {
     let mut digits = [0u8; 20];
     let mut n = v.len();
     let mut at = digits.len();
@@ -225,7 +225,7 @@ pub fn put_bulk(out: &mut Vec<u8>, v: &[u8]) {
 }
 
 /// A reply, encoded for RESP2 or RESP3.
-pub enum Reply {
+pub(crate) enum Reply {
     Ok,
     Simple(String),
     Error(String),
@@ -240,11 +240,11 @@ pub enum Reply {
 }
 
 impl Reply {
-    pub fn err(m: impl Into<String>) -> Reply {
+    pub(crate) fn err(m: impl Into<String>) -> Reply {
         Reply::Error(m.into())
     }
 
-    pub fn write<W: Write>(&self, w: &mut W, resp3: bool) -> io::Result<()> {
+    pub(crate) fn write<W: Write>(&self, w: &mut W, resp3: bool) -> io::Result<()> {
         match self {
             Reply::Ok => w.write_all(b"+OK\r\n"),
             Reply::Simple(s) => write!(w, "+{s}\r\n"),

@@ -8,16 +8,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use pmem::{Mode, PoolOptions};
 
-pub const KIB: u64 = 1 << 10;
-pub const MIB: u64 = 1 << 20;
+pub(crate) const KIB: u64 = 1 << 10;
+pub(crate) const MIB: u64 = 1 << 20;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A unique path under the temp dir, removed (if it exists) on drop.
-pub struct TempPath(PathBuf);
+pub(crate) struct TempPath(PathBuf);
 
 impl TempPath {
-    pub fn new(tag: &str) -> TempPath {
+    pub(crate) fn new(tag: &str) -> TempPath {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let p = std::env::temp_dir().join(format!(
             "pmem-test-{}-{}-{}.pool",
@@ -29,7 +29,7 @@ impl TempPath {
         TempPath(p)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -41,7 +41,7 @@ impl Drop for TempPath {
 }
 
 /// Options for a `mapped` pool of `size` bytes that may grow to `max_size`.
-pub fn mapped(size: u64, max_size: u64, layout: &str) -> PoolOptions {
+pub(crate) fn mapped(size: u64, max_size: u64, layout: &str) -> PoolOptions {
     PoolOptions {
         mode: Mode::Mapped,
         size,
@@ -52,7 +52,7 @@ pub fn mapped(size: u64, max_size: u64, layout: &str) -> PoolOptions {
 }
 
 /// Options for a `simulated` pool.
-pub fn simulated(size: u64, max_size: u64, layout: &str) -> PoolOptions {
+pub(crate) fn simulated(size: u64, max_size: u64, layout: &str) -> PoolOptions {
     PoolOptions {
         mode: Mode::Simulated,
         size,
@@ -63,13 +63,13 @@ pub fn simulated(size: u64, max_size: u64, layout: &str) -> PoolOptions {
 }
 
 /// The whole file, for before/after comparisons.
-pub fn file_bytes(p: &Path) -> Vec<u8> {
+pub(crate) fn file_bytes(p: &Path) -> Vec<u8> {
     std::fs::read(p).expect("read pool file")
 }
 
 /// Asserts the file still holds exactly `before` (length and every byte).
 #[track_caller]
-pub fn assert_file_is(p: &Path, before: &[u8], what: &str) {
+pub(crate) fn assert_file_is(p: &Path, before: &[u8], what: &str) {
     let after = file_bytes(p);
     assert_eq!(after.len(), before.len(), "{what}: file length changed");
     if after != before {
@@ -79,14 +79,14 @@ pub fn assert_file_is(p: &Path, before: &[u8], what: &str) {
 }
 
 /// splitmix64: small, deterministic, good enough for test inputs.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -95,11 +95,11 @@ impl Rng {
     }
 
     /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
 
-    pub fn fill(&mut self, buf: &mut [u8]) {
+    pub(crate) fn fill(&mut self, buf: &mut [u8]) {
         for chunk in buf.chunks_mut(8) {
             let w = self.next_u64().to_le_bytes();
             chunk.copy_from_slice(&w[..chunk.len()]);
@@ -109,7 +109,7 @@ impl Rng {
 
 /// The byte pattern stored in a block at `off` of `len` bytes with `tag`:
 /// depends on the offset, so a block written at the wrong place shows.
-pub fn pattern(off: u64, len: usize, tag: u64) -> Vec<u8> {
+pub(crate) fn pattern(off: u64, len: usize, tag: u64) -> Vec<u8> {
     let mut r = Rng::new(
         off.wrapping_mul(31)
             .wrapping_add(tag)
@@ -121,7 +121,7 @@ pub fn pattern(off: u64, len: usize, tag: u64) -> Vec<u8> {
 }
 
 /// CRC-32 (IEEE, reflected, as `crc32fast`), for crafting on-disk records.
-pub fn crc32(bytes: &[u8]) -> u32 {
+pub(crate) fn crc32(bytes: &[u8]) -> u32 {
     let mut crc = !0u32;
     for &b in bytes {
         crc ^= b as u32;
@@ -137,7 +137,7 @@ pub fn crc32(bytes: &[u8]) -> u32 {
 }
 
 /// A 64-byte allocator lane record (docs/format.md) with a valid CRC.
-pub fn lane_record(state: u64, block: u64, info: u64, owner: u64, value: u64) -> [u8; 64] {
+pub(crate) fn lane_record(state: u64, block: u64, info: u64, owner: u64, value: u64) -> [u8; 64] {
     let mut b = [0u8; 64];
     for (i, w) in [state, block, info, owner, value].iter().enumerate() {
         b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());

@@ -5,7 +5,7 @@ use std::process::Command;
 
 /// Runs `pmhash ARGS`; its exit code (-1 for a signal) and its stdout
 /// followed by its stderr.
-pub fn pmhash(args: &[&str]) -> (i32, String) {
+pub(crate) fn pmhash(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_pmhash"))
         .args(args)
         .output()

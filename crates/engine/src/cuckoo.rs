@@ -34,9 +34,9 @@
 //!   do to a kick is take the free lane at the kick's end, before the
 //!   kick's first store; that store is a compare-and-swap from zero, it
 //!   fails, nothing has moved, and the kick searches again. (With every
-//!   insert on the writer lock, ROPHI's inserts fell from 2.9 Mops/s at 1
-//!   thread to 1.3 at 16 on 16 cores, `docs/benchmarks.md`,
-//!   "Scalability".)
+//!   insert on the writer lock, ROPHI's inserts ran at 2.9 Mops/s at 1
+//!   thread and 1.3 at 16 on 16 cores, `docs/bench/log.md`, "Scalability:
+//!   1 to 16 threads".)
 //! - [`CuckooFilter::remove`] takes no lock either while the stash is
 //!   empty: a compare-and-swap turns one used lane holding the key's
 //!   fingerprint into a free one. The count that matters is, for each
@@ -81,7 +81,7 @@
 //! paper's power-of-two sizing the load of `n` keys would fall anywhere in
 //! 0.45..0.9 and the memory up to twice this; at 10M keys 32 MiB against
 //! 23.5 MiB, which decides whether negative lookups hit the cache here
-//! (`docs/benchmarks.md`, "ROPHI").
+//! (`docs/bench/log.md`, "ROPHI", on the Intel host).
 //! [`CuckooFilter::expected_fpr`] gives the false-positive rate of a lookup
 //! at the current load: the lookup compares its fingerprint with the
 //! occupied lanes of two buckets, `8 · load` of them on average, and each

@@ -68,7 +68,7 @@ pub(crate) const NODE_FANOUT: u64 = 8;
 pub(crate) const NODE_BITS: u32 = 3;
 
 /// PM header words, as byte offsets (`H_`) and word indices (`W_`). Words
-/// 0 and 6 (lock and retired flag in older builds) are written 0: the lock
+/// 0 and 6 are reserved (docs/format.md, "Format versions") and written 0: the lock
 /// and the flag live in the segment's DRAM head (`head.rs`), as do count,
 /// spill and stash bits while the table is open (a clean close writes
 /// those three here).

@@ -398,7 +398,8 @@ impl Pool {
         let reserve = reservation(size, max_size)?;
         let holes = has_holes(&file, path, size)?;
         if writable && holes {
-            // A pool made sparse (by a copy, or an older build) is backed
+            // A sparse pool (a copy that made holes, or a file extended
+            // without reserving its blocks) is backed
             // now, before a store to a hole could raise SIGBUS. This
             // allocates blocks and changes no byte of the file.
             reserve_space(&file, path, 0, size, "back the holes of")?;

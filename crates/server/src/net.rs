@@ -56,7 +56,7 @@ const MAX_BATCH: usize = 32;
 const GET_CHUNK: usize = 8;
 /// The default of [`Config::busy_poll`](crate::Config::busy_poll).
 /// Measured against 0 and 200 µs with unpipelined redis-benchmark runs
-/// (docs/benchmarks.md, "`pmhash serve` against redis-server"): most of
+/// (docs/bench/log.md, "`pmhash serve` against redis-server"): most of
 /// 200's gain, a quarter of its spinning.
 pub const BUSY_POLL: Duration = Duration::from_micros(50);
 

@@ -31,6 +31,16 @@ pub(crate) enum Fence {
     Later,
 }
 
+/// A one-item movement to be made: the item `item` in slot `slot` of line
+/// `src`, bound for bucket `dst_b` of level `dst`.
+struct Movement<'a> {
+    src: u64,
+    slot: usize,
+    item: u64,
+    dst: &'a Lvl,
+    dst_b: u64,
+}
+
 enum Probe {
     Hit((Loc, u64)),
     Miss,
@@ -499,17 +509,14 @@ impl Level {
     /// Moves the item in (`src`, `slot`) to a free slot of bucket `dst_b` of
     /// level `dst`, then writes `key`/`value` into the freed slot. False if
     /// the item or the room is gone by the time both lines are locked.
-    #[allow(clippy::too_many_arguments)]
-    fn move_and_fill(
-        &self,
-        src: u64,
-        slot: usize,
-        item: u64,
-        dst: &Lvl,
-        dst_b: u64,
-        key: u64,
-        value: u64,
-    ) -> bool {
+    fn move_and_fill(&self, mv: Movement<'_>, key: u64, value: u64) -> bool {
+        let Movement {
+            src,
+            slot,
+            item,
+            dst,
+            dst_b,
+        } = mv;
         let dst_line = [dst.bucket(dst_b), dst.bucket(dst_b) + LINE]
             .into_iter()
             .find(|&d| free_count(self.pool.load_u64(d + 8)) > 0);
@@ -584,7 +591,14 @@ impl Level {
                         if (same_level && alt == b) || self.bucket_free(to, alt) == 0 {
                             continue;
                         }
-                        if self.move_and_fill(line, s, item, to, alt, key, value) {
+                        let mv = Movement {
+                            src: line,
+                            slot: s,
+                            item,
+                            dst: to,
+                            dst_b: alt,
+                        };
+                        if self.move_and_fill(mv, key, value) {
                             return true;
                         }
                     }

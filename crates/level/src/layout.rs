@@ -17,7 +17,7 @@
 //!
 //! level block: n buckets of 128 bytes, from the first 128-aligned offset
 //!   bucket = 2 lines; line (64 bytes) =
-//!   0     lock word       DRAM semantics only (epoch-tagged, see sync.rs)
+//!   0     lock word       DRAM semantics only (epoch-tagged, `engine::sync`)
 //!   8     header          bit i = token of slot i (1 valid, 0 empty), i < 3;
 //!                         bits 8+8i..16+8i = slot i's 8-bit key fingerprint
 //!   16    slot 0 key, 24 slot 0 value

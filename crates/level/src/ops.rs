@@ -649,6 +649,8 @@ impl Level {
         for (i, w) in rec.encode().iter().enumerate() {
             self.pool.store_u64(off + i as u64 * 8, *w);
         }
+        // persist: the whole record (with its CRC) before the caller changes
+        // a slot it names, so a crash in that change finds it.
         self.pool.persist(off, 64);
     }
 

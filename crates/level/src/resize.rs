@@ -161,6 +161,11 @@ impl Level {
         counts: [i64; 3],
         plan: Option<&[u8]>,
     ) -> Result<()> {
+        // persist: the new level is zeroed and durable (`new_level`) before
+        // the record names it; the record, then the selector
+        // (`write_record`), before the reservation is committed, because
+        // the selector store is the link that keeps the new level allocated
+        // (CRASH-PATTERNS #2, #8).
         self.write_record(rec);
         self.pool.commit(r);
         for (c, v) in self.counts.iter().zip(counts) {
@@ -256,6 +261,10 @@ impl Level {
             il: Lvl::default(),
             phase: Phase::Normal,
         };
+        // persist: every rehashed copy is durable (each batch fences)
+        // before the record that drops the interim level; that record's
+        // selector store is the unlink, durable (`write_record`) before
+        // `finish_free` gives the block back (CRASH-PATTERNS #8).
         self.write_record(&rec);
         self.pool.finish_free(ticket);
         self.counts[IL].set(0);

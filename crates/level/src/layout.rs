@@ -17,7 +17,7 @@
 //!
 //! level block: n buckets of 128 bytes, from the first 128-aligned offset
 //!   bucket = 2 lines; line (64 bytes) =
-//!   0     lock word       DRAM semantics only (epoch-tagged, see sync.rs)
+//!   0     lock word       DRAM semantics only (epoch-tagged, `engine::sync`)
 //!   8     header          bit i = token of slot i (1 valid, 0 empty), i < 3;
 //!                         bits 8+8i..16+8i = slot i's 8-bit key fingerprint
 //!   16    slot 0 key, 24 slot 0 value
@@ -25,50 +25,50 @@
 //!   48    slot 2 key, 56 slot 2 value
 //! ```
 
-pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"LEVELHS1");
-pub const ROOT_BYTES: u64 = 8192;
-pub const R_SEED1: u64 = 8;
-pub const R_SEED2: u64 = 16;
-pub const R_SELECTOR: u64 = 24;
-pub const R_COUNTS: u64 = 32;
-pub const R_MIN_TOP: u64 = 56;
-pub const R_RECORDS: u64 = 64;
-pub const R_LOGS: u64 = 192;
-pub const LOG_SLOTS: usize = 64;
+pub(crate) const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"LEVELHS1");
+pub(crate) const ROOT_BYTES: u64 = 8192;
+pub(crate) const R_SEED1: u64 = 8;
+pub(crate) const R_SEED2: u64 = 16;
+pub(crate) const R_SELECTOR: u64 = 24;
+pub(crate) const R_COUNTS: u64 = 32;
+pub(crate) const R_MIN_TOP: u64 = 56;
+pub(crate) const R_RECORDS: u64 = 64;
+pub(crate) const R_LOGS: u64 = 192;
+pub(crate) const LOG_SLOTS: usize = 64;
 
-pub const LINE: u64 = 64;
-pub const BUCKET: u64 = 128;
-pub const SLOTS_PER_LINE: usize = 3;
-pub const SLOTS_PER_BUCKET: u64 = 6;
-pub const W_LOCK: usize = 0;
-pub const W_HDR: usize = 1;
-pub const TOKEN_MASK: u64 = 0b111;
-pub const FP_SHIFT: u32 = 8;
-pub const FP_MASK: u64 = 0xff_ffff << FP_SHIFT;
+pub(crate) const LINE: u64 = 64;
+pub(crate) const BUCKET: u64 = 128;
+pub(crate) const SLOTS_PER_LINE: usize = 3;
+pub(crate) const SLOTS_PER_BUCKET: u64 = 6;
+pub(crate) const W_LOCK: usize = 0;
+pub(crate) const W_HDR: usize = 1;
+pub(crate) const TOKEN_MASK: u64 = 0b111;
+pub(crate) const FP_SHIFT: u32 = 8;
+pub(crate) const FP_MASK: u64 = 0xff_ffff << FP_SHIFT;
 
 #[inline]
-pub fn w_key(slot: usize) -> usize {
+pub(crate) fn w_key(slot: usize) -> usize {
     2 + 2 * slot
 }
 
 #[inline]
-pub fn w_val(slot: usize) -> usize {
+pub(crate) fn w_val(slot: usize) -> usize {
     3 + 2 * slot
 }
 
 /// Bytes to allocate for a level of `n` buckets (room to align to 128).
-pub fn level_alloc_bytes(n: u64) -> u64 {
+pub(crate) fn level_alloc_bytes(n: u64) -> u64 {
     n * BUCKET + 64
 }
 
 /// First bucket of a level block.
-pub fn level_base(raw: u64) -> u64 {
+pub(crate) fn level_base(raw: u64) -> u64 {
     raw.div_ceil(BUCKET) * BUCKET
 }
 
 /// What the table is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     Normal = 0,
     /// Top = new (2N), bottom = old top (N), interim = old bottom (N/2).
     Expanding = 1,
@@ -78,21 +78,21 @@ pub enum Phase {
 
 /// One level: its block and bucket count (0 = absent).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Lvl {
-    pub raw: u64,
-    pub n: u64,
+pub(crate) struct Lvl {
+    pub(crate) raw: u64,
+    pub(crate) n: u64,
 }
 
 impl Lvl {
-    pub fn base(&self) -> u64 {
+    pub(crate) fn base(&self) -> u64 {
         level_base(self.raw)
     }
-    pub fn present(&self) -> bool {
+    pub(crate) fn present(&self) -> bool {
         self.n != 0
     }
     /// Offset of bucket `b`'s first line.
     #[inline]
-    pub fn bucket(&self, b: u64) -> u64 {
+    pub(crate) fn bucket(&self, b: u64) -> u64 {
         level_base(self.raw) + b * BUCKET
     }
 }
@@ -100,16 +100,16 @@ impl Lvl {
 /// A geometry record: 8 words, the last one = phase (low 32 bits) and a
 /// CRC-32 of the first 60 bytes (high 32 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Record {
-    pub seq: u64,
-    pub top: Lvl,
-    pub bot: Lvl,
-    pub il: Lvl,
-    pub phase: Phase,
+pub(crate) struct Record {
+    pub(crate) seq: u64,
+    pub(crate) top: Lvl,
+    pub(crate) bot: Lvl,
+    pub(crate) il: Lvl,
+    pub(crate) phase: Phase,
 }
 
 impl Record {
-    pub fn encode(&self) -> [u64; 8] {
+    pub(crate) fn encode(&self) -> [u64; 8] {
         let mut w = [
             self.seq,
             self.top.raw,
@@ -124,7 +124,7 @@ impl Record {
         w
     }
 
-    pub fn decode(w: &[u64; 8]) -> Option<Record> {
+    pub(crate) fn decode(w: &[u64; 8]) -> Option<Record> {
         if (w[7] >> 32) as u32 != crc_words(w) {
             return None;
         }
@@ -146,7 +146,7 @@ impl Record {
 
 /// CRC-32 of the first 60 bytes of an 8-word record (the low half of the
 /// last word included, its high half excluded).
-pub fn crc_words(w: &[u64; 8]) -> u32 {
+pub(crate) fn crc_words(w: &[u64; 8]) -> u32 {
     let mut b = [0u8; 60];
     for (i, word) in w.iter().enumerate().take(7) {
         b[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
@@ -157,7 +157,7 @@ pub fn crc_words(w: &[u64; 8]) -> u32 {
 
 /// What a log slot records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogKind {
+pub(crate) enum LogKind {
     /// Undo record of an in-place update: the old value of `key` at
     /// (`src_line`, `src_slot`).
     Update = 1,
@@ -170,18 +170,18 @@ pub enum LogKind {
 /// A log slot: [kind, src line, src slot, key, value, dst line, dst slot,
 /// crc32 of the first 56 bytes].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LogRecord {
-    pub kind: LogKind,
-    pub src_line: u64,
-    pub src_slot: u64,
-    pub key: u64,
-    pub value: u64,
-    pub dst_line: u64,
-    pub dst_slot: u64,
+pub(crate) struct LogRecord {
+    pub(crate) kind: LogKind,
+    pub(crate) src_line: u64,
+    pub(crate) src_slot: u64,
+    pub(crate) key: u64,
+    pub(crate) value: u64,
+    pub(crate) dst_line: u64,
+    pub(crate) dst_slot: u64,
 }
 
 impl LogRecord {
-    pub fn encode(&self) -> [u64; 8] {
+    pub(crate) fn encode(&self) -> [u64; 8] {
         let mut w = [
             self.kind as u64,
             self.src_line,
@@ -198,7 +198,7 @@ impl LogRecord {
 
     /// `None` for an empty slot or one torn while being written (its
     /// operation had not started changing the table).
-    pub fn decode(w: &[u64; 8]) -> Option<LogRecord> {
+    pub(crate) fn decode(w: &[u64; 8]) -> Option<LogRecord> {
         let kind = match w[0] {
             1 => LogKind::Update,
             2 => LogKind::Move,
@@ -219,6 +219,42 @@ impl LogRecord {
             dst_slot: w[6],
         })
     }
+}
+
+// ----- the line header word ---------------------------------------------------
+
+#[inline]
+pub(crate) fn free_slot(hdr: u64) -> Option<usize> {
+    let free = !hdr & TOKEN_MASK;
+    (free != 0).then(|| free.trailing_zeros() as usize)
+}
+
+#[inline]
+pub(crate) fn free_count(hdr: u64) -> u32 {
+    (!hdr & TOKEN_MASK).count_ones()
+}
+
+/// The 8-bit fingerprint of a key (from its first hash's top byte).
+#[inline]
+pub(crate) fn fingerprint(h0: u64) -> u64 {
+    h0 >> 56
+}
+
+/// Slots of a line whose token is set and whose fingerprint is `fp`.
+#[inline(always)]
+pub(crate) fn fp_candidates(hdr: u64, fp: u64) -> u64 {
+    let x = (hdr >> FP_SHIFT) ^ (fp * 0x01_0101);
+    let zero = ((x & 0xff) == 0) as u64
+        | (((x >> 8) & 0xff == 0) as u64) << 1
+        | (((x >> 16) & 0xff == 0) as u64) << 2;
+    zero & hdr & TOKEN_MASK
+}
+
+/// `hdr` with slot `s` valid and carrying fingerprint `fp`.
+#[inline]
+pub(crate) fn with_slot(hdr: u64, s: usize, fp: u64) -> u64 {
+    let shift = FP_SHIFT + 8 * s as u32;
+    (hdr & !(0xff << shift)) | (fp << shift) | (1 << s)
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ struct Root {
 /// Opens a pool in its numbered phases (`docs/engines/pass.md`,
 /// "Recovery"): the root is read and checked, then each phase runs in
 /// turn; a cleanly closed pool stops after phase 2, a read-only view of a
-/// crashed pool after phase 3. Nothing is written before phase 4.
+/// crashed pool after phase 3. Open writes to the table only in phase 4.
 pub(crate) fn open(pool: Arc<Pool>, _cfg: &EngineConfig) -> Result<Pass> {
     let r = read_root(&pool)?;
     // 1. Validate everything the table will follow (tables, directory

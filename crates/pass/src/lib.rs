@@ -4,13 +4,19 @@
 //! kept in PM one octave at a time. Design, persist orders and every
 //! decision: `docs/engines/pass.md`; on-disk format: [`layout`].
 //!
-//! - [`spiral`]: the address math (Algorithm 1, the corrected Algorithm 2).
-//! - [`table`]: one octave of the fused mapping table.
-//! - `ops`: search, insert, update, delete (optimistic readers, bucket locks).
-//! - `split`: expansion of the leftmost segment, committed by one 8-byte
-//!   store of `first`.
-//! - `recover`: open, crash recovery (stale copies, duplicates, hints),
-//!   `check`.
+//! The files, as in every engine: `lib.rs` (the type, its spec, options
+//! and tallies, create, the spiral state and the helpers every path
+//! shares), [`layout`] (the bytes in the pool), `ops.rs` (the lookup path
+//! from a hash to its segment; search, insert, update, delete with
+//! optimistic readers and bucket locks), `split.rs` (expansion of the
+//! leftmost segment, committed by one 8-byte store of `first`; publishing
+//! a spiral state; new octave tables and directory arrays), `recover.rs`
+//! (open in its numbered phases, crash recovery of stale copies,
+//! duplicates and hints, `check`), `api.rs` (the `Engine` impl and byte
+//! keys); and one concept each: `spiral.rs` (the address math, Algorithm 1
+//! and the corrected Algorithm 2), [`table`] (one octave of the fused
+//! mapping table), `mirror.rs` (the DRAM copy of the window's mapping
+//! cells).
 
 #![forbid(unsafe_code)]
 
@@ -389,8 +395,8 @@ impl Pass {
 
     /// Opens a table; runs crash recovery unless the pool was closed
     /// cleanly. A refused open writes nothing.
-    pub fn open(pool: Arc<Pool>, _cfg: &EngineConfig) -> Result<Pass> {
-        recover::open(pool)
+    pub fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Pass> {
+        recover::open(pool, cfg)
     }
 
     pub(crate) fn handle(
@@ -445,73 +451,6 @@ impl Pass {
         self.set_threshold(first);
     }
 
-    /// Publishes a new spiral state to readers (the caller holds
-    /// `split_mx`, or no one else runs), with the DRAM mapping cells of
-    /// its window ([`mirror`]). The segment arrays the window reaches are
-    /// in `dir` already.
-    pub(crate) fn publish(&self, first: u64, k: u32, tables: [u64; 3]) {
-        let (f0, k0) = (
-            self.s_first.load(Ordering::Relaxed),
-            self.s_k.load(Ordering::Relaxed) as u32,
-        );
-        let cf = table::fine_log2(first);
-        let end = cf + (1 << table::FINE);
-        // A split (`first` one more, same k) brings in the cells of the
-        // old segment's two children, `S(2·f0) .. S(2·first)`; the rest of
-        // the window keeps its buckets and their segments. Anything else
-        // fills the whole window: a new k into cells no reader uses yet
-        // (readers take the cells of the k they read), before the publish.
-        let step = k == k0 && f0 != 0 && first == f0 + 1;
-        if !step && k != k0 {
-            self.mirror_fill(first, k, tables, cf, end);
-        }
-        let v = self.sv.load(Ordering::Relaxed);
-        self.sv.store(v | 1, Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::Release);
-        if step {
-            self.mirror_fill(
-                first,
-                k,
-                tables,
-                table::fine_log2(f0) + (1 << table::FINE),
-                end,
-            );
-        } else if k == k0 {
-            self.mirror_fill(first, k, tables, cf, end);
-        }
-        self.s_first.store(first, Ordering::Relaxed);
-        self.s_cf.store(cf, Ordering::Relaxed);
-        self.s_k.store(k as u64, Ordering::Relaxed);
-        for (t, b) in self.tables.iter().zip(tables) {
-            t.store(b, Ordering::Relaxed);
-        }
-        self.sv.store((v | 1) + 1, Ordering::Release);
-    }
-
-    /// Writes the DRAM cells (at `2^k` per octave) that cover fine
-    /// positions `lo .. hi` of the window of `first`, from the PM octave
-    /// tables `tables` of that `k`.
-    fn mirror_fill(&self, first: u64, k: u32, tables: [u64; 3], lo: u64, hi: u64) {
-        let sh = table::FINE - k;
-        for j in lo >> sh..=(hi - 1) >> sh {
-            let tb = tables[((j >> k) % 3) as usize];
-            let e = if tb == 0 {
-                0
-            } else {
-                self.pool
-                    .load_u64(tb + OCT_HEADER + 8 * (j & ((1 << k) - 1)))
-            };
-            let l = e & 0xffff_ffff;
-            let seg = (first..2 * first)
-                .contains(&l)
-                .then(|| self.seg_off(spiral::physical(l)))
-                .flatten();
-            let boff = e >> 32;
-            self.mirror
-                .set(k, j, seg, if boff == 0 { 1 << sh } else { boff });
-        }
-    }
-
     /// A snapshot of the spiral state; valid while `sv` still equals `v`.
     #[inline]
     pub(crate) fn snap(&self) -> Snap {
@@ -553,79 +492,6 @@ impl Pass {
             .store((slots as f64 * self.split_load) as u64, Ordering::Relaxed);
     }
 
-    /// Builds octave `o`'s table at `2^k` cells into a new block and links
-    /// it into its root slot (`table_slot`), freeing `old`, the block it
-    /// replaces: a dead octave of this `k`'s parity (`k − 2`, or an octave
-    /// no window of this size reaches). Returns the new block.
-    pub(crate) fn write_octave(pool: &Pool, root: u64, o: u32, k: u32, old: u64) -> Result<u64> {
-        let owner = root + table_slot(o, k);
-        let size = octave_bytes(k);
-        let r = pool.reserve(size, Link::Pointer { owner })?;
-        let blk = r.offset();
-        let cells = table::exact_octave(o, k);
-        let mut bytes = Vec::with_capacity(size as usize);
-        for w in [OCT_MAGIC, o as u64, k as u64, 1u64 << k] {
-            bytes.extend_from_slice(&w.to_le_bytes());
-        }
-        bytes.resize(OCT_HEADER as usize, 0);
-        for &c in &cells {
-            bytes.extend_from_slice(&c.to_le_bytes());
-        }
-        pool.write_nt(blk, &bytes);
-        // persist: the table (non-temporal stores) before the slot names it.
-        pool.fence();
-        let ticket = if old != 0 {
-            match pool.begin_free(old, Link::Pointer { owner }) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    pool.cancel(r);
-                    return Err(e.into());
-                }
-            }
-        } else {
-            None
-        };
-        // persist: one 8-byte store links the new octave and unlinks the
-        // one it replaces (both lanes decide on this word).
-        pool.store_u64(owner, blk);
-        pool.persist(owner, 8);
-        pool.commit(r);
-        if let Some(t) = ticket {
-            pool.finish_free(t);
-        }
-        Ok(blk)
-    }
-
-    /// Allocates the segment array of directory entry `e`, zeroed, and
-    /// links it into the root's directory.
-    pub(crate) fn new_array(pool: &Pool, geo: &Geo, root: u64, e: usize) -> Result<u64> {
-        let owner = root + R_DIR + 8 * e as u64;
-        let size = entry_segments(e) * geo.seg_bytes();
-        let r = pool.reserve(size, Link::Pointer { owner })?;
-        let blk = r.offset();
-        // An unused segment must read zero (recovery reads its chain
-        // heads), although each split zeroes its new segment again. Space
-        // the pool never used reads zero already (`is_zeroed`: above the
-        // allocator's high-water mark, reserved by the file system when
-        // the pool was made or grew), so only a reused block is zeroed:
-        // through non-temporal stores in pieces (arrays reach MiBs).
-        if !r.is_zeroed() {
-            let zero = vec![0u8; 64 << 10];
-            let mut off = 0;
-            while off < size {
-                let n = (size - off).min(zero.len() as u64);
-                pool.write_nt(blk + off, &zero[..n as usize]);
-                off += n;
-            }
-        }
-        // persist: the zeroed array before the directory entry names it.
-        pool.fence();
-        pool.store_u64(owner, blk);
-        pool.persist(owner, 8);
-        pool.commit(r);
-        Ok(blk)
-    }
-
     // ----- address computation ----------------------------------------------------
 
     #[inline]
@@ -660,79 +526,6 @@ impl Pass {
     #[inline]
     pub(crate) fn fp_bix(&self, h: u64) -> (u8, u64) {
         (h as u8, (((h >> 8) & 0xffff) * self.geo.n) >> 16)
-    }
-
-    /// The physical segment of hash `h` in the window of snapshot `s`, or
-    /// `None` when the snapshot is stale (a concurrent split moved on).
-    #[inline(always)]
-    pub(crate) fn phys_of(&self, h: u64, s: &Snap) -> Option<u64> {
-        let l = self.logical_of_hash(h, s)?;
-        let p = spiral::physical(l);
-        (p < s.first).then_some(p)
-    }
-
-    /// The logical bucket of hash `h`: its fine position `P` is the unique
-    /// number ≡ its top 40 bits (mod 2^40) in the window `S(first) ..
-    /// S(first) + 2^40` (the paper's `G = ⌈c − h⌉ + h`, in integers), and
-    /// its cell's entry gives `max{L : S(L) ≤ P}`.
-    #[inline(always)]
-    pub(crate) fn logical_of_hash(&self, h: u64, s: &Snap) -> Option<u64> {
-        self.logical_in(h, s.cf, s.k, |t| s.tables[t])
-    }
-
-    /// [`logical_of_hash`](Self::logical_of_hash) from the window's fields:
-    /// `cf` and `k`, and `table(t)` the octave table of slot `t`.
-    #[inline(always)]
-    fn logical_in(&self, h: u64, cf: u64, k: u32, table: impl FnOnce(usize) -> u64) -> Option<u64> {
-        const FMASK: u64 = (1 << table::FINE) - 1;
-        let x = h >> (64 - table::FINE);
-        let pos = cf + (x.wrapping_sub(cf) & FMASK);
-        let i = pos >> (table::FINE - k);
-        let tb = table(((pos >> table::FINE) % 3) as usize);
-        if tb == 0 {
-            return None;
-        }
-        let off = tb + OCT_HEADER + 8 * (i & ((1 << k) - 1));
-        // A torn snapshot may name a freed block: still inside the pool,
-        // and the caller's version check rejects what it reads.
-        let e = self.pool.try_words(off, 1)?[0].load(Ordering::Acquire);
-        Some(table::entry_logical(e, pos, k))
-    }
-
-    /// [`locate`](Self::locate) with the spiral state read once, for the
-    /// 8-byte-key get: the segment of `h` (from the DRAM cells,
-    /// [`mirror`]) and the state's version, or `None` while a publish is
-    /// in flight or where the cells name no segment. Unlike
-    /// [`snap`](Self::snap) it does not check that the fields it reads
-    /// belong together (a publish may land between their loads): the
-    /// cells only ever hold offsets of segments (arrays are never freed
-    /// while the table is open), and the caller keeps its answer only if
-    /// [`still_at`](Self::still_at) the version.
-    #[inline(always)]
-    pub(crate) fn locate_once(&self, h: u64) -> Option<(u64, u64)> {
-        const FMASK: u64 = (1 << table::FINE) - 1;
-        let v = self.sv.load(Ordering::Acquire);
-        if v & 1 != 0 {
-            return None;
-        }
-        let cf = self.s_cf.load(Ordering::Relaxed);
-        let k = self.s_k.load(Ordering::Relaxed) as u32;
-        let x = h >> (64 - table::FINE);
-        let pos = cf + (x.wrapping_sub(cf) & FMASK);
-        Some((v, self.mirror.seg(pos, k)?))
-    }
-
-    /// Offset of physical segment `p`, if its array exists.
-    #[inline(always)]
-    pub(crate) fn seg_off(&self, p: u64) -> Option<u64> {
-        let (e, i) = dir_pos(p);
-        let base = self.dir.get(e)?.load(Ordering::Acquire);
-        (base != 0).then(|| base + i * self.geo.seg_bytes())
-    }
-
-    #[inline(always)]
-    pub(crate) fn locate(&self, h: u64, s: &Snap) -> Option<u64> {
-        self.seg_off(self.phys_of(h, s)?)
     }
 
     #[inline]

@@ -13,7 +13,7 @@ use engine::{hits, Error, Result};
 use pmem::Link;
 
 use crate::layout::*;
-use crate::{Key, Pass};
+use crate::{spiral, table, Key, Pass, Snap};
 
 /// The meta bits of slot `s` (allocation, and member for normal buckets;
 /// a chain bucket keeps its next pointer in those bits).
@@ -123,6 +123,81 @@ impl Drop for Held<'_> {
 }
 
 impl Pass {
+    // ----- address computation ----------------------------------------------------
+
+    /// The physical segment of hash `h` in the window of snapshot `s`, or
+    /// `None` when the snapshot is stale (a concurrent split moved on).
+    #[inline(always)]
+    pub(crate) fn phys_of(&self, h: u64, s: &Snap) -> Option<u64> {
+        let l = self.logical_of_hash(h, s)?;
+        let p = spiral::physical(l);
+        (p < s.first).then_some(p)
+    }
+
+    /// The logical bucket of hash `h`: its fine position `P` is the unique
+    /// number ≡ its top 40 bits (mod 2^40) in the window `S(first) ..
+    /// S(first) + 2^40` (the paper's `G = ⌈c − h⌉ + h`, in integers), and
+    /// its cell's entry gives `max{L : S(L) ≤ P}`.
+    #[inline(always)]
+    pub(crate) fn logical_of_hash(&self, h: u64, s: &Snap) -> Option<u64> {
+        self.logical_in(h, s.cf, s.k, |t| s.tables[t])
+    }
+
+    /// [`logical_of_hash`](Self::logical_of_hash) from the window's fields:
+    /// `cf` and `k`, and `table(t)` the octave table of slot `t`.
+    #[inline(always)]
+    fn logical_in(&self, h: u64, cf: u64, k: u32, table: impl FnOnce(usize) -> u64) -> Option<u64> {
+        const FMASK: u64 = (1 << table::FINE) - 1;
+        let x = h >> (64 - table::FINE);
+        let pos = cf + (x.wrapping_sub(cf) & FMASK);
+        let i = pos >> (table::FINE - k);
+        let tb = table(((pos >> table::FINE) % 3) as usize);
+        if tb == 0 {
+            return None;
+        }
+        let off = tb + OCT_HEADER + 8 * (i & ((1 << k) - 1));
+        // A torn snapshot may name a freed block: still inside the pool,
+        // and the caller's version check rejects what it reads.
+        let e = self.pool.try_words(off, 1)?[0].load(Ordering::Acquire);
+        Some(table::entry_logical(e, pos, k))
+    }
+
+    /// [`locate`](Self::locate) with the spiral state read once, for the
+    /// 8-byte-key get: the segment of `h` (from the DRAM cells,
+    /// [`mirror`]) and the state's version, or `None` while a publish is
+    /// in flight or where the cells name no segment. Unlike
+    /// [`snap`](Self::snap) it does not check that the fields it reads
+    /// belong together (a publish may land between their loads): the
+    /// cells only ever hold offsets of segments (arrays are never freed
+    /// while the table is open), and the caller keeps its answer only if
+    /// [`still_at`](Self::still_at) the version.
+    #[inline(always)]
+    pub(crate) fn locate_once(&self, h: u64) -> Option<(u64, u64)> {
+        const FMASK: u64 = (1 << table::FINE) - 1;
+        let v = self.sv.load(Ordering::Acquire);
+        if v & 1 != 0 {
+            return None;
+        }
+        let cf = self.s_cf.load(Ordering::Relaxed);
+        let k = self.s_k.load(Ordering::Relaxed) as u32;
+        let x = h >> (64 - table::FINE);
+        let pos = cf + (x.wrapping_sub(cf) & FMASK);
+        Some((v, self.mirror.seg(pos, k)?))
+    }
+
+    /// Offset of physical segment `p`, if its array exists.
+    #[inline(always)]
+    pub(crate) fn seg_off(&self, p: u64) -> Option<u64> {
+        let (e, i) = dir_pos(p);
+        let base = self.dir.get(e)?.load(Ordering::Acquire);
+        (base != 0).then(|| base + i * self.geo.seg_bytes())
+    }
+
+    #[inline(always)]
+    pub(crate) fn locate(&self, h: u64, s: &Snap) -> Option<u64> {
+        self.seg_off(self.phys_of(h, s)?)
+    }
+
     // ----- key words ------------------------------------------------------------
 
     /// Whether the key word `kw` of a slot holds key `k`. In bytes mode

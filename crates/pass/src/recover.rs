@@ -30,14 +30,53 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::{CheckReport, Result};
+use engine::{CheckReport, EngineConfig, Result};
 use pmem::{Link, Pool};
 
 use crate::layout::*;
 use crate::ops::{Kind, Loc};
 use crate::{corrupt, spiral, Pass};
 
-pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
+/// What [`read_root`] found in the root block, checked: handed on to the
+/// phases of [`open`].
+#[derive(Clone, Copy)]
+struct Root {
+    root: u64,
+    geo: Geo,
+    seed: u64,
+    split_load: f64,
+    k: u32,
+    first: u64,
+}
+
+/// Opens a pool in its numbered phases (`docs/engines/pass.md`,
+/// "Recovery"): the root is read and checked, then each phase runs in
+/// turn; a cleanly closed pool stops after phase 2, a read-only view of a
+/// crashed pool after phase 3. Open writes to the table only in phase 4.
+pub(crate) fn open(pool: Arc<Pool>, _cfg: &EngineConfig) -> Result<Pass> {
+    let r = read_root(&pool)?;
+    // 1. Validate everything the table will follow (tables, directory
+    // arrays, chains, key pointers), then load the DRAM state.
+    let ps = load_validated(pool, &r)?;
+    // 2. A clean pool: walk the live segments against the recorded count.
+    if ps.pool.was_clean() {
+        clean_open(&ps, &r)?;
+        return Ok(ps);
+    }
+    // 3. A read-only view of a crashed pool: count what recovery would
+    // keep, repairing nothing.
+    if ps.pool.is_read_only() {
+        count_crashed(&ps, &r)?;
+        return Ok(ps);
+    }
+    // 4. After a crash: repair every segment, recount.
+    repair_crashed(&ps, &r)?;
+    Ok(ps)
+}
+
+/// Reads and checks the root block: magic, geometry, seed, split load,
+/// `k`, `first` and the zero-hash key's flag.
+fn read_root(pool: &Pool) -> Result<Root> {
     let root = pool.root();
     if root == 0 {
         return Err(corrupt("pool holds no PASS table (no root)"));
@@ -52,7 +91,7 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
     let geo = Geo::decode(pool.load_u64(root + R_GEO))
         .ok_or_else(|| corrupt("root geometry word is invalid"))?;
     let seed = pool.load_u64(root + R_SEED);
-    if seed != crate::seed_of(&pool) {
+    if seed != crate::seed_of(pool) {
         return Err(corrupt("hash seed does not match the pool's identity"));
     }
     let split_load = f64::from_bits(pool.load_u64(root + R_SPLIT_LOAD));
@@ -85,6 +124,27 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
             if geo.bytes_keys { "" } else { " or 1" }
         )));
     }
+    Ok(Root {
+        root,
+        geo,
+        seed,
+        split_load,
+        k,
+        first,
+    })
+}
+
+/// Phase 1: the table's handle, once everything it will follow is
+/// validated, with its DRAM state loaded and its chain buckets counted.
+fn load_validated(pool: Arc<Pool>, r: &Root) -> Result<Pass> {
+    let Root {
+        root,
+        geo,
+        seed,
+        split_load,
+        k,
+        first,
+    } = *r;
     let name = crate::engine_name(geo.bytes_keys, split_load);
     let ps = Pass::handle(pool, root, geo, seed, split_load, name);
     // A clean open checks every key block in its walk below (in
@@ -95,60 +155,75 @@ pub(crate) fn open(pool: Arc<Pool>) -> Result<Pass> {
         .map(|p| ps.chain_of(ps.seg_off(p).expect("validated")).len() as u64)
         .sum();
     ps.t.chain_buckets.store(chains, Ordering::Relaxed);
-    if ps.pool.was_clean() {
-        let len = ps.pool.load_u64(root + R_LEN);
-        // The count a clean close recorded must match the records the
-        // walk finds, and every record must be one that readers and
-        // `for_each` reach (a page zeroed or overwritten since would
-        // otherwise open with keys silently missing or invented).
-        // A writable open after a read-only one that passed this walk
-        // under the same lock (`Pool::prechecked`) does not walk again,
-        // unless it needs the walk's count of keys not in u64 form (bytes
-        // mode: nothing records it at close).
-        let odd = if ps.pool.prechecked() && !ps.geo.bytes_keys {
-            0
-        } else {
-            let (found, odd) = clean_walk(&ps, first)?;
-            ps.t.clean_walked.store(first, Ordering::Relaxed);
-            if found != len {
-                return Err(corrupt(format!(
-                    "clean pool records {len} keys, its segments hold {found}: {}",
-                    engine::damaged_after_close(&ps.pool)
-                )));
-            }
-            odd
-        };
-        ps.len.set(len as i64);
-        ps.odd.set(odd as i64);
-    } else if !ps.pool.is_read_only() {
-        let t0 = Instant::now();
-        repair(&ps, first)?;
-        ps.t.recovery_us
-            .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
-        let chains: u64 = (0..first)
-            .map(|p| ps.chain_of(ps.seg_off(p).expect("validated")).len() as u64)
-            .sum();
-        ps.t.chain_buckets.store(chains, Ordering::Relaxed);
-    } else {
-        // A read-only view of a crashed pool: count what recovery would
-        // keep, without repairing (the zero-hash key, in the root,
-        // included); `for_each` visits the same records.
-        let st = ps.snap();
-        let mut n = (ps.pool.load_u64(root + R_ZERO) == 1) as u64;
-        let mut odd = 0;
-        for p in 0..first {
-            for r in classify(&ps, p, &st)?
-                .iter()
-                .filter(|r| r.fate == Fate::Keep)
-            {
-                n += 1;
-                odd += r.odd as u64;
-            }
-        }
-        ps.len.set(n as i64);
-        ps.odd.set(odd as i64);
-    }
     Ok(ps)
+}
+
+/// Phase 2, a cleanly closed pool: the recorded count checked against
+/// the records the walk finds ([`clean_walk`]), and set.
+fn clean_open(ps: &Pass, r: &Root) -> Result<()> {
+    let Root { root, first, .. } = *r;
+    let len = ps.pool.load_u64(root + R_LEN);
+    // The count a clean close recorded must match the records the
+    // walk finds, and every record must be one that readers and
+    // `for_each` reach (a page zeroed or overwritten since would
+    // otherwise open with keys silently missing or invented).
+    // A writable open after a read-only one that passed this walk
+    // under the same lock (`Pool::prechecked`) does not walk again,
+    // unless it needs the walk's count of keys not in u64 form (bytes
+    // mode: nothing records it at close).
+    let odd = if ps.pool.prechecked() && !ps.geo.bytes_keys {
+        0
+    } else {
+        let (found, odd) = clean_walk(ps, first)?;
+        ps.t.clean_walked.store(first, Ordering::Relaxed);
+        if found != len {
+            return Err(corrupt(format!(
+                "clean pool records {len} keys, its segments hold {found}: {}",
+                engine::damaged_after_close(&ps.pool)
+            )));
+        }
+        odd
+    };
+    ps.len.set(len as i64);
+    ps.odd.set(odd as i64);
+    Ok(())
+}
+
+/// Phase 3, a read-only view of a crashed pool: counts what recovery
+/// would keep, without repairing (the zero-hash key, in the root,
+/// included); `for_each` visits the same records.
+fn count_crashed(ps: &Pass, r: &Root) -> Result<()> {
+    let Root { root, first, .. } = *r;
+    let st = ps.snap();
+    let mut n = (ps.pool.load_u64(root + R_ZERO) == 1) as u64;
+    let mut odd = 0;
+    for p in 0..first {
+        for r in classify(ps, p, &st)?
+            .iter()
+            .filter(|r| r.fate == Fate::Keep)
+        {
+            n += 1;
+            odd += r.odd as u64;
+        }
+    }
+    ps.len.set(n as i64);
+    ps.odd.set(odd as i64);
+    Ok(())
+}
+
+/// Phase 4, after a crash (writable opens): every segment repaired
+/// ([`repair`]), timed, and the chain buckets counted again.
+fn repair_crashed(ps: &Pass, r: &Root) -> Result<()> {
+    let first = r.first;
+    let t0 = Instant::now();
+    repair(ps, first)?;
+    ps.t.recovery_us
+        .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+    let chains: u64 = (0..first)
+        .map(|p| ps.chain_of(ps.seg_off(p).expect("validated")).len() as u64)
+        .sum();
+    ps.t.chain_buckets.store(chains, Ordering::Relaxed);
+    Ok(())
 }
 
 /// The clean-open cross-check: walks every live segment (in parallel)

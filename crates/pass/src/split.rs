@@ -26,11 +26,11 @@
 use std::sync::atomic::Ordering;
 
 use engine::Result;
-use pmem::Link;
+use pmem::{Link, Pool};
 
 use crate::layout::*;
 use crate::ops::{slot_bits, Held, Kind, Loc, Placed, Placing, Rec};
-use crate::{spiral, Pass, Snap};
+use crate::{spiral, table, table_slot, Pass, Snap};
 
 impl Pass {
     /// Every valid record of `seg`: location, key word, value.
@@ -448,5 +448,145 @@ impl Pass {
             self.t.chain_buckets.fetch_sub(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Publishes a new spiral state to readers (the caller holds
+    /// `split_mx`, or no one else runs), with the DRAM mapping cells of
+    /// its window ([`mirror`]). The segment arrays the window reaches are
+    /// in `dir` already.
+    pub(crate) fn publish(&self, first: u64, k: u32, tables: [u64; 3]) {
+        let (f0, k0) = (
+            self.s_first.load(Ordering::Relaxed),
+            self.s_k.load(Ordering::Relaxed) as u32,
+        );
+        let cf = table::fine_log2(first);
+        let end = cf + (1 << table::FINE);
+        // A split (`first` one more, same k) brings in the cells of the
+        // old segment's two children, `S(2·f0) .. S(2·first)`; the rest of
+        // the window keeps its buckets and their segments. Anything else
+        // fills the whole window: a new k into cells no reader uses yet
+        // (readers take the cells of the k they read), before the publish.
+        let step = k == k0 && f0 != 0 && first == f0 + 1;
+        if !step && k != k0 {
+            self.mirror_fill(first, k, tables, cf, end);
+        }
+        let v = self.sv.load(Ordering::Relaxed);
+        self.sv.store(v | 1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        if step {
+            self.mirror_fill(
+                first,
+                k,
+                tables,
+                table::fine_log2(f0) + (1 << table::FINE),
+                end,
+            );
+        } else if k == k0 {
+            self.mirror_fill(first, k, tables, cf, end);
+        }
+        self.s_first.store(first, Ordering::Relaxed);
+        self.s_cf.store(cf, Ordering::Relaxed);
+        self.s_k.store(k as u64, Ordering::Relaxed);
+        for (t, b) in self.tables.iter().zip(tables) {
+            t.store(b, Ordering::Relaxed);
+        }
+        self.sv.store((v | 1) + 1, Ordering::Release);
+    }
+
+    /// Writes the DRAM cells (at `2^k` per octave) that cover fine
+    /// positions `lo .. hi` of the window of `first`, from the PM octave
+    /// tables `tables` of that `k`.
+    fn mirror_fill(&self, first: u64, k: u32, tables: [u64; 3], lo: u64, hi: u64) {
+        let sh = table::FINE - k;
+        for j in lo >> sh..=(hi - 1) >> sh {
+            let tb = tables[((j >> k) % 3) as usize];
+            let e = if tb == 0 {
+                0
+            } else {
+                self.pool
+                    .load_u64(tb + OCT_HEADER + 8 * (j & ((1 << k) - 1)))
+            };
+            let l = e & 0xffff_ffff;
+            let seg = (first..2 * first)
+                .contains(&l)
+                .then(|| self.seg_off(spiral::physical(l)))
+                .flatten();
+            let boff = e >> 32;
+            self.mirror
+                .set(k, j, seg, if boff == 0 { 1 << sh } else { boff });
+        }
+    }
+
+    /// Builds octave `o`'s table at `2^k` cells into a new block and links
+    /// it into its root slot (`table_slot`), freeing `old`, the block it
+    /// replaces: a dead octave of this `k`'s parity (`k − 2`, or an octave
+    /// no window of this size reaches). Returns the new block.
+    pub(crate) fn write_octave(pool: &Pool, root: u64, o: u32, k: u32, old: u64) -> Result<u64> {
+        let owner = root + table_slot(o, k);
+        let size = octave_bytes(k);
+        let r = pool.reserve(size, Link::Pointer { owner })?;
+        let blk = r.offset();
+        let cells = table::exact_octave(o, k);
+        let mut bytes = Vec::with_capacity(size as usize);
+        for w in [OCT_MAGIC, o as u64, k as u64, 1u64 << k] {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        bytes.resize(OCT_HEADER as usize, 0);
+        for &c in &cells {
+            bytes.extend_from_slice(&c.to_le_bytes());
+        }
+        pool.write_nt(blk, &bytes);
+        // persist: the table (non-temporal stores) before the slot names it.
+        pool.fence();
+        let ticket = if old != 0 {
+            match pool.begin_free(old, Link::Pointer { owner }) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    pool.cancel(r);
+                    return Err(e.into());
+                }
+            }
+        } else {
+            None
+        };
+        // persist: one 8-byte store links the new octave and unlinks the
+        // one it replaces (both lanes decide on this word).
+        pool.store_u64(owner, blk);
+        pool.persist(owner, 8);
+        pool.commit(r);
+        if let Some(t) = ticket {
+            pool.finish_free(t);
+        }
+        Ok(blk)
+    }
+
+    /// Allocates the segment array of directory entry `e`, zeroed, and
+    /// links it into the root's directory.
+    pub(crate) fn new_array(pool: &Pool, geo: &Geo, root: u64, e: usize) -> Result<u64> {
+        let owner = root + R_DIR + 8 * e as u64;
+        let size = entry_segments(e) * geo.seg_bytes();
+        let r = pool.reserve(size, Link::Pointer { owner })?;
+        let blk = r.offset();
+        // An unused segment must read zero (recovery reads its chain
+        // heads), although each split zeroes its new segment again. Space
+        // the pool never used reads zero already (`is_zeroed`: above the
+        // allocator's high-water mark, reserved by the file system when
+        // the pool was made or grew), so only a reused block is zeroed:
+        // through non-temporal stores in pieces (arrays reach MiBs).
+        if !r.is_zeroed() {
+            let zero = vec![0u8; 64 << 10];
+            let mut off = 0;
+            while off < size {
+                let n = (size - off).min(zero.len() as u64);
+                pool.write_nt(blk + off, &zero[..n as usize]);
+                off += n;
+            }
+        }
+        // persist: the zeroed array before the directory entry names it.
+        pool.fence();
+        pool.store_u64(owner, blk);
+        pool.persist(owner, 8);
+        pool.commit(r);
+        Ok(blk)
     }
 }

@@ -7,10 +7,13 @@
 //! Design, persist orders and every decision: `docs/engines/rophi.md`;
 //! on-disk format: [`layout`].
 //!
-//! - `ops`: get, get_many, insert, update, remove.
-//! - `grow`: doubling of the head array (committed by one 8-byte store)
-//!   and of the filter (rebuilt from PM with every thread).
-//! - `recover`: open, crash recovery, the filter rebuild, `check`.
+//! The files, as in every engine: `lib.rs` (the type, its spec, tallies,
+//! create, and the helpers every path shares), [`layout`] (the bytes in
+//! the pool), `ops.rs` (get, get_many, insert, update, remove), `grow.rs`
+//! (doubling of the head array, committed by one 8-byte store, and of the
+//! filter, rebuilt from PM with every thread), `recover.rs` (open in its
+//! numbered phases, crash recovery, the filter rebuild, `check`), `api.rs`
+//! (the `Engine` impl).
 
 #![forbid(unsafe_code)]
 
@@ -270,3 +273,6 @@ impl Rophi {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

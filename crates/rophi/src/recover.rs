@@ -309,33 +309,68 @@ fn release_empty(pool: &Pool, t: Table, map: &SlabMap) -> u64 {
     .sum()
 }
 
+/// What phase 1 of [`open`] hands on: the live table, its slabs, and the
+/// pairs its chains hold.
+struct Validated {
+    t: Table,
+    map: SlabMap,
+    len: u64,
+}
+
+/// Opens a pool in its numbered phases (`docs/engines/rophi.md`,
+/// "Recovery (open)"): the root is read and checked, then each phase runs
+/// in turn; a read-only open skips phase 2, the only one that writes.
 pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Rophi> {
     let start = Instant::now();
     let root = read_root(&pool)?;
-    let d = pool.load_u64(root + R_TABLE);
-    let (t, slab_list) = validate_table(&pool, root, d, "live")?;
-    for (w, what) in [(R_NEXT, "resize's new"), (R_OLD, "resize's old")] {
-        let x = pool.load_u64(root + w);
-        if x != 0 && x != d {
-            validate_table(&pool, root, x, what)?;
-        }
-    }
-    let map = SlabMap::new(slab_list);
-    let len = validate_chains(&pool, t, &map)?;
-    if pool.was_clean() && pool.load_u64(root + R_LEN) != len {
-        return Err(corrupt(format!(
-            "clean pool records {} pairs, its chains hold {len}: {}",
-            pool.load_u64(root + R_LEN),
-            engine::damaged_after_close(&pool)
-        )));
-    }
-    // Everything followed below was validated: writes start here.
+    // 1. Validate every table the root names and the live table's chains;
+    // a clean pool's recorded count must match them.
+    let Validated { t, map, len } = validate_all(&pool, root)?;
+    // 2. Everything followed below was validated: writes start here.
+    // Finish a resize a crash cut, and release empty chain buckets.
     let mut released = 0;
     if !pool.is_read_only() {
         resolve(&pool, root)?;
         released = release_empty(&pool, t, &map);
     }
-    let seed = seed_of(&pool);
+    // 3. The handle, its filter rebuilt from PM, and its free list.
+    let rp = build_handle(&pool, cfg, root, Validated { t, map, len });
+    rp.t.released.store(released, Ordering::Relaxed);
+    rp.t.recovery_us
+        .store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+    Ok(rp)
+}
+
+/// Phase 1: the live table (and a resize's new and old ones, if the root
+/// names them) and every chain of the live table validated; in a clean
+/// pool, the count the close recorded checked against the chains.
+fn validate_all(pool: &Pool, root: u64) -> Result<Validated> {
+    let d = pool.load_u64(root + R_TABLE);
+    let (t, slab_list) = validate_table(pool, root, d, "live")?;
+    for (w, what) in [(R_NEXT, "resize's new"), (R_OLD, "resize's old")] {
+        let x = pool.load_u64(root + w);
+        if x != 0 && x != d {
+            validate_table(pool, root, x, what)?;
+        }
+    }
+    let map = SlabMap::new(slab_list);
+    let len = validate_chains(pool, t, &map)?;
+    if pool.was_clean() && pool.load_u64(root + R_LEN) != len {
+        return Err(corrupt(format!(
+            "clean pool records {} pairs, its chains hold {len}: {}",
+            pool.load_u64(root + R_LEN),
+            engine::damaged_after_close(pool)
+        )));
+    }
+    Ok(Validated { t, map, len })
+}
+
+/// Phase 3: the table's handle, with its filter rebuilt from PM (sized
+/// for the larger of the pairs found and the configured capacity), its
+/// count, and its free list and slab total from the slab map.
+fn build_handle(pool: &Arc<Pool>, cfg: &EngineConfig, root: u64, v: Validated) -> Rophi {
+    let Validated { t, map, len } = v;
+    let seed = seed_of(pool);
     let rp = Rophi::handle(
         pool.clone(),
         root,
@@ -355,10 +390,7 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Rophi> {
     rp.len.set(len as i64);
     *rp.free.lock().unwrap_or_else(|e| e.into_inner()) = map.free();
     rp.slab_total.store(map.total(), Ordering::Relaxed);
-    rp.t.released.store(released, Ordering::Relaxed);
-    rp.t.recovery_us
-        .store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-    Ok(rp)
+    rp
 }
 
 /// Read-only walk of the whole table: pairs well formed, no key twice,

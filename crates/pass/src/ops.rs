@@ -452,8 +452,8 @@ impl Pass {
         let bucket = |b: u64| &segw[((b - seg) / 8) as usize..][..32];
         let wt = bucket(t);
         // Only the probe is fetched ahead. Fetching the home's filter word
-        // too (a dense table reads it for one miss in six) gained 4% with
-        // the old exit test below and nothing since (interleaved runs).
+        // too (a dense table reads it for one miss in six) gains nothing
+        // measurable with the exit test below (interleaved runs).
         self.pool.prefetch(p);
         let vt = wt[0].load(Ordering::Acquire);
         if !self.lock.is_free(vt) {
@@ -542,11 +542,11 @@ impl Pass {
     /// home's overflow filter (meta word `hints.0`) rules out the stash
     /// and the chain when its bit is clear — every overflow record of the
     /// home sets its bit, hinted or not, and `check` verifies it — so most
-    /// misses end here, inline, after two lines. (Until 2026-11-23 the
-    /// test was "no valid hint in home or probe, and no filter bit": at
-    /// high load that sent half the misses into `overflow_find`, a branch
-    /// the CPU cannot predict, taken on loaded data; dense get-neg went
-    /// from 4.0-4.2 to 4.9-5.2 Mops/s.)
+    /// misses end here, inline, after two lines. (A test of "no valid
+    /// hint in home or probe, and no filter bit" would send half the misses
+    /// at high load into `overflow_find`, a branch the CPU cannot predict,
+    /// taken on loaded data; against it this test gives dense get-neg
+    /// 4.9-5.2 Mops/s instead of 4.0-4.2.)
     #[inline(always)]
     fn overflow_lookup(
         &self,

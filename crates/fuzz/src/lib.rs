@@ -26,7 +26,7 @@ pub mod resp;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub use engine::testkit::Rng;
+pub use engine::scratch::Rng;
 
 /// A violated property. `fatal`: the worker cannot go on after it (a
 /// runaway thread, a dead server), so the run stops even with

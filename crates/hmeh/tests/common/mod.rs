@@ -2,7 +2,7 @@
 //! seeded RNG, unique temp files, `stats().detail` lookups, reopen in four
 //! ways and a full model comparison.
 
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -272,6 +272,7 @@ pub fn verify(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, absent: &[
 
 // ----- pool images -----------------------------------------------------------------
 
+#[allow(unused_imports)]
 pub use engine::testkit::image::{clear_clean_flag, patch, word, STATE_SLOTS};
 
 /// Byte offsets of the words the image tests patch

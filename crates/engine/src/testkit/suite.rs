@@ -326,7 +326,7 @@ pub fn foreign_pools_are_refused_untouched<S: Subject>() {
 /// with every key ([`accepted`]).
 pub fn corruptions_are_refused_untouched<S: Subject>() {
     let tmp = TempPath::new(S::TEMP_PREFIX, "suite-corrupt");
-    let popts = pool_opts::<S>(Mode::Mapped, 2 * MIB, 0, 7);
+    let popts = pool_opts::<S>(Mode::Mapped, 2 * MIB, 64 * MIB, 7);
     let pool = Arc::new(Pool::create(tmp.path(), &popts).unwrap());
     let e = S::create(pool.clone(), &strict_config(S::OPEN_CAPACITY, 1)).unwrap();
     let mut model = HashMap::new();

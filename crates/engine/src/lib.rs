@@ -18,8 +18,10 @@ pub mod gate;
 pub mod hash;
 pub mod hits;
 pub mod hugemem;
+pub mod scratch;
 pub mod slotarray;
 pub mod sync;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use bytes::eq_mask16;

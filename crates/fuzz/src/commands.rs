@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use engine::testkit::TempDir;
+use engine::scratch::TempDir;
 use server::{Config, Server};
 use store::{GcMode, Options, Store};
 

@@ -27,7 +27,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use driver::{run, worker, Options};
-pub use engine::testkit::Rng;
+pub use engine::scratch::Rng;
 
 /// A violated property. `fatal`: the worker cannot go on after it (a
 /// runaway thread, a dead server), so the run stops even with

@@ -27,7 +27,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 
-use engine::testkit::{TempDir, TempPath};
+use engine::scratch::{TempDir, TempPath};
 use engine::{Durability, Engine, EngineConfig, EngineKind, EngineSpec};
 use pmem::{Mode, Pool, PoolOptions};
 use store::{GcMode, Store};

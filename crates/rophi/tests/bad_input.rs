@@ -49,98 +49,19 @@ fn built(tag: &str, n: u64) -> (TempPath, Vec<u8>, HashMap<u64, u64>, Shape) {
     (tmp, bytes, model, sh)
 }
 
-/// Writes `bad` (and `bad` with the clean flag cleared) to the file and
-/// opens it read-only, writable, and writable with the pool image compared
-/// around `Rophi::open`: each must be an `Err`, never a panic, and leave
-/// the bytes as described in the module comment. Returns a message.
+/// The bad-pool harness (`engine::testkit::bad_pool::refused`): `bad`
+/// (and `bad` with the clean flag cleared) opened read-only, writable, and
+/// writable with the pool image compared around `Rophi::open`: each must
+/// be an `Err`, never a panic, and leave the bytes as described in the
+/// module comment. Returns a message.
 fn refused(path: &Path, bad: &[u8], what: &str) -> String {
-    let mut msg = String::new();
-    let mut crashed = bad.to_vec();
-    clear_clean_flag(&mut crashed);
-    for (variant, img) in [("clean", bad), ("crashed", &crashed[..])] {
-        let what = format!("{what} [{variant}]");
-        for read_only in [true, false] {
-            std::fs::write(path, img).unwrap();
-            let mode = if read_only { "read-only" } else { "writable" };
-            match open_file(path, read_only) {
-                Ok((_, e)) => panic!(
-                    "{what} ({mode}): open accepted it; len {} check() says {:?}",
-                    e.len(),
-                    e.check()
-                ),
-                Err(m) => {
-                    assert!(m != "PANIC", "{what} ({mode}): open panicked");
-                    msg = m;
-                }
-            }
-            let now = std::fs::read(path).unwrap();
-            assert_eq!(now.len(), img.len(), "{what} ({mode}): file length changed");
-            if read_only {
-                assert!(now == img, "{what} (read-only): the file changed");
-            } else {
-                let diff: Vec<usize> = (0..now.len())
-                    .filter(|&i| now[i] != img[i] && !STATE_SLOTS.contains(&i))
-                    .take(4)
-                    .collect();
-                assert!(
-                    diff.is_empty(),
-                    "{what} (writable): bytes outside the header state changed at {diff:#x?}"
-                );
-            }
-        }
-        // The engine's own refusal writes nothing into the opened pool.
-        // (Skipped when the pool layer itself refuses the file.)
-        std::fs::write(path, img).unwrap();
-        let Ok(pool) = Pool::open(
-            path,
-            &PoolOptions {
-                mode: Mode::Mapped,
-                ..PoolOptions::default()
-            },
-        ) else {
-            continue;
-        };
-        let pool = Arc::new(pool);
-        let before = pool.image();
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            Rophi::open(pool.clone(), &cfg(16, 1)).map(|_| ())
-        }));
-        match r {
-            Err(_) => panic!("{what}: Rophi::open panicked"),
-            Ok(Ok(())) => panic!("{what}: Rophi::open accepted it"),
-            Ok(Err(e)) => assert!(
-                matches!(e, Error::Corrupt(_) | Error::Pool(_)),
-                "{what}: refused with {e:?}, not a corruption error"
-            ),
-        }
-        let after = pool.image();
-        let diff: Vec<usize> = (0..after.len())
-            .filter(|&i| after[i] != before[i])
-            .take(4)
-            .collect();
-        assert!(
-            diff.is_empty(),
-            "{what}: the refused Rophi::open wrote at {diff:#x?}"
-        );
-    }
-    std::fs::write(path, bad).unwrap();
-    msg
+    engine::testkit::bad_pool::refused::<RophiSubject>(path, bad, what)
 }
 
-/// The untouched file opens (read-only and writable) with every key.
+/// The untouched file opens (read-only and writable) with every key
+/// (`engine::testkit::bad_pool::accepted`).
 fn accepted(path: &Path, good: &[u8], model: &HashMap<u64, u64>, what: &str) {
-    for read_only in [true, false] {
-        std::fs::write(path, good).unwrap();
-        let (pool, e) = open_file(path, read_only).unwrap_or_else(|m| panic!("{what}: {m}"));
-        assert_eq!(e.len(), model.len() as u64, "{what}");
-        for (k, v) in model {
-            assert_eq!(e.get(*k), Some(*v), "{what}: key {k:#x}");
-        }
-        let r = e.check().unwrap();
-        assert_eq!(r.keys, model.len() as u64);
-        assert_eq!(r.reachable_bytes, pool.stats().bytes_in_use, "{what}: leak");
-    }
-    std::fs::write(path, good).unwrap();
+    engine::testkit::bad_pool::accepted::<RophiSubject>(path, good, model, what)
 }
 
 // ----- pools without a ROPHI table -------------------------------------------------------

@@ -15,6 +15,10 @@ use pmem::{Mode, Pool, PoolOptions};
 pub const MIB: u64 = 1 << 20;
 
 pub use engine::testkit::Rng;
+use engine::testkit::Subject;
+
+mod spec;
+pub use spec::HmehSubject;
 
 /// murmur3's finalizer: a bijection, for spreading test keys.
 #[allow(unused_imports)]
@@ -25,7 +29,10 @@ pub struct TempPath(engine::testkit::TempPath);
 
 impl TempPath {
     pub fn new(tag: &str) -> TempPath {
-        TempPath(engine::testkit::TempPath::new("hmeh-test", tag))
+        TempPath(engine::testkit::TempPath::new(
+            HmehSubject::TEMP_PREFIX,
+            tag,
+        ))
     }
     pub fn path(&self) -> &Path {
         self.0.path()
@@ -37,7 +44,7 @@ pub fn pool_opts(mode: Mode, size: u64, max_size: u64, uuid: Option<[u8; 16]>) -
         mode,
         size,
         max_size,
-        layout: hmeh::LAYOUT.into(),
+        layout: HmehSubject::LAYOUT.into(),
         uuid,
         ..PoolOptions::default()
     }
@@ -74,9 +81,7 @@ pub fn identity_capped(max_depth: u32) -> Options {
 
 /// A uuid made from a seed: the hash seed (hence every path) repeats.
 pub fn uuid_of(seed: u64) -> [u8; 16] {
-    let mut u = *b"hmeh-tests-uuid!";
-    u[..8].copy_from_slice(&seed.to_le_bytes());
-    u
+    engine::testkit::test_uuid(&HmehSubject::UUID_TAG, seed)
 }
 
 /// How a table is closed and opened again.
@@ -267,9 +272,8 @@ pub fn verify(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, absent: &[
 
 // ----- pool images -----------------------------------------------------------------
 
-/// The pool header's two state slots (docs/format.md): the only bytes a
-/// writable open of a pool the engine refuses may change.
-pub const STATE_SLOTS: std::ops::Range<usize> = 64..192;
+#[allow(unused_imports)]
+pub use engine::testkit::image::{clear_clean_flag, patch, word, STATE_SLOTS};
 
 /// Byte offsets of the words the image tests patch
 /// (`crates/hmeh/src/layout.rs`): root block (`R_`), segment header (`H_`).
@@ -282,39 +286,6 @@ pub mod off {
     pub const H_BACKUP: u64 = 32;
     pub const H_OVERFLOW: u64 = 40;
     pub const H_RETIRED: u64 = 48;
-}
-
-/// `bytes` with each (offset, word) written little-endian.
-pub fn patch(bytes: &[u8], words: &[(u64, u64)]) -> Vec<u8> {
-    let mut v = bytes.to_vec();
-    for &(off, w) in words {
-        v[off as usize..off as usize + 8].copy_from_slice(&w.to_le_bytes());
-    }
-    v
-}
-
-/// The little-endian word at `off`.
-pub fn word(bytes: &[u8], off: u64) -> u64 {
-    u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
-}
-
-/// Clears the clean flag of the pool header's current state slot (and
-/// fixes its CRC), as a crash would have left it.
-pub fn clear_clean_flag(bytes: &mut [u8]) {
-    let slot = [64usize, 128]
-        .into_iter()
-        .max_by_key(|&b| {
-            let crc_ok = crc32(&bytes[b..b + 60])
-                == u32::from_le_bytes(bytes[b + 60..b + 64].try_into().unwrap());
-            (
-                crc_ok,
-                u64::from_le_bytes(bytes[b..b + 8].try_into().unwrap()),
-            )
-        })
-        .unwrap();
-    bytes[slot + 24..slot + 32].fill(0);
-    let c = crc32(&bytes[slot..slot + 60]);
-    bytes[slot + 60..slot + 64].copy_from_slice(&c.to_le_bytes());
 }
 
 /// CRC-32 (IEEE), bitwise: the header's checksum (docs/format.md).
@@ -334,18 +305,7 @@ pub fn crc32(data: &[u8]) -> u32 {
 }
 
 /// Pool open then engine open (strict) of a pool file, in a panic guard:
-/// `Err("PANIC")` if either panicked.
+/// `Err("PANIC")` if either panicked (`engine::testkit::bad_pool`).
 pub fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Hmeh), String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let opts = PoolOptions {
-            mode: Mode::Mapped,
-            read_only,
-            ..PoolOptions::default()
-        };
-        let pool = Arc::new(Pool::open(path, &opts).map_err(|e| format!("pool: {e}"))?);
-        let hm = Hmeh::open(pool.clone(), &cfg(Durability::Strict, 16, 1))
-            .map_err(|e| format!("engine: {e}"))?;
-        Ok((pool, hm))
-    }))
-    .unwrap_or_else(|_| Err("PANIC".into()))
+    engine::testkit::bad_pool::open_guarded::<HmehSubject>(path, read_only)
 }

@@ -2,7 +2,7 @@
 //! unique temp files, `stats().detail` lookups, a full model comparison and
 //! a white-box replica of the engine's bucket hashing (for crafted keys).
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,13 +14,20 @@ use pmem::{Mode, Pool, PoolOptions};
 pub const MIB: u64 = 1 << 20;
 
 pub use engine::testkit::Rng;
+use engine::testkit::Subject;
+
+mod spec;
+pub use spec::LevelSubject;
 
 /// A unique temp pool path, removed on drop.
 pub struct TempPath(engine::testkit::TempPath);
 
 impl TempPath {
     pub fn new(tag: &str) -> TempPath {
-        TempPath(engine::testkit::TempPath::new("level-test", tag))
+        TempPath(engine::testkit::TempPath::new(
+            LevelSubject::TEMP_PREFIX,
+            tag,
+        ))
     }
     pub fn path(&self) -> &Path {
         self.0.path()
@@ -32,7 +39,7 @@ pub fn opts(mode: Mode, size: u64, max_size: u64) -> PoolOptions {
         mode,
         size,
         max_size,
-        layout: "level".into(),
+        layout: LevelSubject::LAYOUT.into(),
         ..PoolOptions::default()
     }
 }
@@ -151,4 +158,4 @@ pub fn colliding_keys(
     out
 }
 
-pub const UUID: [u8; 16] = *b"level-tests-uuid";
+pub const UUID: [u8; 16] = LevelSubject::UUID_TAG;

@@ -6,7 +6,6 @@
 #![allow(dead_code, unused_imports)]
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -15,7 +14,11 @@ use pmem::{Mode, Pool, PoolOptions};
 use rophi::layout::*;
 use rophi::Rophi;
 
+use engine::testkit::{reopen, Subject};
 pub use engine::testkit::{val, verify_model, version_of, Rng};
+
+mod spec;
+pub use spec::RophiSubject;
 
 pub const MIB: u64 = 1 << 20;
 
@@ -25,18 +28,11 @@ pub use engine::hash::fmix64 as fmix;
 
 /// A uuid made from a seed: the table's hash seed repeats run to run.
 pub fn uuid_of(seed: u64) -> [u8; 16] {
-    engine::testkit::test_uuid(b"rophi-test-uuid!", seed)
+    engine::testkit::test_uuid(&RophiSubject::UUID_TAG, seed)
 }
 
 pub fn pool_opts(mode: Mode, size: u64, max_size: u64, seed: u64) -> PoolOptions {
-    engine::testkit::test_pool_options(
-        rophi::LAYOUT,
-        b"rophi-test-uuid!",
-        mode,
-        size,
-        max_size,
-        seed,
-    )
+    engine::testkit::pool_opts::<RophiSubject>(mode, size, max_size, seed)
 }
 
 /// An in-memory pool (`Volatile` or `Simulated`).
@@ -53,7 +49,10 @@ pub struct TempPath(engine::testkit::TempPath);
 
 impl TempPath {
     pub fn new(tag: &str) -> TempPath {
-        TempPath(engine::testkit::TempPath::new("rophi-test", tag))
+        TempPath(engine::testkit::TempPath::new(
+            RophiSubject::TEMP_PREFIX,
+            tag,
+        ))
     }
     pub fn path(&self) -> &Path {
         self.0.path()
@@ -96,7 +95,7 @@ pub fn verify(e: &Rophi, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64],
     }
 }
 
-// ----- reopen ---------------------------------------------------------------------------
+// ----- reopen (engine::testkit::reopen) ---------------------------------------------------
 
 /// Clean close of a file-backed table, then the file opened again as a new
 /// pool. The engine must have been the only other holder of the pool.
@@ -106,41 +105,19 @@ pub fn reopen_file(
     path: &Path,
     popts: &PoolOptions,
 ) -> (Arc<Pool>, Rophi) {
-    e.close().unwrap();
-    assert!(
-        e.insert(0x5eed, 1).is_err(),
-        "insert after close() was accepted"
-    );
-    drop(e);
-    assert_eq!(
-        Arc::strong_count(&pool),
-        1,
-        "the engine still holds the pool"
-    );
-    drop(pool);
-    let p2 = Arc::new(Pool::open(path, popts).unwrap());
-    assert!(p2.was_clean(), "close() did not mark the file clean");
-    let e2 = Rophi::open(p2.clone(), &cfg(16, 1)).unwrap();
-    (p2, e2)
+    reopen::reopen_file::<RophiSubject>(e, pool, path, popts)
 }
 
 /// A crash right now: the live image of a pool that was never closed,
 /// opened as a new volatile pool (recovery runs).
 pub fn crash_reopen_live(pool: &Pool) -> (Arc<Pool>, Rophi) {
-    let p2 = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
-    assert!(!p2.was_clean(), "a crash image reads as cleanly closed");
-    let e2 = Rophi::open(p2.clone(), &cfg(16, 1)).unwrap();
-    (p2, e2)
+    reopen::crash_reopen_live::<RophiSubject>(pool)
 }
 
 /// A crash right now of a simulated pool: only what was persisted
 /// survives (strict durability: every acknowledged write).
 pub fn crash_reopen_persisted(pool: &Pool) -> (Arc<Pool>, Rophi) {
-    let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
-    let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
-    assert!(!p2.was_clean(), "a crash image reads as cleanly closed");
-    let e2 = Rophi::open(p2.clone(), &cfg(16, 1)).unwrap();
-    (p2, e2)
+    reopen::crash_reopen_persisted::<RophiSubject>(pool)
 }
 
 // ----- the table's shape, read from the pool ------------------------------------------
@@ -201,60 +178,14 @@ pub fn shape(pool: &Pool) -> Shape {
     }
 }
 
-// ----- pool images ------------------------------------------------------------------------
+// ----- pool images (engine::testkit::image, engine::testkit::bad_pool) -----------------
 
-/// The pool header's two state slots (docs/format.md): the only bytes a
-/// writable open of a pool the engine refuses may change.
-pub const STATE_SLOTS: std::ops::Range<usize> = 64..192;
-
-/// `bytes` with each (offset, word) written little-endian.
-pub fn patch(bytes: &[u8], words: &[(u64, u64)]) -> Vec<u8> {
-    let mut v = bytes.to_vec();
-    for &(off, w) in words {
-        v[off as usize..off as usize + 8].copy_from_slice(&w.to_le_bytes());
-    }
-    v
-}
-
-/// `bytes` with the byte at `off` set to `b`.
-pub fn patch_byte(bytes: &[u8], off: u64, b: u8) -> Vec<u8> {
-    let mut v = bytes.to_vec();
-    v[off as usize] = b;
-    v
-}
-
-/// The little-endian word at `off`.
-pub fn word(bytes: &[u8], off: u64) -> u64 {
-    u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
-}
-
-/// Rewrites the header's current state slot through `f` (CRC fixed).
-pub fn edit_state(bytes: &mut [u8], f: impl FnOnce(&mut pmem::header::State)) {
-    use pmem::header::{State, SLOT_LEN, SLOT_OFFSET};
-    let (mut st, slot) = State::current(&bytes[..4096]).unwrap();
-    f(&mut st);
-    let off = SLOT_OFFSET + slot * SLOT_LEN;
-    bytes[off..off + SLOT_LEN].copy_from_slice(&st.encode());
-}
-
-/// Clears the clean flag, as a crash would have left it (open then runs
-/// crash recovery).
-pub fn clear_clean_flag(bytes: &mut [u8]) {
-    edit_state(bytes, |s| s.clean = 0);
-}
+pub use engine::testkit::image::{
+    clear_clean_flag, edit_state, patch, patch_byte, word, STATE_SLOTS,
+};
 
 /// Pool open then engine open of a pool file, in a panic guard:
 /// `Err("PANIC")` if either panicked.
 pub fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Rophi), String> {
-    catch_unwind(AssertUnwindSafe(|| {
-        let opts = PoolOptions {
-            mode: Mode::Mapped,
-            read_only,
-            ..PoolOptions::default()
-        };
-        let pool = Arc::new(Pool::open(path, &opts).map_err(|e| format!("pool: {e}"))?);
-        let e = Rophi::open(pool.clone(), &cfg(16, 1)).map_err(|e| format!("engine: {e}"))?;
-        Ok((pool, e))
-    }))
-    .unwrap_or_else(|_| Err("PANIC".into()))
+    engine::testkit::bad_pool::open_guarded::<RophiSubject>(path, read_only)
 }

@@ -1,0 +1,51 @@
+//! PASS as the conformance suite (`engine::testkit::suite`) sees it: how
+//! a table is made and opened, its test pools, its corruption list.
+
+use std::sync::Arc;
+
+use engine::testkit::image::{patch, word};
+use engine::testkit::Subject;
+use engine::{EngineConfig, Result};
+use pass::layout::*;
+use pass::Pass;
+use pmem::Pool;
+
+/// PASS as the suite sees it.
+pub struct PassSubject;
+
+impl Subject for PassSubject {
+    type E = Pass;
+    const NAME: &'static str = "Pass";
+    const LAYOUT: &'static str = pass::LAYOUT;
+    const UUID_TAG: [u8; 16] = *b"pass-tests-uuid!";
+    const TEMP_PREFIX: &'static str = "pass-test";
+    // Every file PASS's bad-pool tests damage is a sound pool; only the
+    // table in it is bad.
+    const POOL_MAY_REFUSE: bool = false;
+
+    fn create(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Pass> {
+        Pass::create(pool, cfg)
+    }
+
+    fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Pass> {
+        Pass::open(pool, cfg)
+    }
+
+    fn corruptions(good: &[u8], root: u64) -> Vec<(String, Vec<u8>)> {
+        let geo = word(good, root + R_GEO);
+        let first = word(good, root + R_FIRST);
+        vec![
+            ("root magic".into(), patch(good, &[(root, ROOT_MAGIC ^ 1)])),
+            ("geometry".into(), patch(good, &[(root + R_GEO, !geo)])),
+            ("mapping table k".into(), patch(good, &[(root + R_K, 63)])),
+            (
+                "first".into(),
+                patch(good, &[(root + R_FIRST, first ^ (1 << 40))]),
+            ),
+            (
+                "octave table pointer".into(),
+                patch(good, &[(root + R_TABLES, 1 << 50)]),
+            ),
+        ]
+    }
+}

@@ -47,7 +47,7 @@ mod write;
 
 pub use engine_impl::spec;
 pub use layout::{LAYOUT, MAX_KEY, MAX_VALUE, POOL_FILE};
-pub use options::{GcMode, IndexKind, Options};
+pub use options::{CreateOptions, GcMode, IndexKind, OpenOptions, Options};
 pub use recover::Dropped;
 pub use stats::{OpenedFrom, StoreStats};
 pub use store::Store;

@@ -12,7 +12,7 @@ use crate::raf::Probe;
 use crate::store::{check_key, Store};
 
 impl Store {
-    /// an `Err(Corrupt)` naming the entry (see `Options::verify_checksums`).
+    /// an `Err(Corrupt)` naming the entry (see `OpenOptions::verify_checksums`).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         check_key(key)?;
         let mut out = Vec::new();
@@ -238,7 +238,7 @@ impl Store {
     /// per key), then visited with no lock held, each with its value at
     /// that moment. Each value is read as [`get`](Self::get) reads it: an
     /// entry that fails its checksum (when reads verify:
-    /// `Options::verify_checksums`) stops the walk with that `Err(Corrupt)`
+    /// `OpenOptions::verify_checksums`) stops the walk with that `Err(Corrupt)`
     /// naming the file and offset, and its bytes never reach `f`; so does
     /// an index slot of a persistent index that names no well-formed entry.
     pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) -> Result<()> {

@@ -14,7 +14,7 @@ use pmem::{Link, Pool};
 use crate::inner::Inner;
 use crate::layout::*;
 use crate::numa::detect_nodes;
-use crate::options::{GcMode, Options};
+use crate::options::{GcMode, OpenOptions, Options};
 use crate::stats::StoreStats;
 
 /// The background GC thread and its stop flag.
@@ -54,7 +54,7 @@ impl Store {
         opts.validate()?;
         let path = dir.join(POOL_FILE);
         let pool = if path.exists() {
-            if opts.read_only {
+            if opts.open.read_only {
                 Pool::open(&path, &opts.pool_options())?
             } else {
                 // One writer at a time: the pool's exclusive lock is taken
@@ -74,8 +74,11 @@ impl Store {
                     // open touches the header. The scan runs twice, once
                     // in memory.
                     let ro_opts = Options {
-                        read_only: true,
-                        ..opts.clone()
+                        create: opts.create.clone(),
+                        open: OpenOptions {
+                            read_only: true,
+                            ..opts.open.clone()
+                        },
                     };
                     let dry = Store::open_pool_with(probe, ro_opts, false)?;
                     let _ = dry.close();
@@ -98,7 +101,7 @@ impl Store {
                 return Ok(s);
             }
         } else {
-            if opts.read_only {
+            if opts.open.read_only {
                 return Err(Error::InvalidArgument(format!(
                     "no store at {} to open read-only",
                     dir.display()
@@ -185,7 +188,7 @@ impl Store {
 
     /// The durability the store was opened with.
     pub fn durability(&self) -> Durability {
-        self.inner.opts.durability
+        self.inner.opts.open.durability
     }
 
     pub fn pool(&self) -> &Arc<Pool> {
@@ -233,7 +236,7 @@ impl Store {
                     // found work: under overwrite-heavy load files fill
                     // faster than one run every 50 ms reclaims them.
                     if (busy || tick.is_multiple_of(25))
-                        && inner.opts.gc == GcMode::Background
+                        && inner.opts.open.gc == GcMode::Background
                         && !inner.pool.is_read_only()
                     {
                         busy = matches!(crate::gc::run(&inner, usize::MAX, true), Ok(n) if n > 0);
@@ -267,7 +270,7 @@ impl Store {
     /// Makes every completed write durable (a no-op under `Strict`).
     pub fn sync(&self) -> Result<()> {
         let s = &*self.inner;
-        if s.opts.durability == Durability::Relaxed && !s.pool.is_read_only() {
+        if s.opts.open.durability == Durability::Relaxed && !s.pool.is_read_only() {
             for f in s.log.snapshot() {
                 let _g = s.log.active[s.log.pair(f.node, f.cluster)].lock();
                 s.log.sync_file(&f);
@@ -388,12 +391,14 @@ impl Drop for Store {
 /// Formats the root block of a fresh pool.
 fn create_root(pool: &Pool, opts: &Options) -> Result<u64> {
     let nodes = opts
+        .create
         .nodes
-        .or(opts.numa_emulate)
+        .or(opts.open.numa_emulate)
         .unwrap_or_else(detect_nodes)
         .clamp(1, MAX_NODES as u32) as u64;
     let max = pool.max_size().max(pool.size());
-    let table_len = (max / opts.extent_size + nodes * opts.clusters as u64 + 16).min(1 << 22);
+    let table_len =
+        (max / opts.create.extent_size + nodes * opts.create.clusters as u64 + 16).min(1 << 22);
     let len = root_len(table_len);
     let r = pool.reserve(len, Link::AuxRootPointer)?;
     let off = r.offset();
@@ -402,15 +407,15 @@ fn create_root(pool: &Pool, opts: &Options) -> Result<u64> {
         ROOT_MAGIC,
         FORMAT,
         nodes,
-        opts.clusters as u64,
-        opts.extent_size,
+        opts.create.clusters as u64,
+        opts.create.extent_size,
         table_len,
-        opts.index.code(),
+        opts.create.index.code(),
     ];
     for (i, w) in head.iter().enumerate() {
         pool.store_u64(off + 8 * i as u64, *w);
     }
-    let name = name_words(opts.index.spec().map_or("", |s| s.name));
+    let name = name_words(opts.create.index.spec().map_or("", |s| s.name));
     pool.store_u64(off + R_ENGINE, name[0]);
     pool.store_u64(off + R_ENGINE + 8, name[1]);
     pool.store_u64(

@@ -128,7 +128,7 @@ pub struct BenchArgs {
     pub no_inline_values: bool,
 
     /// The store's gets do not check the checksum of the log entry they
-    /// read (`Options::verify_checksums` off)
+    /// read (`OpenOptions::verify_checksums` off)
     #[arg(long)]
     pub no_verify_checksums: bool,
 }

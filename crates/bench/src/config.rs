@@ -42,9 +42,9 @@ pub struct BenchConfig {
     pub value_size: usize,
     /// Virtual NUMA nodes of the store (`None`: the machine's nodes).
     pub numa_emulate: Option<u32>,
-    /// The store's `Options::inline_values`.
+    /// The store's `OpenOptions::inline_values`.
     pub inline_values: bool,
-    /// The store's `Options::verify_checksums`.
+    /// The store's `OpenOptions::verify_checksums`.
     pub verify_checksums: bool,
 }
 

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use engine::EngineSpec;
-use store::{GcMode, Options, Store, StoreStats};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store, StoreStats};
 
 use crate::config::{BenchConfig, Sizing};
 use crate::keys::load_value;
@@ -237,30 +237,35 @@ fn options(cfg: &BenchConfig, writes: u64, gc: GcMode, recovery_threads: usize) 
         * MIB;
     let max_size = size.saturating_mul(4).min(MAX_POOL).max(size);
     // Pre-sized: a pool that holds the whole run. Grown: the pool a user
-    // who sizes nothing gets (`Options::default().pool_size`, as `pmhash
+    // who sizes nothing gets (`CreateOptions::default().pool_size`, as `pmhash
     // serve` opens it), so the run also pays for growing the file; it may
     // grow as far as a pre-sized run's (the default, 16 × its size, could
     // be too small for a big run).
     let first = match cfg.sizing {
         Sizing::Presized => size,
-        Sizing::Grown(_) => Options::default().pool_size,
+        Sizing::Grown(_) => Options::default().create.pool_size,
     };
     Options {
-        mode: cfg.mode,
-        pool_size: first,
-        max_pool_size: max_size.max(first),
-        clusters: CLUSTERS,
-        extent_size: extent,
-        nodes: cfg.numa_emulate,
-        numa_emulate: cfg.numa_emulate,
-        durability: cfg.durability,
-        gc,
-        recovery_threads,
-        // Sizes the point index, as the engines are sized.
-        expected_keys: cfg.sizing.initial_capacity(cfg.keys),
-        inline_values: cfg.inline_values,
-        verify_checksums: cfg.verify_checksums,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: first,
+            clusters: CLUSTERS,
+            extent_size: extent,
+            nodes: cfg.numa_emulate,
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: cfg.mode,
+            max_pool_size: max_size.max(first),
+            numa_emulate: cfg.numa_emulate,
+            durability: cfg.durability,
+            gc,
+            recovery_threads,
+            // Sizes the point index, as the engines are sized.
+            expected_keys: cfg.sizing.initial_capacity(cfg.keys),
+            inline_values: cfg.inline_values,
+            verify_checksums: cfg.verify_checksums,
+            ..Default::default()
+        },
     }
 }
 
@@ -308,8 +313,11 @@ fn detail(s: &StoreStats, extent: u64) -> Vec<(String, String)> {
 /// `len` keys, and returns its recovery milliseconds.
 fn clean_reopen(dir: &StoreDir, opts: &Options, len: u64) -> Result<f64, String> {
     let opts = Options {
-        gc: GcMode::Manual,
-        ..opts.clone()
+        create: opts.create.clone(),
+        open: OpenOptions {
+            gc: GcMode::Manual,
+            ..opts.open.clone()
+        },
     };
     let (s, _) = open(dir, &opts)?;
     let st = s.stats();
@@ -369,7 +377,7 @@ pub(crate) fn run_one(
         r.reopen_ms = Some(clean_reopen(&dir, &opts, r.len_after)?);
         r.reopen_detail.insert("opened_from".into(), "image".into());
     }
-    fill(&mut r, cfg, &stats, opts.extent_size);
+    fill(&mut r, cfg, &stats, opts.create.extent_size);
     r.set_structural(
         stats
             .structural_changes
@@ -426,20 +434,25 @@ fn overwrite(
         .transpose()?;
     let dir = StoreDir::new(cfg);
     let opts = Options {
-        mode: cfg.mode,
-        pool_size: 256 * MIB,
-        max_pool_size: 4 << 30,
-        clusters: 16,
-        extent_size: 8 * MIB,
-        nodes: cfg.numa_emulate,
-        numa_emulate: cfg.numa_emulate,
-        durability: cfg.durability,
-        gc: GcMode::Background,
-        recovery_threads: threads,
-        expected_keys: keys,
-        inline_values: cfg.inline_values,
-        verify_checksums: cfg.verify_checksums,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 256 * MIB,
+            clusters: 16,
+            extent_size: 8 * MIB,
+            nodes: cfg.numa_emulate,
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: cfg.mode,
+            max_pool_size: 4 << 30,
+            numa_emulate: cfg.numa_emulate,
+            durability: cfg.durability,
+            gc: GcMode::Background,
+            recovery_threads: threads,
+            expected_keys: keys,
+            inline_values: cfg.inline_values,
+            verify_checksums: cfg.verify_checksums,
+            ..Default::default()
+        },
     };
     let (store, _) = open(&dir, &opts)?;
     let mode = store.pool().mode();
@@ -533,7 +546,7 @@ fn overwrite(
         len_after: stats.keys,
     };
     let mut r = measure::new_result(spec.name, workload, threads, keys, m);
-    fill(&mut r, cfg, &stats, opts.extent_size);
+    fill(&mut r, cfg, &stats, opts.create.extent_size);
     r.initial_capacity = keys;
     let list: Vec<String> = mops.iter().map(|m| format!("{m:.3}")).collect();
     r.detail.insert("mops_by_tenth".into(), list.join(","));
@@ -628,7 +641,7 @@ fn recovery(
     let mut r = measure::new_result(spec.name, Workload::Recovery, threads, cfg.keys, m);
     r.reopen_ms = Some(clean_ms);
     r.reopen_detail.insert("opened_from".into(), "image".into());
-    fill(&mut r, cfg, &before, opts.extent_size);
+    fill(&mut r, cfg, &before, opts.create.extent_size);
     if let Some(f) = r.store.as_mut() {
         f.recovery = Some(Recovery {
             threads,

@@ -76,19 +76,24 @@ const KEYS: u64 = 300;
 
 fn store_options(read_only: bool) -> store::Options {
     store::Options {
-        pool_size: 2 << 20,
-        max_pool_size: 2 << 20,
-        clusters: 2,
-        extent_size: 16 << 10,
-        nodes: Some(1),
-        numa_emulate: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 0,
-        recovery_threads: 1,
-        expected_keys: 512,
-        uuid: Some(UUID),
-        read_only,
-        ..store::Options::default()
+        create: store::CreateOptions {
+            pool_size: 2 << 20,
+            clusters: 2,
+            extent_size: 16 << 10,
+            nodes: Some(1),
+            uuid: Some(UUID),
+            ..Default::default()
+        },
+        open: store::OpenOptions {
+            max_pool_size: 2 << 20,
+            numa_emulate: Some(1),
+            gc: GcMode::Manual,
+            raf_bytes: 0,
+            recovery_threads: 1,
+            expected_keys: 512,
+            read_only,
+            ..Default::default()
+        },
     }
 }
 

@@ -39,11 +39,16 @@ fn main() {
     let mut ms = Vec::new();
     if name == "store-hash" {
         let opts = store::Options {
-            index: store::IndexKind::Hash(hmeh::spec()),
-            expected_keys: keys,
-            pool_size: 1 << 30,
-            max_pool_size: 64 << 30,
-            ..Default::default()
+            create: store::CreateOptions {
+                index: store::IndexKind::Hash(hmeh::spec()),
+                pool_size: 1 << 30,
+                ..Default::default()
+            },
+            open: store::OpenOptions {
+                expected_keys: keys,
+                max_pool_size: 64 << 30,
+                ..Default::default()
+            },
         };
         let sdir = dir.join("store-hash");
         if !sdir.exists() {

@@ -173,13 +173,18 @@ fn serve_cmd(args: &ServeArgs) -> Result<ExitCode, String> {
     };
     cfg.validate()?;
     let opts = store::Options {
-        durability: Durability::parse(&args.durability).map_err(|e| e.to_string())?,
-        mode: Mode::parse(&args.mode).map_err(|e| e.to_string())?,
-        recovery_threads: args.threads,
-        // The paper's best cluster count at few threads; 256 clusters would
-        // make 256 lazily zeroed 8 MiB files for the first few hundred keys.
-        clusters: 16,
-        ..store::Options::default()
+        create: store::CreateOptions {
+            // The paper's best cluster count at few threads; 256 clusters would
+            // make 256 lazily zeroed 8 MiB files for the first few hundred keys.
+            clusters: 16,
+            ..Default::default()
+        },
+        open: store::OpenOptions {
+            durability: Durability::parse(&args.durability).map_err(|e| e.to_string())?,
+            mode: Mode::parse(&args.mode).map_err(|e| e.to_string())?,
+            recovery_threads: args.threads,
+            ..Default::default()
+        },
     };
     let listener = std::net::TcpListener::bind(&args.addr)
         .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;

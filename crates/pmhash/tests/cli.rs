@@ -265,13 +265,18 @@ fn a_second_writer_is_refused_and_check_sees_the_first() {
     use std::time::{Duration, Instant};
     let dir = temp("two-writers");
     let opts = store::Options {
-        pool_size: 4 << 20,
-        clusters: 4,
-        extent_size: 1 << 20,
-        nodes: Some(1),
-        raf_bytes: 0,
-        expected_keys: 1024,
-        ..store::Options::default()
+        create: store::CreateOptions {
+            pool_size: 4 << 20,
+            clusters: 4,
+            extent_size: 1 << 20,
+            nodes: Some(1),
+            ..Default::default()
+        },
+        open: store::OpenOptions {
+            raf_bytes: 0,
+            expected_keys: 1024,
+            ..Default::default()
+        },
     };
     let s = store::Store::open(&dir, opts).unwrap();
     s.put(b"k", b"v").unwrap();

@@ -7,16 +7,21 @@ use std::time::Duration;
 
 use engine::testkit::TempDir;
 use server::{Config, Server};
-use store::{GcMode, Options, Store};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store};
 
 fn options() -> Options {
     Options {
-        pool_size: 32 << 20,
-        clusters: 4,
-        extent_size: 1 << 20,
-        gc: GcMode::Background,
-        raf_bytes: 1 << 20,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 32 << 20,
+            clusters: 4,
+            extent_size: 1 << 20,
+            ..Default::default()
+        },
+        open: OpenOptions {
+            gc: GcMode::Background,
+            raf_bytes: 1 << 20,
+            ..Default::default()
+        },
     }
 }
 

@@ -11,7 +11,7 @@
 //! The engine form always emulates its nodes (two for the small sizing,
 //! so that remote accesses happen, one for the large); a program that
 //! wants other nodes opens a [`Store`] with its own
-//! [`Options::numa_emulate`].
+//! [`OpenOptions::numa_emulate`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use engine::{CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Result, 
 use pmem::Pool;
 
 use crate::layout::LAYOUT;
-use crate::options::{GcMode, IndexKind, Options};
+use crate::options::{CreateOptions, GcMode, IndexKind, OpenOptions, Options};
 use crate::store::Store;
 
 pub struct StoreEngine {
@@ -90,24 +90,29 @@ pub fn options_for(cfg: &EngineConfig) -> Options {
     let small = cfg.initial_capacity < 100_000;
     let nodes = if small { 2 } else { 1 };
     Options {
-        // Enough clusters that their active files hold about the data
-        // (the paper's 256 × 8 MB per node is 2 GiB of files for any size).
-        clusters: if small {
-            4
-        } else {
-            (cfg.initial_capacity.saturating_mul(64) >> 23)
-                .next_power_of_two()
-                .clamp(16, 256) as u32
+        create: CreateOptions {
+            // Enough clusters that their active files hold about the data
+            // (the paper's 256 × 8 MB per node is 2 GiB of files for any size).
+            clusters: if small {
+                4
+            } else {
+                (cfg.initial_capacity.saturating_mul(64) >> 23)
+                    .next_power_of_two()
+                    .clamp(16, 256) as u32
+            },
+            extent_size: if small { 4096 } else { 8 << 20 },
+            nodes: Some(nodes),
+            ..Default::default()
         },
-        extent_size: if small { 4096 } else { 8 << 20 },
-        nodes: Some(nodes),
-        numa_emulate: Some(nodes),
-        durability: cfg.durability,
-        gc: GcMode::Manual,
-        raf_bytes: if small { 16 << 10 } else { 64 << 20 },
-        recovery_threads: cfg.threads.max(1),
-        expected_keys: cfg.initial_capacity,
-        ..Options::default()
+        open: OpenOptions {
+            numa_emulate: Some(nodes),
+            durability: cfg.durability,
+            gc: GcMode::Manual,
+            raf_bytes: if small { 16 << 10 } else { 64 << 20 },
+            recovery_threads: cfg.threads.max(1),
+            expected_keys: cfg.initial_capacity,
+            ..Default::default()
+        },
     }
 }
 
@@ -123,8 +128,8 @@ pub fn open_with(
     index: IndexKind,
 ) -> Result<Box<dyn Engine>> {
     let mut opts = options_for(cfg);
-    opts.index = index;
-    let spread = opts.extent_size < (1 << 20) && opts.nodes.unwrap_or(1) > 1;
+    opts.create.index = index;
+    let spread = opts.create.extent_size < (1 << 20) && opts.create.nodes.unwrap_or(1) > 1;
     let store = Store::open_pool(pool, opts)?;
     Ok(Box::new(StoreEngine {
         name,

@@ -63,7 +63,7 @@ fn candidates(s: &Inner) -> Vec<Arc<LogFile>> {
                 return Some((1.0, f));
             }
             let r = f.dead.load(Ordering::Relaxed) as f64 / used as f64;
-            (r >= s.opts.gc_threshold).then_some((r, f))
+            (r >= s.opts.open.gc_threshold).then_some((r, f))
         })
         .collect();
     // Most dead first; among equals the oldest first, whose entries are
@@ -212,7 +212,7 @@ fn reclaim(s: &Inner, f: &Arc<LogFile>) -> Result<()> {
             if !touched.iter().any(|t| Arc::ptr_eq(t, &nf)) {
                 touched.push(nf);
             }
-        } else if !persistent && s.opts.durability == Durability::Relaxed {
+        } else if !persistent && s.opts.open.durability == Durability::Relaxed {
             // The entry that supersedes E must be durable before E's file
             // is freed, or a crash could leave the key with neither. E
             // itself is not marked: it goes with its file, and until then
@@ -231,7 +231,7 @@ fn reclaim(s: &Inner, f: &Arc<LogFile>) -> Result<()> {
         log.pool.fence();
         s.marked.fetch_add(level.len() as u64, Ordering::Relaxed);
     }
-    if s.opts.durability == Durability::Relaxed {
+    if s.opts.open.durability == Durability::Relaxed {
         for t in &touched {
             log.sync_file(t);
         }
@@ -332,7 +332,7 @@ fn history(s: &Inner, f: &LogFile, entries: &[crate::nlog::Entry], cur: Option<u
 #[inline]
 pub(crate) fn pace(s: &Inner) {
     if s.log.backlog.load(Ordering::Relaxed) >= crate::nlog::GC_BACKLOG
-        && s.opts.gc == GcMode::Background
+        && s.opts.open.gc == GcMode::Background
     {
         help(s);
     }

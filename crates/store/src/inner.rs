@@ -68,10 +68,10 @@ pub(crate) fn new_inner(
     table_len: u64,
     next_seq: u64,
 ) -> Inner {
-    let numa = Numa::new(nodes, opts.numa_emulate, opts.remote_latency_ns);
-    let readers =
-        (opts.scan_readers > 0).then(|| crate::readers::Readers::new(nodes, opts.scan_readers));
-    let in_place_deletes = opts.durability == Durability::Strict && !index.is_persistent();
+    let numa = Numa::new(nodes, opts.open.numa_emulate, opts.open.remote_latency_ns);
+    let readers = (opts.open.scan_readers > 0)
+        .then(|| crate::readers::Readers::new(nodes, opts.open.scan_readers));
+    let in_place_deletes = opts.open.durability == Durability::Strict && !index.is_persistent();
     Inner {
         log: Nlog::new(
             pool.clone(),
@@ -86,7 +86,7 @@ pub(crate) fn new_inner(
             if index.is_persistent() {
                 Durability::Strict
             } else {
-                opts.durability
+                opts.open.durability
             },
             next_seq,
         ),
@@ -95,7 +95,11 @@ pub(crate) fn new_inner(
         versions: (0..clusters)
             .map(|_| CachePadded(AtomicU64::new(1)))
             .collect(),
-        raf: Raf::new(opts.raf_bytes, opts.remote_ratio, opts.raf_window),
+        raf: Raf::new(
+            opts.open.raf_bytes,
+            opts.open.remote_ratio,
+            opts.open.raf_window,
+        ),
         numa,
         epochs,
         keys: engine::sync::Counter::default(),
@@ -119,7 +123,7 @@ impl Inner {
     /// it; the caller is pinned) into `out`, counting the access and, for a
     /// sampled get, offering the value to the RAF cache. False if the entry
     /// cannot be read; an `Err` if it fails its checksum (when reads
-    /// verify: `Options::verify_checksums`).
+    /// verify: `OpenOptions::verify_checksums`).
     pub(crate) fn read_entry(
         &self,
         key: &[u8],
@@ -138,7 +142,7 @@ impl Inner {
                 return Ok(false);
             };
             self.log.read_value(&e, out);
-            if !self.opts.verify_checksums {
+            if !self.opts.open.verify_checksums {
                 break (node, e);
             }
             match self.log.file_at(e.off) {

@@ -14,8 +14,9 @@
 //! - **NUMA** ([`numa`]): real nodes or `numa_emulate` virtual ones, with
 //!   exact local/remote access counters.
 //!
-//! - **The facade** (`store.rs`, [`Store`]) over the state every part
-//!   shares (`inner.rs`), with the options (`options.rs`: [`Options`],
+//! - **The facade** (`store.rs`, [`Store`]: open, close, sync, GC, stats),
+//!   the write path (`write.rs`) and the read path (`read.rs`), over the
+//!   state every part shares (`inner.rs`), with the options (`options.rs`: [`Options`],
 //!   [`IndexKind`], [`GcMode`]), the figures (`stats.rs`: [`StoreStats`],
 //!   [`OpenedFrom`]) and the range scans' reader threads (`scan.rs`,
 //!   `readers.rs`). No module imports itself back through others.
@@ -36,15 +37,18 @@ mod options;
 pub mod pindex;
 pub mod point_map;
 pub mod raf;
+mod read;
 mod readers;
 pub mod recover;
 mod scan;
 mod stats;
 mod store;
+mod write;
 
 pub use engine_impl::spec;
 pub use layout::{LAYOUT, MAX_KEY, MAX_VALUE, POOL_FILE};
-pub use options::{GcMode, IndexKind, Options};
+pub use options::{CreateOptions, GcMode, IndexKind, OpenOptions, Options};
 pub use recover::Dropped;
 pub use stats::{OpenedFrom, StoreStats};
-pub use store::{BatchError, Store};
+pub use store::Store;
+pub use write::BatchError;

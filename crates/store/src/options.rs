@@ -62,31 +62,59 @@ pub enum GcMode {
     Manual,
 }
 
-/// Store options. Layout choices (`nodes`, `clusters`, `extent_size`) are
-/// fixed at create; the rest apply to each open.
-#[derive(Clone, Debug)]
+/// Store options: the settings fixed in the pool at create
+/// ([`CreateOptions`]) and those each open applies ([`OpenOptions`]).
+///
+/// An open of an existing store ignores every create setting except
+/// [`CreateOptions::index`], which it checks against the index the store
+/// was created with.
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Pool mode (`mapped` by default; `dax` on real PM).
-    pub mode: Mode,
+    /// Fixed in the pool and the log's format at create.
+    pub create: CreateOptions,
+    /// Applied by every open, the one that creates the store included.
+    pub open: OpenOptions,
+}
+
+/// The settings a store is created with, fixed in its pool (an existing
+/// store ignores them, except `index`, which an open checks).
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
     /// Pool size at create.
     pub pool_size: u64,
-    /// The pool grows up to this size (0: 16 × `pool_size`).
-    pub max_pool_size: u64,
     /// Hash clusters per node (the paper's default is 256).
     pub clusters: u32,
     /// Bytes per Nlog file (the paper's 8 MB).
     pub extent_size: u64,
-    /// Log nodes at create; `None`: the real node count, or `numa_emulate`.
+    /// Log nodes at create; `None`: the real node count, or
+    /// `OpenOptions::numa_emulate`.
     pub nodes: Option<u32>,
+    /// The point index (fixed at create; an open that names another one is
+    /// refused).
+    pub index: IndexKind,
+    /// Fixed pool uuid (reproducible test runs).
+    pub uuid: Option<[u8; 16]>,
+}
+
+/// The settings every open applies.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    /// Pool mode (`mapped` by default; `dax` on real PM).
+    pub mode: Mode,
+    /// The pool grows up to this size (0: 16 × `CreateOptions::pool_size`).
+    pub max_pool_size: u64,
     /// Virtual nodes on a one-node machine.
     pub numa_emulate: Option<u32>,
     /// Busy wait added to each remote log access (ns).
     pub remote_latency_ns: u64,
     /// Remote / local read latency, the RAF weight (the paper measured 1.59).
     pub remote_ratio: f64,
+    /// When a write is durable: `Strict` before it returns, `Relaxed` at
+    /// the next [`Store::sync`](crate::Store::sync).
     pub durability: Durability,
     /// Reclaim a file once this fraction of its bytes is dead.
     pub gc_threshold: f64,
+    /// When GC runs.
     pub gc: GcMode,
     /// RAF capacity in bytes (0: no cache).
     pub raf_bytes: u64,
@@ -98,13 +126,10 @@ pub struct Options {
     pub scan_readers: usize,
     /// Open without writing the pool.
     pub read_only: bool,
-    /// The point index (fixed at create).
-    pub index: IndexKind,
-    /// Expected number of keys: sizes the persistent hash engine, and the
-    /// DRAM point index (up to 2^26 keys) so that loading it never resizes.
+    /// Expected number of keys: sizes the persistent hash engine (when it
+    /// is created), and the DRAM point index (up to 2^26 keys) so that
+    /// loading it never resizes.
     pub expected_keys: u64,
-    /// Fixed pool uuid (reproducible test runs).
-    pub uuid: Option<[u8; 16]>,
     /// The 8-byte fast path: an 8-byte key's 8-byte value is also kept in
     /// the DRAM point index, so its get reads no log entry (the log stays
     /// the only durable copy). Off: every get reads the log, as in NStore.
@@ -117,15 +142,24 @@ pub struct Options {
     pub verify_checksums: bool,
 }
 
-impl Default for Options {
+impl Default for CreateOptions {
     fn default() -> Self {
-        Options {
-            mode: Mode::Mapped,
+        CreateOptions {
             pool_size: 256 << 20,
-            max_pool_size: 0,
             clusters: 256,
             extent_size: 8 << 20,
             nodes: None,
+            uuid: None,
+            index: IndexKind::Dram,
+        }
+    }
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            mode: Mode::Mapped,
+            max_pool_size: 0,
             numa_emulate: None,
             remote_latency_ns: 0,
             remote_ratio: 1.59,
@@ -137,8 +171,6 @@ impl Default for Options {
             recovery_threads: 0,
             scan_readers: 0,
             read_only: false,
-            uuid: None,
-            index: IndexKind::Dram,
             expected_keys: 1 << 20,
             inline_values: true,
             verify_checksums: true,
@@ -149,23 +181,23 @@ impl Default for Options {
 impl Options {
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
-        if self.clusters == 0 || self.clusters as u64 > MAX_CLUSTERS {
+        if self.create.clusters == 0 || self.create.clusters as u64 > MAX_CLUSTERS {
             return bad(format!("clusters must be 1..={MAX_CLUSTERS}"));
         }
-        if self.extent_size < MIN_EXTENT
-            || self.extent_size > MAX_EXTENT
-            || !self.extent_size.is_multiple_of(64)
+        if self.create.extent_size < MIN_EXTENT
+            || self.create.extent_size > MAX_EXTENT
+            || !self.create.extent_size.is_multiple_of(64)
         {
             return bad(format!(
                 "extent_size must be a multiple of 64 in {MIN_EXTENT}..={MAX_EXTENT}"
             ));
         }
-        if let Some(n) = self.nodes.or(self.numa_emulate) {
+        if let Some(n) = self.create.nodes.or(self.open.numa_emulate) {
             if n == 0 || n as u64 > MAX_NODES {
                 return bad(format!("nodes must be 1..={MAX_NODES}"));
             }
         }
-        if !(self.gc_threshold > 0.0 && self.gc_threshold <= 1.0) {
+        if !(self.open.gc_threshold > 0.0 && self.open.gc_threshold <= 1.0) {
             return bad("gc_threshold must be in (0, 1]".into());
         }
         Ok(())
@@ -173,17 +205,17 @@ impl Options {
 
     pub(crate) fn pool_options(&self) -> PoolOptions {
         PoolOptions {
-            mode: self.mode,
-            size: self.pool_size,
-            max_size: if self.max_pool_size == 0 {
-                self.pool_size.saturating_mul(16)
+            mode: self.open.mode,
+            size: self.create.pool_size,
+            max_size: if self.open.max_pool_size == 0 {
+                self.create.pool_size.saturating_mul(16)
             } else {
-                self.max_pool_size
+                self.open.max_pool_size
             },
             layout: LAYOUT.into(),
             allow_dax_fallback: true,
-            read_only: self.read_only,
-            uuid: self.uuid,
+            read_only: self.open.read_only,
+            uuid: self.create.uuid,
         }
     }
 }

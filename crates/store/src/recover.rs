@@ -124,13 +124,13 @@ fn open_engine(pool: &Arc<Pool>, ri: &RootInfo, opts: &Options) -> Result<Option
         1 => format!("hash:{}", engine_name(ri.engine)),
         _ => format!("both:{}", engine_name(ri.engine)),
     };
-    let asked = opts.index.describe();
+    let asked = opts.create.index.describe();
     if made != asked {
         return Err(Error::InvalidArgument(format!(
             "the store was created with index {made}; it was opened with {asked}"
         )));
     }
-    let Some(spec) = opts.index.spec() else {
+    let Some(spec) = opts.create.index.spec() else {
         return Ok(None);
     };
     let EngineKind::Persistent { create, open, .. } = spec.kind else {
@@ -140,8 +140,8 @@ fn open_engine(pool: &Arc<Pool>, ri: &RootInfo, opts: &Options) -> Result<Option
         )));
     };
     let cfg = EngineConfig {
-        durability: opts.durability,
-        initial_capacity: opts.expected_keys.max(16),
+        durability: opts.open.durability,
+        initial_capacity: opts.open.expected_keys.max(16),
         threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
     };
     let e = if pool.root() == 0 {
@@ -284,18 +284,19 @@ pub(crate) fn open(
     let index = Index::new(
         pidx,
         keys,
-        opts.index.ordered(),
-        matches!(opts.index, crate::options::IndexKind::Both(_)),
+        opts.create.index.ordered(),
+        matches!(opts.create.index, crate::options::IndexKind::Both(_)),
         // Pre-sized for at most 2^26 keys (about 1.3 GiB); past that the
         // shards grow as keys arrive, so a large `expected_keys` cannot
         // make open allocate more DRAM than the machine has. A clean
         // image's key count counts too: grown while the image loads, the
         // shards' replaced tables would all wait for the maintenance
         // thread, which starts after the open (twice the index's DRAM).
-        opts.expected_keys
+        opts.open
+            .expected_keys
             .max(image_keys(&pool, image, image_len))
             .min(1 << 26) as usize,
-        opts.inline_values,
+        opts.open.inline_values,
     );
     let s = new_inner(
         pool.clone(),
@@ -463,10 +464,10 @@ pub(crate) fn account_one(s: &Inner) -> bool {
 }
 
 fn threads(s: &Inner) -> usize {
-    let n = if s.opts.recovery_threads == 0 {
+    let n = if s.opts.open.recovery_threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
-        s.opts.recovery_threads
+        s.opts.open.recovery_threads
     };
     n.clamp(1, s.log.clusters as usize)
 }

@@ -62,7 +62,7 @@ pub(crate) fn scan(
             }
         }
     }
-    if s.opts.verify_checksums {
+    if s.opts.open.verify_checksums {
         // As a get does: a value whose entry fails its checksum is an
         // error, never wrong bytes.
         for (i, (k, va)) in pairs.iter().enumerate() {

@@ -16,7 +16,9 @@ use std::sync::Arc;
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use engine::Error;
 use pmem::{Mode, Pool, PoolOptions};
-use store::{GcMode, Options, Store, LAYOUT, MAX_KEY, MAX_VALUE, POOL_FILE};
+use store::{
+    CreateOptions, GcMode, OpenOptions, Options, Store, LAYOUT, MAX_KEY, MAX_VALUE, POOL_FILE,
+};
 
 /// Bytes of the pool header's two state slots, which `Pool::open` rewrites
 /// when it marks a pool open for writing (before the store sees the pool).
@@ -34,23 +36,31 @@ fn pool_file(dir: &TempDir) -> PathBuf {
 
 fn opts() -> Options {
     Options {
-        mode: Mode::Mapped,
-        pool_size: 1 << 20,
-        max_pool_size: 4 << 20,
-        clusters: 4,
-        extent_size: 4096,
-        nodes: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 16 << 10,
-        recovery_threads: 1,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 1 << 20,
+            clusters: 4,
+            extent_size: 4096,
+            nodes: Some(1),
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: Mode::Mapped,
+            max_pool_size: 4 << 20,
+            gc: GcMode::Manual,
+            raf_bytes: 16 << 10,
+            recovery_threads: 1,
+            ..Default::default()
+        },
     }
 }
 
 fn ro_opts() -> Options {
     Options {
-        read_only: true,
-        ..opts()
+        create: opts().create,
+        open: OpenOptions {
+            read_only: true,
+            ..opts().open
+        },
     }
 }
 
@@ -60,15 +70,18 @@ fn mem_store(seed: u64) -> (Arc<Pool>, Store) {
         LAYOUT,
         b"store-bad-input!",
         Mode::Volatile,
-        o.pool_size,
-        o.max_pool_size,
+        o.create.pool_size,
+        o.open.max_pool_size,
         seed,
     ));
     let s = Store::open_pool(
         pool.clone(),
         Options {
-            mode: Mode::Volatile,
-            ..o
+            create: o.create,
+            open: OpenOptions {
+                mode: Mode::Volatile,
+                ..o.open
+            },
         },
     )
     .unwrap();
@@ -301,45 +314,77 @@ fn bad_options_are_refused_before_anything_is_made() {
     let dir = temp_dir("opts");
     let bad = [
         Options {
-            clusters: 0,
-            ..opts()
+            create: CreateOptions {
+                clusters: 0,
+                ..opts().create
+            },
+            open: opts().open,
         },
         Options {
-            clusters: (1 << 16) + 1,
-            ..opts()
+            create: CreateOptions {
+                clusters: (1 << 16) + 1,
+                ..opts().create
+            },
+            open: opts().open,
         },
         Options {
-            extent_size: 2048,
-            ..opts()
+            create: CreateOptions {
+                extent_size: 2048,
+                ..opts().create
+            },
+            open: opts().open,
         },
         Options {
-            extent_size: 4100,
-            ..opts()
+            create: CreateOptions {
+                extent_size: 4100,
+                ..opts().create
+            },
+            open: opts().open,
         },
         Options {
-            nodes: Some(0),
-            ..opts()
+            create: CreateOptions {
+                nodes: Some(0),
+                ..opts().create
+            },
+            open: opts().open,
         },
         Options {
-            nodes: Some(65),
-            ..opts()
+            create: CreateOptions {
+                nodes: Some(65),
+                ..opts().create
+            },
+            open: opts().open,
         },
         Options {
-            nodes: None,
-            numa_emulate: Some(0),
-            ..opts()
+            create: CreateOptions {
+                nodes: None,
+                ..opts().create
+            },
+            open: OpenOptions {
+                numa_emulate: Some(0),
+                ..opts().open
+            },
         },
         Options {
-            gc_threshold: 0.0,
-            ..opts()
+            create: opts().create,
+            open: OpenOptions {
+                gc_threshold: 0.0,
+                ..opts().open
+            },
         },
         Options {
-            gc_threshold: 1.5,
-            ..opts()
+            create: opts().create,
+            open: OpenOptions {
+                gc_threshold: 1.5,
+                ..opts().open
+            },
         },
         Options {
-            gc_threshold: f64::NAN,
-            ..opts()
+            create: opts().create,
+            open: OpenOptions {
+                gc_threshold: f64::NAN,
+                ..opts().open
+            },
         },
     ];
     for (i, o) in bad.into_iter().enumerate() {

@@ -21,8 +21,8 @@ fn store(mode: Mode, seed: u64) -> (Arc<Pool>, Store) {
         LAYOUT,
         b"store-batch-test",
         mode,
-        o.pool_size,
-        o.max_pool_size,
+        o.create.pool_size,
+        o.open.max_pool_size,
         seed,
     ));
     let s = Store::open_pool(pool.clone(), o).expect("open a fresh store");

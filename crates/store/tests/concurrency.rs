@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::{Mode, Pool};
-use store::{GcMode, Options, Store, LAYOUT};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store, LAYOUT};
 
 const WRITERS: u32 = 3;
 
@@ -27,22 +27,27 @@ const KEYS: u32 = 48;
 
 fn opts() -> Options {
     Options {
-        mode: Mode::Volatile,
-        pool_size: 8 << 20,
-        max_pool_size: 128 << 20,
-        clusters: 4,
-        extent_size: 4096,
-        nodes: Some(2),
-        numa_emulate: Some(2),
-        gc: GcMode::Background,
-        gc_threshold: 0.5,
-        raf_bytes: 32 << 10,
-        raf_window: 1024,
-        recovery_threads: 2,
-        // The DRAM point index starts at its smallest and grows while
-        // readers, writers and GC run.
-        expected_keys: 0,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 8 << 20,
+            clusters: 4,
+            extent_size: 4096,
+            nodes: Some(2),
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: Mode::Volatile,
+            max_pool_size: 128 << 20,
+            numa_emulate: Some(2),
+            gc: GcMode::Background,
+            gc_threshold: 0.5,
+            raf_bytes: 32 << 10,
+            raf_window: 1024,
+            recovery_threads: 2,
+            // The DRAM point index starts at its smallest and grows while
+            // readers, writers and GC run.
+            expected_keys: 0,
+            ..Default::default()
+        },
     }
 }
 
@@ -51,8 +56,8 @@ fn new_store(o: &Options, seed: u64) -> (Arc<Pool>, Arc<Store>) {
         LAYOUT,
         b"store-concurrent",
         Mode::Volatile,
-        o.pool_size,
-        o.max_pool_size,
+        o.create.pool_size,
+        o.open.max_pool_size,
         seed,
     ));
     let s = Store::open_pool(pool.clone(), o.clone()).unwrap();
@@ -129,8 +134,11 @@ fn mixed_run(seed: u64, min_ops: u64) {
     // at the end (an image-made pool cannot grow).
     let dir = temp_dir(&format!("mixed{seed}"));
     let o = Options {
-        mode: Mode::Mapped,
-        ..opts()
+        create: opts().create,
+        open: OpenOptions {
+            mode: Mode::Mapped,
+            ..opts().open
+        },
     };
     let s = Arc::new(Store::open(dir.path(), o.clone()).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
@@ -260,8 +268,11 @@ fn mixed_run(seed: u64, min_ops: u64) {
     // A crash now (the GC thread stops with the store) and a log scan.
     drop(s);
     let o2 = Options {
-        gc: GcMode::Manual,
-        ..o
+        create: o.create,
+        open: OpenOptions {
+            gc: GcMode::Manual,
+            ..o.open
+        },
     };
     let s2 = Store::open(dir.path(), o2.clone()).unwrap();
     assert_eq!(s2.stats().opened_from, store::OpenedFrom::LogScan);
@@ -281,7 +292,7 @@ fn mixed_run(seed: u64, min_ops: u64) {
     // most twice the live bytes plus the active files.
     s2.gc(usize::MAX).unwrap();
     let st = s2.stats();
-    let active_max = (st.nodes * st.clusters) as u64 * (o2.extent_size - 64);
+    let active_max = (st.nodes * st.clusters) as u64 * (o2.create.extent_size - 64);
     assert!(
         st.log_bytes <= 2 * true_live(&m) + active_max,
         "after a full GC the log still holds {} bytes for {} live: {st:?}",
@@ -320,8 +331,11 @@ fn mixed_writers_readers_and_background_gc() {
 /// written for its key.
 fn scans_during_writes(scan_readers: usize) {
     let o = Options {
-        scan_readers,
-        ..opts()
+        create: opts().create,
+        open: OpenOptions {
+            scan_readers,
+            ..opts().open
+        },
     };
     let (_pool, s) = new_store(&o, 40 + scan_readers as u64);
     const N: u32 = 300;

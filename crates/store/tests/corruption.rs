@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use engine::testkit::{Rng, TempDir};
 use engine::Durability;
 use pmem::Mode;
-use store::{GcMode, Options, Store, POOL_FILE};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store, POOL_FILE};
 
 /// The pool header's state slots, which a writable pool open rewrites
 /// before the store looks at its log.
@@ -22,16 +22,21 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn opts() -> Options {
     Options {
-        mode: Mode::Mapped,
-        pool_size: 1 << 20,
-        max_pool_size: 4 << 20,
-        clusters: 2,
-        extent_size: 4096,
-        nodes: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 0,
-        recovery_threads: 1,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 1 << 20,
+            clusters: 2,
+            extent_size: 4096,
+            nodes: Some(1),
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: Mode::Mapped,
+            max_pool_size: 4 << 20,
+            gc: GcMode::Manual,
+            raf_bytes: 0,
+            recovery_threads: 1,
+            ..Default::default()
+        },
     }
 }
 
@@ -142,8 +147,11 @@ fn refused(dir: &TempDir, bad: &[u8], at: usize) -> String {
     for read_only in [true, false] {
         std::fs::write(pool_file(dir), bad).unwrap();
         let o = Options {
-            read_only,
-            ..opts()
+            create: opts().create,
+            open: OpenOptions {
+                read_only,
+                ..opts().open
+            },
         };
         match Store::open(dir.path(), o) {
             Ok(s) => panic!(
@@ -268,8 +276,11 @@ fn a_torn_tail_is_still_dropped_quietly() {
 fn relaxed_entries_in_flight_together_are_a_torn_tail() {
     let dir = TempDir::new("store-corrupt", "relaxed");
     let o = Options {
-        durability: Durability::Relaxed,
-        ..opts()
+        create: opts().create,
+        open: OpenOptions {
+            durability: Durability::Relaxed,
+            ..opts().open
+        },
     };
     let s = Store::open(dir.path(), o.clone()).unwrap();
     let mut synced = Model::new();
@@ -433,8 +444,11 @@ fn reopen_unverified(dir: &TempDir, bad: &[u8]) -> Store {
     Store::open(
         dir.path(),
         Options {
-            verify_checksums: false,
-            ..opts()
+            create: opts().create,
+            open: OpenOptions {
+                verify_checksums: false,
+                ..opts().open
+            },
         },
     )
     .unwrap()

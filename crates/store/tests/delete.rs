@@ -18,8 +18,8 @@ fn mem_store(opts: &Options) -> (Arc<Pool>, Store) {
         b"store-delete-tst",
         // Simulated: flushes and fences are counted (Volatile has none).
         Mode::Simulated,
-        opts.pool_size,
-        opts.max_pool_size,
+        opts.create.pool_size,
+        opts.open.max_pool_size,
         5,
     ));
     let s = Store::open_pool(pool.clone(), opts.clone()).expect("open a fresh store");

@@ -7,20 +7,25 @@
 use engine::testkit::TempDir;
 use engine::Error;
 use pmem::testfs::SmallFs;
-use store::{GcMode, Options, Store, POOL_FILE};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store, POOL_FILE};
 
 fn opts() -> Options {
     Options {
-        pool_size: 4 << 20,
-        max_pool_size: 256 << 20,
-        clusters: 4,
-        extent_size: 1 << 20,
-        nodes: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 0,
-        recovery_threads: 2,
-        expected_keys: 4096,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 4 << 20,
+            clusters: 4,
+            extent_size: 1 << 20,
+            nodes: Some(1),
+            ..Default::default()
+        },
+        open: OpenOptions {
+            max_pool_size: 256 << 20,
+            gc: GcMode::Manual,
+            raf_bytes: 0,
+            recovery_threads: 2,
+            expected_keys: 4096,
+            ..Default::default()
+        },
     }
 }
 
@@ -141,8 +146,11 @@ fn one_writer_at_a_time() {
         let ro = Store::open(
             dir,
             Options {
-                read_only: true,
-                ..opts()
+                create: opts().create,
+                open: OpenOptions {
+                    read_only: true,
+                    ..opts().open
+                },
             },
         )
         .unwrap();

@@ -20,8 +20,8 @@ fn a_clean_reopen_loads_the_image_without_growing_the_index() {
         LAYOUT,
         b"store-image-test",
         Mode::Volatile,
-        opts.pool_size,
-        opts.max_pool_size,
+        opts.create.pool_size,
+        opts.open.max_pool_size,
         3,
     ));
     let s = Store::open_pool(pool.clone(), opts.clone()).unwrap();

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use store::{GcMode, Options, Store};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -79,16 +79,21 @@ fn reset_peak() {
 
 fn opts(extent: u64, expected_keys: u64) -> Options {
     Options {
-        pool_size: 64 * MIB,
-        max_pool_size: 4096 * MIB,
-        clusters: 4,
-        extent_size: extent,
-        nodes: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 0,
-        recovery_threads: 2,
-        expected_keys,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 64 * MIB,
+            clusters: 4,
+            extent_size: extent,
+            nodes: Some(1),
+            ..Default::default()
+        },
+        open: OpenOptions {
+            max_pool_size: 4096 * MIB,
+            gc: GcMode::Manual,
+            raf_bytes: 0,
+            recovery_threads: 2,
+            expected_keys,
+            ..Default::default()
+        },
     }
 }
 

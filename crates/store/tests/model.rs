@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::{CrashChoice, Mode, Pool};
-use store::{Options, Store, LAYOUT};
+use store::{CreateOptions, OpenOptions, Options, Store, LAYOUT};
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -32,8 +32,8 @@ fn mem_store(opts: &Options, seed: u64) -> (Arc<Pool>, Store) {
         LAYOUT,
         b"store-model-test",
         Mode::Volatile,
-        opts.pool_size,
-        opts.max_pool_size,
+        opts.create.pool_size,
+        opts.open.max_pool_size,
         seed,
     ));
     let s = Store::open_pool(pool.clone(), opts.clone()).expect("open a fresh store");
@@ -45,10 +45,15 @@ fn mem_store(opts: &Options, seed: u64) -> (Arc<Pool>, Store) {
 /// at `gc_threshold`.
 fn one_cluster_opts(gc_threshold: f64) -> Options {
     Options {
-        clusters: 1,
-        gc_threshold,
-        raf_bytes: 0,
-        ..small_opts()
+        create: CreateOptions {
+            clusters: 1,
+            ..small_opts().create
+        },
+        open: OpenOptions {
+            gc_threshold,
+            raf_bytes: 0,
+            ..small_opts().open
+        },
     }
 }
 
@@ -58,8 +63,8 @@ fn sim_pool(opts: &Options, seed: u64) -> Arc<Pool> {
         LAYOUT,
         b"store-model-test",
         Mode::Simulated,
-        opts.pool_size,
-        opts.max_pool_size,
+        opts.create.pool_size,
+        opts.open.max_pool_size,
         seed,
     ))
 }
@@ -398,8 +403,11 @@ fn reopen_clean_and_after_drop() {
     for seed in 10..13u64 {
         let dir = temp_dir(&format!("reopen{seed}"));
         let opts = Options {
-            mode: Mode::Mapped,
-            ..small_opts()
+            create: small_opts().create,
+            open: OpenOptions {
+                mode: Mode::Mapped,
+                ..small_opts().open
+            },
         };
         let keys = key_universe(150, seed, 1000);
         let mut rng = Rng::new(seed);
@@ -461,9 +469,14 @@ fn reopen_clean_and_after_drop() {
 fn recovery_thread_count_does_not_change_the_content() {
     let dir = temp_dir("threads");
     let opts = Options {
-        mode: Mode::Mapped,
-        clusters: 7,
-        ..small_opts()
+        create: CreateOptions {
+            clusters: 7,
+            ..small_opts().create
+        },
+        open: OpenOptions {
+            mode: Mode::Mapped,
+            ..small_opts().open
+        },
     };
     let keys = key_universe(400, 5, 1000);
     let mut rng = Rng::new(5);
@@ -478,8 +491,11 @@ fn recovery_thread_count_does_not_change_the_content() {
         let s = Store::open(
             dir.path(),
             Options {
-                recovery_threads: threads,
-                ..opts.clone()
+                create: opts.create.clone(),
+                open: OpenOptions {
+                    recovery_threads: threads,
+                    ..opts.open.clone()
+                },
             },
         )
         .unwrap();
@@ -523,11 +539,16 @@ fn recovery_thread_count_does_not_change_the_content() {
 fn largest_keys_and_values() {
     let dir = temp_dir("large");
     let opts = Options {
-        mode: Mode::Mapped,
-        pool_size: 16 << 20,
-        max_pool_size: 128 << 20,
-        extent_size: 2 << 20,
-        ..small_opts()
+        create: CreateOptions {
+            pool_size: 16 << 20,
+            extent_size: 2 << 20,
+            ..small_opts().create
+        },
+        open: OpenOptions {
+            mode: Mode::Mapped,
+            max_pool_size: 128 << 20,
+            ..small_opts().open
+        },
     };
     let mut m = Model::new();
     {
@@ -580,8 +601,11 @@ fn largest_keys_and_values() {
 fn get_in_copies_what_fits_and_reports_the_length() {
     for inline in [true, false] {
         let opts = Options {
-            inline_values: inline,
-            ..small_opts()
+            create: small_opts().create,
+            open: OpenOptions {
+                inline_values: inline,
+                ..small_opts().open
+            },
         };
         let (pool, s) = mem_store(&opts, 41);
         let k8 = 0x0102_0304_0506_0708u64.to_be_bytes();
@@ -863,10 +887,15 @@ fn apply_op(m: &mut Model, op: &Op) {
 #[test]
 fn crash_at_random_fences_keeps_acknowledged_writes() {
     let opts = Options {
-        pool_size: 1 << 20,
-        max_pool_size: 32 << 20,
-        raf_bytes: 0,
-        ..small_opts()
+        create: CreateOptions {
+            pool_size: 1 << 20,
+            ..small_opts().create
+        },
+        open: OpenOptions {
+            max_pool_size: 32 << 20,
+            raf_bytes: 0,
+            ..small_opts().open
+        },
     };
     let pool = sim_pool(&opts, 7);
     let s = Store::open_pool(pool.clone(), opts.clone()).unwrap();
@@ -952,8 +981,11 @@ fn crash_at_random_fences_keeps_acknowledged_writes() {
 #[test]
 fn relaxed_writes_survive_a_crash_after_sync() {
     let opts = Options {
-        durability: engine::Durability::Relaxed,
-        ..small_opts()
+        create: small_opts().create,
+        open: OpenOptions {
+            durability: engine::Durability::Relaxed,
+            ..small_opts().open
+        },
     };
     let pool = sim_pool(&opts, 8);
     let s = Store::open_pool(pool.clone(), opts.clone()).unwrap();

@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::Mode;
 use store::numa::Numa;
-use store::{GcMode, Options, Store, StoreStats, LAYOUT};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store, StoreStats, LAYOUT};
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -94,20 +94,25 @@ fn two_nodes() -> (Worker, Worker) {
 
 fn opts(raf_bytes: u64) -> Options {
     Options {
-        mode: Mode::Volatile,
-        pool_size: 8 << 20,
-        max_pool_size: 64 << 20,
-        clusters: 4,
-        extent_size: 16 << 10,
-        nodes: Some(2),
-        numa_emulate: Some(2),
-        gc: GcMode::Manual,
-        raf_bytes,
-        raf_window: 1024,
-        // Every get reads the log (or the RAF cache), as in the paper: an
-        // 8-byte value kept in the point index would bypass both.
-        inline_values: false,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 8 << 20,
+            clusters: 4,
+            extent_size: 16 << 10,
+            nodes: Some(2),
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: Mode::Volatile,
+            max_pool_size: 64 << 20,
+            numa_emulate: Some(2),
+            gc: GcMode::Manual,
+            raf_bytes,
+            raf_window: 1024,
+            // Every get reads the log (or the RAF cache), as in the paper: an
+            // 8-byte value kept in the point index would bypass both.
+            inline_values: false,
+            ..Default::default()
+        },
     }
 }
 
@@ -117,8 +122,8 @@ fn store(raf_bytes: u64, seed: u64) -> Arc<Store> {
         LAYOUT,
         b"store-numa-tests",
         Mode::Volatile,
-        o.pool_size,
-        o.max_pool_size,
+        o.create.pool_size,
+        o.open.max_pool_size,
         seed,
     ));
     Arc::new(Store::open_pool(pool, o).unwrap())

@@ -9,23 +9,28 @@ use std::sync::Arc;
 use engine::testkit::TempDir;
 use engine::{Engine, EngineConfig};
 use pmem::{Mode, Pool, PoolOptions};
-use store::{GcMode, IndexKind, Options, Store, POOL_FILE};
+use store::{CreateOptions, GcMode, IndexKind, OpenOptions, Options, Store, POOL_FILE};
 
 fn opts(read_only: bool) -> Options {
     Options {
-        mode: Mode::Mapped,
-        pool_size: 8 << 20,
-        max_pool_size: 32 << 20,
-        clusters: 2,
-        extent_size: 1 << 20,
-        nodes: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 0,
-        recovery_threads: 1,
-        expected_keys: 4000,
-        index: IndexKind::Hash(hmeh::spec()),
-        read_only,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 8 << 20,
+            clusters: 2,
+            extent_size: 1 << 20,
+            nodes: Some(1),
+            index: IndexKind::Hash(hmeh::spec()),
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: Mode::Mapped,
+            max_pool_size: 32 << 20,
+            gc: GcMode::Manual,
+            raf_bytes: 0,
+            recovery_threads: 1,
+            expected_keys: 4000,
+            read_only,
+            ..Default::default()
+        },
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::Mode;
-use store::{GcMode, Options, Store, LAYOUT};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store, LAYOUT};
 
 const BATCH: usize = 10_000;
 /// Wall time of each workload's put phase.
@@ -62,23 +62,28 @@ fn key(i: usize) -> [u8; 16] {
 /// `BATCH`, then checks the run; returns the batch times in ms.
 fn run(name: &str, keys: usize, mut next: impl FnMut() -> usize) -> Vec<f64> {
     let opts = Options {
-        mode: Mode::Volatile,
-        pool_size: 64 << 20,
-        max_pool_size: 2 << 30,
-        nodes: Some(1),
-        // 16 clusters (as the engine form picks for small stores): with
-        // the default 256, the active files alone take 2 GiB.
-        clusters: 16,
-        gc: GcMode::Background,
-        recovery_threads: 2,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 64 << 20,
+            nodes: Some(1),
+            // 16 clusters (as the engine form picks for small stores): with
+            // the default 256, the active files alone take 2 GiB.
+            clusters: 16,
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: Mode::Volatile,
+            max_pool_size: 2 << 30,
+            gc: GcMode::Background,
+            recovery_threads: 2,
+            ..Default::default()
+        },
     };
     let pool = mem_pool(&test_pool_options(
         LAYOUT,
         b"store-overwrite!",
         Mode::Volatile,
-        opts.pool_size,
-        opts.max_pool_size,
+        opts.create.pool_size,
+        opts.open.max_pool_size,
         7,
     ));
     let s = Store::open_pool(pool, opts).unwrap();

@@ -19,7 +19,7 @@ use std::time::Duration;
 use engine::testkit::TempDir;
 use pmem::{Mode, Pool, PoolOptions};
 use store::layout::{key_hash, lens_word};
-use store::{GcMode, IndexKind, Options, Store, POOL_FILE};
+use store::{CreateOptions, GcMode, IndexKind, OpenOptions, Options, Store, POOL_FILE};
 
 const VICTIM: &[u8] = b"victim-key-0042";
 const KEYS: usize = 60;
@@ -43,19 +43,24 @@ fn count_background_panics() {
 
 fn opts(index: IndexKind, read_only: bool) -> Options {
     Options {
-        mode: Mode::Mapped,
-        pool_size: 1 << 20,
-        max_pool_size: 4 << 20,
-        clusters: 2,
-        extent_size: 4096,
-        nodes: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 0,
-        recovery_threads: 1,
-        expected_keys: 256,
-        index,
-        read_only,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 1 << 20,
+            clusters: 2,
+            extent_size: 4096,
+            nodes: Some(1),
+            index,
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: Mode::Mapped,
+            max_pool_size: 4 << 20,
+            gc: GcMode::Manual,
+            raf_bytes: 0,
+            recovery_threads: 1,
+            expected_keys: 256,
+            read_only,
+            ..Default::default()
+        },
     }
 }
 

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use engine::testkit::Rng;
 use pmem::Mode;
-use store::{GcMode, Options, Store};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store};
 
 const DIR_VAR: &str = "STORE_CHILD_DIR";
 const ROUND_VAR: &str = "STORE_CHILD_ROUND";
@@ -41,18 +41,23 @@ fn temp_dir(tag: &str) -> TempDir {
 
 fn opts(gc: GcMode) -> Options {
     Options {
-        mode: Mode::Mapped,
-        pool_size: 4 << 20,
-        max_pool_size: 256 << 20,
-        clusters: 4,
-        extent_size: 4096,
-        nodes: Some(2),
-        numa_emulate: Some(2),
-        gc,
-        gc_threshold: 0.5,
-        raf_bytes: 32 << 10,
-        recovery_threads: 2,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 4 << 20,
+            clusters: 4,
+            extent_size: 4096,
+            nodes: Some(2),
+            ..Default::default()
+        },
+        open: OpenOptions {
+            mode: Mode::Mapped,
+            max_pool_size: 256 << 20,
+            numa_emulate: Some(2),
+            gc,
+            gc_threshold: 0.5,
+            raf_bytes: 32 << 10,
+            recovery_threads: 2,
+            ..Default::default()
+        },
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pmem::{Mode, Pool};
-use store::{GcMode, Options, Store};
+use store::{CreateOptions, GcMode, OpenOptions, Options, Store};
 
 /// What a store should hold.
 pub type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -25,17 +25,22 @@ pub fn contents(s: &Store) -> Model {
 /// Small files and few clusters, so that files fill and GC has work.
 pub fn small_opts() -> Options {
     Options {
-        pool_size: 4 << 20,
-        max_pool_size: 64 << 20,
-        clusters: 4,
-        extent_size: 4096,
-        nodes: Some(1),
-        gc: GcMode::Manual,
-        raf_bytes: 64 << 10,
-        recovery_threads: 2,
-        // The DRAM point index starts at its smallest, so tests grow it.
-        expected_keys: 0,
-        ..Options::default()
+        create: CreateOptions {
+            pool_size: 4 << 20,
+            clusters: 4,
+            extent_size: 4096,
+            nodes: Some(1),
+            ..Default::default()
+        },
+        open: OpenOptions {
+            max_pool_size: 64 << 20,
+            gc: GcMode::Manual,
+            raf_bytes: 64 << 10,
+            recovery_threads: 2,
+            // The DRAM point index starts at its smallest, so tests grow it.
+            expected_keys: 0,
+            ..Default::default()
+        },
     }
 }
 

@@ -106,7 +106,7 @@ struct Inner {
 
 /// The slot array. Writers and readers serialise on one mutex: this
 /// structure is for checking, not for speed.
-pub(crate) struct SlotArray {
+pub struct SlotArray {
     pool: Arc<Pool>,
     misordered: bool,
     inner: Mutex<Inner>,
@@ -149,11 +149,7 @@ impl SlotArray {
     }
 
     /// Formats a fresh pool with a table for `initial_capacity` keys.
-    pub(crate) fn create(
-        pool: Arc<Pool>,
-        cfg: &EngineConfig,
-        misordered: bool,
-    ) -> Result<SlotArray> {
+    pub fn create(pool: Arc<Pool>, cfg: &EngineConfig, misordered: bool) -> Result<SlotArray> {
         if pool.root() != 0 {
             return Err(Error::InvalidArgument("pool already holds a table".into()));
         }
@@ -184,11 +180,7 @@ impl SlotArray {
     }
 
     /// Opens and validates the table of an existing pool.
-    pub(crate) fn open(
-        pool: Arc<Pool>,
-        _cfg: &EngineConfig,
-        misordered: bool,
-    ) -> Result<SlotArray> {
+    pub fn open(pool: Arc<Pool>, _cfg: &EngineConfig, misordered: bool) -> Result<SlotArray> {
         let table = pool.root();
         if table == 0 {
             return Err(Error::Corrupt(

@@ -12,34 +12,39 @@ use engine::{Durability, Engine, EngineConfig};
 use hmeh::{HashKind, Hmeh, Options};
 use pmem::{Mode, Pool, PoolOptions};
 
-pub const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
-pub use engine::testkit::Rng;
+pub(crate) use engine::testkit::Rng;
 use engine::testkit::Subject;
 
 mod spec;
-pub use spec::HmehSubject;
+pub(crate) use spec::HmehSubject;
 
 /// murmur3's finalizer: a bijection, for spreading test keys.
 #[allow(unused_imports)]
-pub use engine::hash::fmix64 as fmix;
+pub(crate) use engine::hash::fmix64 as fmix;
 
 /// A unique temp pool path, removed on drop.
-pub struct TempPath(engine::testkit::TempPath);
+pub(crate) struct TempPath(engine::testkit::TempPath);
 
 impl TempPath {
-    pub fn new(tag: &str) -> TempPath {
+    pub(crate) fn new(tag: &str) -> TempPath {
         TempPath(engine::testkit::TempPath::new(
             HmehSubject::TEMP_PREFIX,
             tag,
         ))
     }
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.0.path()
     }
 }
 
-pub fn pool_opts(mode: Mode, size: u64, max_size: u64, uuid: Option<[u8; 16]>) -> PoolOptions {
+pub(crate) fn pool_opts(
+    mode: Mode,
+    size: u64,
+    max_size: u64,
+    uuid: Option<[u8; 16]>,
+) -> PoolOptions {
     PoolOptions {
         mode,
         size,
@@ -50,7 +55,7 @@ pub fn pool_opts(mode: Mode, size: u64, max_size: u64, uuid: Option<[u8; 16]>) -
     }
 }
 
-pub fn cfg(durability: Durability, initial_capacity: u64, threads: usize) -> EngineConfig {
+pub(crate) fn cfg(durability: Durability, initial_capacity: u64, threads: usize) -> EngineConfig {
     EngineConfig {
         durability,
         initial_capacity,
@@ -60,7 +65,7 @@ pub fn cfg(durability: Durability, initial_capacity: u64, threads: usize) -> Eng
 
 /// 1 KiB segments (60 slots): splits, node splits, doublings and merges
 /// come after a few hundred keys.
-pub fn small_segments() -> Options {
+pub(crate) fn small_segments() -> Options {
     Options {
         segment_bytes: Some(1024),
         ..Options::default()
@@ -70,7 +75,7 @@ pub fn small_segments() -> Options {
 /// Identity hash, 1 KiB segments, local depth capped at `max_depth`: keys
 /// that share their top bits pile into one segment that chains overflow
 /// blocks.
-pub fn identity_capped(max_depth: u32) -> Options {
+pub(crate) fn identity_capped(max_depth: u32) -> Options {
     Options {
         segment_bytes: Some(1024),
         max_depth,
@@ -80,13 +85,13 @@ pub fn identity_capped(max_depth: u32) -> Options {
 }
 
 /// A uuid made from a seed: the hash seed (hence every path) repeats.
-pub fn uuid_of(seed: u64) -> [u8; 16] {
+pub(crate) fn uuid_of(seed: u64) -> [u8; 16] {
     engine::testkit::test_uuid(&HmehSubject::UUID_TAG, seed)
 }
 
 /// How a table is closed and opened again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reopen {
+pub(crate) enum Reopen {
     /// `close()`, then `Hmeh::open` on the same `Arc<Pool>`.
     SamePool,
     /// Mapped file: `close()`, drop, `Pool::open` from the path, `Hmeh::open`.
@@ -102,7 +107,7 @@ pub enum Reopen {
 }
 
 /// An engine, its pool and what is needed to open them again.
-pub struct Table {
+pub(crate) struct Table {
     e: Option<Hmeh>,
     pool: Option<Arc<Pool>>,
     path: Option<TempPath>,
@@ -116,7 +121,13 @@ pub struct Table {
 
 impl Table {
     /// A fresh table; `Mapped` pools get a temp file.
-    pub fn create(mode: Mode, max_size: u64, c: &EngineConfig, o: &Options, seed: u64) -> Table {
+    pub(crate) fn create(
+        mode: Mode,
+        max_size: u64,
+        c: &EngineConfig,
+        o: &Options,
+        seed: u64,
+    ) -> Table {
         let popts = pool_opts(mode, 2 * MIB, max_size, Some(uuid_of(seed)));
         let (path, pool) = if mode == Mode::Mapped {
             let p = TempPath::new("table");
@@ -138,20 +149,20 @@ impl Table {
         }
     }
 
-    pub fn e(&self) -> &Hmeh {
+    pub(crate) fn e(&self) -> &Hmeh {
         self.e.as_ref().expect("engine")
     }
 
-    pub fn pool(&self) -> &Arc<Pool> {
+    pub(crate) fn pool(&self) -> &Arc<Pool> {
         self.pool.as_ref().expect("pool")
     }
 
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         self.popts.mode
     }
 
     /// Closes (or crashes) and opens again; the caller verifies.
-    pub fn reopen(&mut self, how: Reopen) {
+    pub(crate) fn reopen(&mut self, how: Reopen) {
         self.reopens += 1;
         if how != Reopen::SamePool && how != Reopen::Crash {
             self.closed_in_place = false;
@@ -227,17 +238,17 @@ impl Table {
 }
 
 /// A figure from `stats().detail`, parsed.
-pub fn detail(e: &dyn Engine, name: &str) -> f64 {
+pub(crate) fn detail(e: &dyn Engine, name: &str) -> f64 {
     engine::testkit::detail(e, name)
 }
 
-pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
+pub(crate) fn detail_u(e: &dyn Engine, name: &str) -> u64 {
     detail(e, name) as u64
 }
 
 /// The structural counters a test asserts on (they live in DRAM, so a run
 /// sums them over its engine handles).
-pub const COUNTERS: [&str; 10] = [
+pub(crate) const COUNTERS: [&str; 10] = [
     "splits",
     "backups made",
     "node splits",
@@ -251,45 +262,51 @@ pub const COUNTERS: [&str; 10] = [
 ];
 
 #[derive(Default, Debug, Clone)]
-pub struct Tally(pub HashMap<&'static str, u64>);
+pub(crate) struct Tally(pub HashMap<&'static str, u64>);
 
 impl Tally {
-    pub fn absorb(&mut self, e: &dyn Engine) {
+    pub(crate) fn absorb(&mut self, e: &dyn Engine) {
         for c in COUNTERS {
             *self.0.entry(c).or_default() += detail_u(e, c);
         }
     }
-    pub fn get(&self, c: &str) -> u64 {
+    pub(crate) fn get(&self, c: &str) -> u64 {
         self.0.get(c).copied().unwrap_or(0)
     }
 }
 
 /// Everything the engine holds must equal `model` (see
 /// `engine::testkit::verify_model`), absent keys included.
-pub fn verify(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], ctx: &str) {
+pub(crate) fn verify(
+    e: &dyn Engine,
+    pool: &Pool,
+    model: &HashMap<u64, u64>,
+    absent: &[u64],
+    ctx: &str,
+) {
     engine::testkit::verify_model(e, pool, model, absent, ctx);
 }
 
 // ----- pool images -----------------------------------------------------------------
 
 #[allow(unused_imports)]
-pub use engine::testkit::image::{clear_clean_flag, patch, word, STATE_SLOTS};
+pub(crate) use engine::testkit::image::{clear_clean_flag, patch, word, STATE_SLOTS};
 
 /// Byte offsets of the words the image tests patch
 /// (`crates/hmeh/src/layout.rs`): root block (`R_`), segment header (`H_`).
-pub mod off {
-    pub const R_HASH: u64 = 16;
-    pub const R_GEOMETRY: u64 = 24;
-    pub const R_RT_ROOT: u64 = 32;
-    pub const R_ZERO_PRESENT: u64 = 40;
-    pub const H_IDENT: u64 = 8;
-    pub const H_BACKUP: u64 = 32;
-    pub const H_OVERFLOW: u64 = 40;
-    pub const H_RETIRED: u64 = 48;
+pub(crate) mod off {
+    pub(crate) const R_HASH: u64 = 16;
+    pub(crate) const R_GEOMETRY: u64 = 24;
+    pub(crate) const R_RT_ROOT: u64 = 32;
+    pub(crate) const R_ZERO_PRESENT: u64 = 40;
+    pub(crate) const H_IDENT: u64 = 8;
+    pub(crate) const H_BACKUP: u64 = 32;
+    pub(crate) const H_OVERFLOW: u64 = 40;
+    pub(crate) const H_RETIRED: u64 = 48;
 }
 
 /// CRC-32 (IEEE), bitwise: the header's checksum (docs/format.md).
-pub fn crc32(data: &[u8]) -> u32 {
+pub(crate) fn crc32(data: &[u8]) -> u32 {
     let mut c = !0u32;
     for &b in data {
         c ^= b as u32;
@@ -306,6 +323,6 @@ pub fn crc32(data: &[u8]) -> u32 {
 
 /// Pool open then engine open (strict) of a pool file, in a panic guard:
 /// `Err("PANIC")` if either panicked (`engine::testkit::bad_pool`).
-pub fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Hmeh), String> {
+pub(crate) fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Hmeh), String> {
     engine::testkit::bad_pool::open_guarded::<HmehSubject>(path, read_only)
 }

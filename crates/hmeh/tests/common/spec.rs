@@ -12,7 +12,7 @@ use pmem::Pool;
 use super::off;
 
 /// OP-HMEH as the suite sees it.
-pub struct HmehSubject;
+pub(crate) struct HmehSubject;
 
 impl Subject for HmehSubject {
     type E = Hmeh;

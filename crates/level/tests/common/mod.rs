@@ -11,30 +11,30 @@ use std::sync::Arc;
 use engine::{Engine, EngineConfig};
 use pmem::{Mode, Pool, PoolOptions};
 
-pub const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
-pub use engine::testkit::Rng;
+pub(crate) use engine::testkit::Rng;
 use engine::testkit::Subject;
 
 mod spec;
-pub use spec::LevelSubject;
+pub(crate) use spec::LevelSubject;
 
 /// A unique temp pool path, removed on drop.
-pub struct TempPath(engine::testkit::TempPath);
+pub(crate) struct TempPath(engine::testkit::TempPath);
 
 impl TempPath {
-    pub fn new(tag: &str) -> TempPath {
+    pub(crate) fn new(tag: &str) -> TempPath {
         TempPath(engine::testkit::TempPath::new(
             LevelSubject::TEMP_PREFIX,
             tag,
         ))
     }
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.0.path()
     }
 }
 
-pub fn opts(mode: Mode, size: u64, max_size: u64) -> PoolOptions {
+pub(crate) fn opts(mode: Mode, size: u64, max_size: u64) -> PoolOptions {
     PoolOptions {
         mode,
         size,
@@ -44,7 +44,7 @@ pub fn opts(mode: Mode, size: u64, max_size: u64) -> PoolOptions {
     }
 }
 
-pub fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
+pub(crate) fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
     EngineConfig {
         initial_capacity,
         threads,
@@ -53,7 +53,7 @@ pub fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
 }
 
 /// An in-memory pool (`Volatile` or `Simulated`) with a level table.
-pub fn mem_engine(
+pub(crate) fn mem_engine(
     mode: Mode,
     size: u64,
     max_size: u64,
@@ -65,7 +65,7 @@ pub fn mem_engine(
 }
 
 /// Same, with a fixed uuid (so the hash seeds are known).
-pub fn mem_engine_uuid(
+pub(crate) fn mem_engine_uuid(
     mode: Mode,
     size: u64,
     max_size: u64,
@@ -82,7 +82,7 @@ pub fn mem_engine_uuid(
 }
 
 /// Recovers a simulated pool from its durable image (a crash right now).
-pub fn crash_reopen(pool: &Pool, c: &EngineConfig) -> (Arc<Pool>, level::Level) {
+pub(crate) fn crash_reopen(pool: &Pool, c: &EngineConfig) -> (Arc<Pool>, level::Level) {
     let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
     let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
     let e = level::Level::open(p2.clone(), c).unwrap();
@@ -90,18 +90,18 @@ pub fn crash_reopen(pool: &Pool, c: &EngineConfig) -> (Arc<Pool>, level::Level) 
 }
 
 /// A figure from `stats().detail`, parsed.
-pub fn detail(e: &dyn Engine, name: &str) -> f64 {
+pub(crate) fn detail(e: &dyn Engine, name: &str) -> f64 {
     engine::testkit::detail(e, name)
 }
 
-pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
+pub(crate) fn detail_u(e: &dyn Engine, name: &str) -> u64 {
     detail(e, name) as u64
 }
 
 /// Everything the engine holds must equal `model`: for_each (each pair
 /// exactly once), len, get, check() with no leak, and the level item counts
 /// (top + bottom = len: no resize left in progress).
-pub fn verify_full(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
+pub(crate) fn verify_full(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
     verify_keys(e, pool, model, ctx);
     let top = detail_u(e, "top items");
     let bot = detail_u(e, "bottom items");
@@ -109,7 +109,7 @@ pub fn verify_full(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: 
 }
 
 /// `verify_full` without the level counts (a resize may be in progress).
-pub fn verify_keys(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
+pub(crate) fn verify_keys(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
     engine::testkit::verify_model(e, pool, model, &[], ctx);
 }
 
@@ -117,7 +117,7 @@ pub fn verify_keys(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: 
 // Only used to craft colliding keys; every test that uses it first checks
 // through the public API that the replica still predicts the engine.
 
-pub fn fmix(mut h: u64) -> u64 {
+pub(crate) fn fmix(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -125,20 +125,20 @@ pub fn fmix(mut h: u64) -> u64 {
     h ^ (h >> 33)
 }
 
-pub fn seeds(uuid: &[u8; 16]) -> (u64, u64) {
+pub(crate) fn seeds(uuid: &[u8; 16]) -> (u64, u64) {
     (
         fmix(u64::from_le_bytes(uuid[..8].try_into().unwrap()) | 1),
         fmix(u64::from_le_bytes(uuid[8..].try_into().unwrap()) ^ 0x5851_f42d_4c95_7f2d),
     )
 }
 
-pub fn hashes(seeds: (u64, u64), key: u64) -> (u64, u64) {
+pub(crate) fn hashes(seeds: (u64, u64), key: u64) -> (u64, u64) {
     (fmix(key ^ seeds.0), fmix(key.rotate_left(32) ^ seeds.1))
 }
 
 /// `n` keys (from `rng`) whose two bucket indexes are exactly (`a`, `b`)
 /// modulo `modulus` (a power of two).
-pub fn colliding_keys(
+pub(crate) fn colliding_keys(
     seeds: (u64, u64),
     modulus: u64,
     a: u64,
@@ -158,4 +158,4 @@ pub fn colliding_keys(
     out
 }
 
-pub const UUID: [u8; 16] = LevelSubject::UUID_TAG;
+pub(crate) const UUID: [u8; 16] = LevelSubject::UUID_TAG;

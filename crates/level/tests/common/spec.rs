@@ -11,7 +11,7 @@ use level::Level;
 use pmem::Pool;
 
 /// Level hashing as the suite sees it.
-pub struct LevelSubject;
+pub(crate) struct LevelSubject;
 
 impl Subject for LevelSubject {
     type E = Level;

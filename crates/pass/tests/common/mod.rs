@@ -14,37 +14,37 @@ use pass::{Options, Pass};
 use pmem::{Mode, Pool, PoolOptions};
 
 use engine::testkit::{reopen, Subject};
-pub use engine::testkit::{verify_model, Rng};
+pub(crate) use engine::testkit::{verify_model, Rng};
 
 mod spec;
-pub use spec::PassSubject;
+pub(crate) use spec::PassSubject;
 
-pub const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
 /// murmur3's finalizer: a bijection, for spreading test keys.
 #[allow(unused_imports)]
-pub use engine::hash::fmix64 as fmix;
+pub(crate) use engine::hash::fmix64 as fmix;
 
 /// A uuid made from a seed: the table's hash seed repeats run to run.
-pub fn uuid_of(seed: u64) -> [u8; 16] {
+pub(crate) fn uuid_of(seed: u64) -> [u8; 16] {
     engine::testkit::test_uuid(&PassSubject::UUID_TAG, seed)
 }
 
-pub fn pool_opts(mode: Mode, size: u64, max_size: u64, seed: u64) -> PoolOptions {
+pub(crate) fn pool_opts(mode: Mode, size: u64, max_size: u64, seed: u64) -> PoolOptions {
     engine::testkit::pool_opts::<PassSubject>(mode, size, max_size, seed)
 }
 
 /// An in-memory pool (`Volatile` or `Simulated`).
-pub fn mem_pool(mode: Mode, size: u64, max_size: u64, seed: u64) -> Arc<Pool> {
+pub(crate) fn mem_pool(mode: Mode, size: u64, max_size: u64, seed: u64) -> Arc<Pool> {
     engine::testkit::mem_pool(&pool_opts(mode, size, max_size, seed))
 }
 
-pub fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
+pub(crate) fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
     engine::testkit::strict_config(initial_capacity, threads)
 }
 
 /// Default options, byte-string keys.
-pub fn bytes_opts() -> Options {
+pub(crate) fn bytes_opts() -> Options {
     Options {
         bytes_keys: true,
         ..Options::default()
@@ -52,7 +52,7 @@ pub fn bytes_opts() -> Options {
 }
 
 /// Options for inline or bytes mode.
-pub fn mode_opts(bytes: bool) -> Options {
+pub(crate) fn mode_opts(bytes: bool) -> Options {
     Options {
         bytes_keys: bytes,
         ..Options::default()
@@ -60,26 +60,26 @@ pub fn mode_opts(bytes: bool) -> Options {
 }
 
 /// A unique temp pool path, removed on drop.
-pub struct TempPath(engine::testkit::TempPath);
+pub(crate) struct TempPath(engine::testkit::TempPath);
 
 impl TempPath {
-    pub fn new(tag: &str) -> TempPath {
+    pub(crate) fn new(tag: &str) -> TempPath {
         TempPath(engine::testkit::TempPath::new(
             PassSubject::TEMP_PREFIX,
             tag,
         ))
     }
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.0.path()
     }
 }
 
 /// A figure from `stats().detail`, parsed.
-pub fn detail(e: &dyn Engine, name: &str) -> f64 {
+pub(crate) fn detail(e: &dyn Engine, name: &str) -> f64 {
     engine::testkit::detail(e, name)
 }
 
-pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
+pub(crate) fn detail_u(e: &dyn Engine, name: &str) -> u64 {
     detail(e, name) as u64
 }
 
@@ -90,7 +90,7 @@ pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
 /// Everything the table holds equals `model` (u64 API; see
 /// `engine::testkit::verify_model`: for_each, len, get of every key and of
 /// the absent ones, check() with the model's count and no leaked byte).
-pub fn verify(e: &Pass, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], ctx: &str) {
+pub(crate) fn verify(e: &Pass, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], ctx: &str) {
     verify_model(e, pool, model, absent, ctx);
 }
 
@@ -99,7 +99,7 @@ pub fn verify(e: &Pass, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], 
 /// the `absent` keys the model lacks, `check()` with no leaked byte. Also:
 /// the u64 `for_each` yields exactly the model's keys that have the shape
 /// of a `wide_key`, and `len()` and `check().keys` count those.
-pub fn verify_bytes(
+pub(crate) fn verify_bytes(
     e: &Pass,
     pool: &Pool,
     model: &HashMap<Vec<u8>, u64>,
@@ -189,7 +189,7 @@ pub fn verify_bytes(
 /// Clean close of a mapped table, then the file opened again as a new
 /// pool (`engine::testkit::reopen`). The engine must have been the only
 /// other holder of the pool.
-pub fn reopen_file(
+pub(crate) fn reopen_file(
     e: Pass,
     pool: Arc<Pool>,
     path: &Path,
@@ -200,22 +200,22 @@ pub fn reopen_file(
 
 /// A crash right now: the live image of a pool that was never closed,
 /// opened as a new volatile pool (recovery runs).
-pub fn crash_reopen_live(pool: &Pool) -> (Arc<Pool>, Pass) {
+pub(crate) fn crash_reopen_live(pool: &Pool) -> (Arc<Pool>, Pass) {
     reopen::crash_reopen_live::<PassSubject>(pool)
 }
 
 /// A crash right now of a simulated pool: only what was persisted
 /// survives (strict durability: every acknowledged write).
-pub fn crash_reopen_persisted(pool: &Pool) -> (Arc<Pool>, Pass) {
+pub(crate) fn crash_reopen_persisted(pool: &Pool) -> (Arc<Pool>, Pass) {
     reopen::crash_reopen_persisted::<PassSubject>(pool)
 }
 
 // ----- pool images (engine::testkit::image, engine::testkit::bad_pool) -----------------
 
-pub use engine::testkit::image::{clear_clean_flag, edit_state, patch, word, STATE_SLOTS};
+pub(crate) use engine::testkit::image::{clear_clean_flag, edit_state, patch, word, STATE_SLOTS};
 
 /// Pool open then engine open of a pool file, in a panic guard:
 /// `Err("PANIC")` if either panicked.
-pub fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Pass), String> {
+pub(crate) fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Pass), String> {
     engine::testkit::bad_pool::open_guarded::<PassSubject>(path, read_only)
 }

@@ -11,7 +11,7 @@ use pass::Pass;
 use pmem::Pool;
 
 /// PASS as the suite sees it.
-pub struct PassSubject;
+pub(crate) struct PassSubject;
 
 impl Subject for PassSubject {
     type E = Pass;

@@ -15,61 +15,61 @@ use rophi::layout::*;
 use rophi::Rophi;
 
 use engine::testkit::{reopen, Subject};
-pub use engine::testkit::{val, verify_model, version_of, Rng};
+pub(crate) use engine::testkit::{val, verify_model, version_of, Rng};
 
 mod spec;
-pub use spec::RophiSubject;
+pub(crate) use spec::RophiSubject;
 
-pub const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
 /// murmur3's finalizer: a bijection, for spreading test keys.
 #[allow(unused_imports)]
-pub use engine::hash::fmix64 as fmix;
+pub(crate) use engine::hash::fmix64 as fmix;
 
 /// A uuid made from a seed: the table's hash seed repeats run to run.
-pub fn uuid_of(seed: u64) -> [u8; 16] {
+pub(crate) fn uuid_of(seed: u64) -> [u8; 16] {
     engine::testkit::test_uuid(&RophiSubject::UUID_TAG, seed)
 }
 
-pub fn pool_opts(mode: Mode, size: u64, max_size: u64, seed: u64) -> PoolOptions {
+pub(crate) fn pool_opts(mode: Mode, size: u64, max_size: u64, seed: u64) -> PoolOptions {
     engine::testkit::pool_opts::<RophiSubject>(mode, size, max_size, seed)
 }
 
 /// An in-memory pool (`Volatile` or `Simulated`).
-pub fn mem_pool(mode: Mode, size: u64, max_size: u64, seed: u64) -> Arc<Pool> {
+pub(crate) fn mem_pool(mode: Mode, size: u64, max_size: u64, seed: u64) -> Arc<Pool> {
     engine::testkit::mem_pool(&pool_opts(mode, size, max_size, seed))
 }
 
-pub fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
+pub(crate) fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
     engine::testkit::strict_config(initial_capacity, threads)
 }
 
 /// A unique temp pool path, removed on drop.
-pub struct TempPath(engine::testkit::TempPath);
+pub(crate) struct TempPath(engine::testkit::TempPath);
 
 impl TempPath {
-    pub fn new(tag: &str) -> TempPath {
+    pub(crate) fn new(tag: &str) -> TempPath {
         TempPath(engine::testkit::TempPath::new(
             RophiSubject::TEMP_PREFIX,
             tag,
         ))
     }
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.0.path()
     }
 }
 
 /// A figure from `stats().detail`, parsed.
-pub fn detail(e: &dyn Engine, name: &str) -> f64 {
+pub(crate) fn detail(e: &dyn Engine, name: &str) -> f64 {
     engine::testkit::detail(e, name)
 }
 
-pub fn detail_u(e: &dyn Engine, name: &str) -> u64 {
+pub(crate) fn detail_u(e: &dyn Engine, name: &str) -> u64 {
     detail(e, name) as u64
 }
 
 /// `k` of the live head array ("head buckets" reads `2^k`).
-pub fn head_k(e: &dyn Engine) -> u32 {
+pub(crate) fn head_k(e: &dyn Engine) -> u32 {
     let s = e.stats();
     let v = &s
         .detail
@@ -84,7 +84,7 @@ pub fn head_k(e: &dyn Engine) -> u32 {
 /// `engine::testkit::verify_model`: for_each, len, get of every key and of
 /// the absent ones, check() with the model's count and no leaked byte).
 /// Also: `get_many` of the model's keys and of `absent` agrees.
-pub fn verify(e: &Rophi, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], ctx: &str) {
+pub(crate) fn verify(e: &Rophi, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64], ctx: &str) {
     verify_model(e, pool, model, absent, ctx);
     let mut keys: Vec<u64> = model.keys().copied().collect();
     keys.extend_from_slice(absent);
@@ -99,7 +99,7 @@ pub fn verify(e: &Rophi, pool: &Pool, model: &HashMap<u64, u64>, absent: &[u64],
 
 /// Clean close of a file-backed table, then the file opened again as a new
 /// pool. The engine must have been the only other holder of the pool.
-pub fn reopen_file(
+pub(crate) fn reopen_file(
     e: Rophi,
     pool: Arc<Pool>,
     path: &Path,
@@ -110,13 +110,13 @@ pub fn reopen_file(
 
 /// A crash right now: the live image of a pool that was never closed,
 /// opened as a new volatile pool (recovery runs).
-pub fn crash_reopen_live(pool: &Pool) -> (Arc<Pool>, Rophi) {
+pub(crate) fn crash_reopen_live(pool: &Pool) -> (Arc<Pool>, Rophi) {
     reopen::crash_reopen_live::<RophiSubject>(pool)
 }
 
 /// A crash right now of a simulated pool: only what was persisted
 /// survives (strict durability: every acknowledged write).
-pub fn crash_reopen_persisted(pool: &Pool) -> (Arc<Pool>, Rophi) {
+pub(crate) fn crash_reopen_persisted(pool: &Pool) -> (Arc<Pool>, Rophi) {
     reopen::crash_reopen_persisted::<RophiSubject>(pool)
 }
 
@@ -124,7 +124,7 @@ pub fn crash_reopen_persisted(pool: &Pool) -> (Arc<Pool>, Rophi) {
 
 /// Offsets of a built table, read straight from the pool (layout.rs).
 #[derive(Clone, Debug)]
-pub struct Shape {
+pub(crate) struct Shape {
     pub root: u64,
     pub table: Table,
     /// Overflow slabs, newest first: (offset, buckets).
@@ -136,7 +136,7 @@ pub struct Shape {
     pub pool_size: u64,
 }
 
-pub fn shape(pool: &Pool) -> Shape {
+pub(crate) fn shape(pool: &Pool) -> Shape {
     let root = pool.root();
     assert_ne!(root, 0, "no table in the pool");
     assert_eq!(pool.load_u64(root), ROOT_MAGIC);
@@ -180,12 +180,12 @@ pub fn shape(pool: &Pool) -> Shape {
 
 // ----- pool images (engine::testkit::image, engine::testkit::bad_pool) -----------------
 
-pub use engine::testkit::image::{
+pub(crate) use engine::testkit::image::{
     clear_clean_flag, edit_state, patch, patch_byte, word, STATE_SLOTS,
 };
 
 /// Pool open then engine open of a pool file, in a panic guard:
 /// `Err("PANIC")` if either panicked.
-pub fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Rophi), String> {
+pub(crate) fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Rophi), String> {
     engine::testkit::bad_pool::open_guarded::<RophiSubject>(path, read_only)
 }

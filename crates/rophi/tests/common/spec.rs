@@ -11,7 +11,7 @@ use rophi::layout::*;
 use rophi::Rophi;
 
 /// ROPHI as the suite sees it.
-pub struct RophiSubject;
+pub(crate) struct RophiSubject;
 
 impl Subject for RophiSubject {
     type E = Rophi;

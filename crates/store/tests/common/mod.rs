@@ -10,10 +10,10 @@ use pmem::{Mode, Pool};
 use store::{CreateOptions, GcMode, OpenOptions, Options, Store};
 
 /// What a store should hold.
-pub type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+pub(crate) type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// Every pair of the store, from `for_each` (each key once).
-pub fn contents(s: &Store) -> Model {
+pub(crate) fn contents(s: &Store) -> Model {
     let mut m = Model::new();
     s.for_each(|k, v| {
         assert!(m.insert(k.to_vec(), v.to_vec()).is_none(), "key twice");
@@ -23,7 +23,7 @@ pub fn contents(s: &Store) -> Model {
 }
 
 /// Small files and few clusters, so that files fill and GC has work.
-pub fn small_opts() -> Options {
+pub(crate) fn small_opts() -> Options {
     Options {
         create: CreateOptions {
             pool_size: 4 << 20,
@@ -47,7 +47,7 @@ pub fn small_opts() -> Options {
 /// The store holds exactly the model: `for_each` (each key once), `len`,
 /// `stats().keys`, `get` of every key, a full scan, and `check()` with the
 /// model's key count and every PM byte in use reachable (no leak).
-pub fn verify(s: &Store, m: &Model, ctx: &str) {
+pub(crate) fn verify(s: &Store, m: &Model, ctx: &str) {
     let mut seen: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(m.len());
     s.for_each(|k, v| seen.push((k.to_vec(), v.to_vec())))
         .unwrap_or_else(|e| panic!("{ctx}: for_each: {e}"));
@@ -133,7 +133,7 @@ pub fn verify(s: &Store, m: &Model, ctx: &str) {
 
 /// `check()` passes, counts `keys` keys, and reaches every PM byte the
 /// pool has in use (no leak).
-pub fn check_without_leak(s: &Store, keys: u64, ctx: &str) {
+pub(crate) fn check_without_leak(s: &Store, keys: u64, ctx: &str) {
     let (found, reach) = s
         .check()
         .unwrap_or_else(|e| panic!("{ctx}: check() failed: {e}"));
@@ -148,7 +148,7 @@ pub fn check_without_leak(s: &Store, keys: u64, ctx: &str) {
 /// The image of `pool` (a store dropped without close) opened as after a
 /// crash (log scan) and then, closed cleanly, opened again (image): both
 /// hold exactly `m`.
-pub fn crash_then_clean_reopen(pool: &Pool, m: &Model, ctx: &str) {
+pub(crate) fn crash_then_clean_reopen(pool: &Pool, m: &Model, ctx: &str) {
     let p2 = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
     let s2 = Store::open_pool(p2.clone(), small_opts()).unwrap();
     assert_eq!(s2.stats().opened_from, store::OpenedFrom::LogScan);

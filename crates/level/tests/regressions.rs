@@ -17,7 +17,7 @@ fn spin_until(gen: &AtomicU64, want: u64) {
     }
 }
 
-/// Was a bug: `upsert` is the trait's default (`update`, then `insert` if the
+/// Regression: `upsert` is the trait's default (`update`, then `insert` if the
 /// update found nothing), which is not atomic. If another thread inserts the
 /// key between the two calls, the upsert's `insert` returns `Ok(false)` and
 /// the upsert returns `Ok(())` without having written anything.
@@ -187,7 +187,7 @@ fn unshrinkable() -> (
     (pool, e, model)
 }
 
-/// Was a bug: a shrink whose rehash failed left the table in the Shrinking
+/// Regression: a shrink whose rehash failed left the table in the Shrinking
 /// phase for good, after which every insert returned `Err(OutOfSpace)` and
 /// the pool could not be reopened. Now a shrink is started only when a
 /// simulation of its rehash places every item (`shrink_fits`): the table
@@ -218,8 +218,8 @@ fn a_shrink_that_cannot_fit_is_not_started_and_inserts_go_on() {
     verify_full(&e, &pool, &model, "after more inserts");
 }
 
-/// Was a bug (same root cause): a cleanly closed pool in a stuck Shrinking
-/// phase could not be opened. It now never gets there, and reopens.
+/// Regression (same root cause): a cleanly closed pool in a stuck Shrinking
+/// phase could not be opened. It never gets there, and reopens.
 #[test]
 fn a_table_that_could_not_shrink_reopens() {
     let (pool, e, model) = unshrinkable();
@@ -237,7 +237,7 @@ fn a_table_that_could_not_shrink_reopens() {
     }
 }
 
-/// Was a bug (bad input must be an Err, never a panic): `Level::create` with a
+/// Regression (bad input must be an Err, never a panic): `Level::create` with a
 /// huge `initial_capacity` computes `top_n = 2^60` buckets, and
 /// `level_alloc_bytes(n) = n * 128 + 64` wraps to 64 bytes in release
 /// builds, so the reservation succeeds with a 64-byte block and the table
@@ -276,7 +276,7 @@ fn a_huge_initial_capacity_is_refused_not_a_panic() {
     }
 }
 
-/// Was a bug (same overflow, at open): a geometry record with a valid CRC whose
+/// Regression (same overflow, at open): a geometry record with a valid CRC whose
 /// top level claims 2^58 buckets (bottom 2^57) passes `validate_record`,
 /// because `level_alloc_bytes(n)` wraps to 64 for both and any block is that
 /// big; `open` then panics (scan_counts walks far outside the pool) instead
@@ -321,10 +321,10 @@ fn a_checksummed_but_absurd_geometry_is_err_not_a_panic() {
     }
 }
 
-/// Was a bug (lost count, wrong level count): `remove` drops the writers' gate
+/// Regression (lost count, wrong level count): `remove` drops the writers' gate
 /// before its persist and only then does `counts[loc.level].add(-1)`. A
 /// resize that starts in that window (`expand`/`shrink` close the gate,
-/// which no longer waits for this remover) re-labels the levels and
+/// which does not wait for this remover) re-labels the levels and
 /// `Counter::set`s the per-level counts; the late `add(-1)` then lands on
 /// the wrong level (loc.level = TOP is the new, empty top after an
 /// expansion), and because `Counter::add` is a plain load + store on the
@@ -422,7 +422,7 @@ fn removes_racing_resizes_keep_the_level_counts() {
     }
 }
 
-/// Was a bug (a reader misses a present key; an insert duplicates it): the fast
+/// Regression (a reader misses a present key; an insert duplicates it): the fast
 /// search (`find` → `probe_fast`) reads a line's header, then the keys of
 /// the slots whose fingerprint matches, and trusts a miss without
 /// re-checking the line's version (only `moves_begun` and `geo_ver` are
@@ -515,7 +515,7 @@ fn readers_never_miss_a_key_moved_by_a_log_free_update() {
 /// Was a cost: a resize's rehash fenced twice per item (the copy, then the
 /// cleared interim token), so a table grown from 16 buckets paid about 1.8
 /// fences per insert and, drained, about 1.9 per delete (the shrinks), for
-/// operations that fence once. The rehash now fences twice per batch of
+/// operations that fence once. The rehash fences twice per batch of
 /// interim buckets. Counted on a simulated pool, which counts every fence.
 #[test]
 fn growing_and_draining_cost_little_more_than_one_fence_per_op() {
@@ -556,10 +556,9 @@ fn growing_and_draining_cost_little_more_than_one_fence_per_op() {
 
 /// A large interim level is rehashed by as many threads as the engine was
 /// configured for (at most 8), and every key survives: an expansion's, and
-/// a shrink's too (was: a shrink's rehash stayed on one thread, since it
-/// had to take its DRAM simulation's placements in the same order; the
-/// simulation now records each item's bucket, which has room in any
-/// order, so a drain's shrinks no longer leave the other writers idle).
+/// a shrink's too (the DRAM simulation records each item's bucket, which
+/// has room in any order, so a shrink's rehash is shared and a drain's
+/// shrinks do not leave the other writers idle).
 #[test]
 fn large_rehash_is_shared_by_the_configured_threads() {
     let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(16, 2));

@@ -3,7 +3,7 @@
 //! On x86-64 with SSE4.2 it is one `crc32` instruction per 8 bytes: an
 //! entry of an 8-byte key and value costs 8 of them, where the CRC-32 of
 //! format 1 (`crc32fast`, whose fast path is for long buffers) took about
-//! 240 instructions per entry (callgrind, 2026-11-26). Elsewhere, and on
+//! 240 instructions per entry (callgrind). Elsewhere, and on
 //! x86-64 without SSE4.2, a table-driven loop computes the same value, so
 //! a log written on one machine verifies on any other.
 //!

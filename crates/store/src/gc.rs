@@ -20,9 +20,9 @@
 //! between). Otherwise E is stale (or a `del`) and is left as it is: it
 //! goes with its file, and until then something outranks it (a newer entry
 //! of its key, or, for a `del`, only invalid history). Marking it too, as
-//! the paper does, cost one persist per dead entry: the crash checker's
-//! 6,000-operation run went from about 5,040 fences to about 3,700, with
-//! no violation either way (and 981 with history marking switched off).
+//! the paper does, costs one persist per dead entry: the crash checker's
+//! 6,000-operation run takes about 5,040 fences with it and about 3,700
+//! without, with no violation either way (and 981 with history marking switched off).
 //!
 //! **Phase B, reclaim.** The file leaves the DRAM maps, an epoch passes (no
 //! reader still holds an address into it, F5), and it is unlinked from the

@@ -416,9 +416,9 @@ impl Index {
     /// key's stripe: before a build starts nothing is queued (the build
     /// reads the point index), and the build flips `building` while it
     /// holds every stripe, so a writer either sees `building` or finished
-    /// its index change before the build read the point index. (This took
-    /// a `SeqCst` fence per insert before 2026-11-26; a fence right after
-    /// the entry's flush waited for the write-back.)
+    /// its index change before the build read the point index. (A `SeqCst`
+    /// fence per insert would do the same, but right after the entry's
+    /// flush it waits for the write-back.)
     fn push(&self, hash: u64, key: &[u8], insert: bool) {
         if self.tree.is_none() || !self.building.load(Ordering::Acquire) {
             return;

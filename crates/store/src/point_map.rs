@@ -117,12 +117,12 @@ const REBUILT_LOAD: f64 = 0.5;
 /// (hash) and `2s + 1` (`v_addr` word); its inline value is word
 /// [`VAL`]` + s`; the rest is padding.
 ///
-/// Two slots to a line rather than four over two lines (the layout until
-/// 2026-11-26): an 8-byte get then waits for one line, not two. On the
-/// AMD host get-pos at 2M keys went 9.3–10.0 → 9.6–10.9 Mops/s at 1 thread
-/// and 17.9–18.9 → 19.5–21.6 at 2; 16-byte keys and inserts did not move;
-/// get-neg at 1.5M keys (load 0.72, where two-slot buckets probe
-/// further) went 7.3–8.3 → 6.8–7.6.
+/// Two slots to a line rather than four over two lines: an 8-byte get
+/// then waits for one line, not two. On the AMD host get-pos at 2M keys
+/// is 9.6–10.9 Mops/s at 1 thread against 9.3–10.0 with four slots over
+/// two lines, and 19.5–21.6 against 17.9–18.9 at 2; 16-byte keys and
+/// inserts are the same with either; get-neg at 1.5M keys (load 0.72,
+/// where two-slot buckets probe further) is 6.8–7.6 against 7.3–8.3.
 const BUCKET_WORDS: usize = 8;
 /// The word of slot 0's inline value.
 const VAL: usize = 2 * SLOTS;
@@ -693,7 +693,7 @@ impl PointMap {
     /// (`p` proves it is held), for a path that pins once. Inlined whole
     /// into the caller, with the first bucket's probe: gets of 2M keys
     /// overlap their misses only while one get, from its miss to the next
-    /// get's, fits the CPU's out-of-order window (see docs/benchmarks.md,
+    /// get's, fits the CPU's out-of-order window (see docs/bench/log.md,
     /// "Why a get's length matters: the out-of-order window").
     #[inline(always)]
     pub(crate) fn get8_pinned(&self, h: u64, p: &Pin<'_>) -> Got {

@@ -205,9 +205,9 @@ impl Raf {
     /// item only if, under the bucket lock, `enabled` holds and the item's
     /// generation is the current one. (Writes of one key are serialised by
     /// the stripe, so an update stamps the current generation on a value
-    /// nothing newer has replaced.) Until 2026-11-26 the exclusion was a
-    /// `SeqCst` fence on both sides, which in a write came right after the
-    /// entry's flush and waited for its write-back.
+    /// nothing newer has replaced.) A `SeqCst` fence on both sides would
+    /// also exclude them, but in a write it comes right after the entry's
+    /// flush and waits for its write-back.
     #[inline]
     pub fn writes_may_skip(&self) -> bool {
         !self.exists()

@@ -59,7 +59,7 @@ impl Store {
     /// The fast path is [`get_into`](Self::get_into)'s with nothing
     /// around it: with 2M keys a get waits for one cache miss, and gets
     /// overlap their misses only while the instructions between two of
-    /// them fit the CPU's out-of-order window (docs/benchmarks.md,
+    /// them fit the CPU's out-of-order window (docs/bench/log.md,
     /// "Why a get's length matters: the out-of-order window").
     #[inline]
     pub fn get_into_slice(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>> {

@@ -603,8 +603,8 @@ fn flipped_bytes_in_root_table_and_file_headers_are_refused() {
     }
 }
 
-/// A store of format 1 (entries 8-aligned, CRC-32; written before
-/// 2026-11-26) is refused by name, not misread as format 2.
+/// A store of format 1 (entries 8-aligned, CRC-32) is refused by name,
+/// not misread as the current format.
 #[test]
 fn an_older_format_is_refused_by_name() {
     let dir = temp_dir("format-1");

@@ -97,11 +97,21 @@ fn open_misordered(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Box<dyn Engine
     Ok(Box::new(SlotArray::open(pool, cfg, true)?))
 }
 
+/// A write after `close` is a caller error, as in every engine.
+fn refuse_if_closed(inner: &Inner) -> Result<()> {
+    if inner.closed {
+        return Err(Error::InvalidArgument("the engine was closed".into()));
+    }
+    Ok(())
+}
+
 struct Inner {
     table: u64,
     cap: u64,
     len: u64,
     used: u64, // valid + deleted slots
+    /// Set by `close`: every later write is refused.
+    closed: bool,
 }
 
 /// The slot array. Writers and readers serialise on one mutex: this
@@ -164,6 +174,7 @@ impl SlotArray {
                 cap,
                 len: 0,
                 used: 0,
+                closed: false,
             },
         ))
     }
@@ -227,6 +238,7 @@ impl SlotArray {
                 cap,
                 len,
                 used,
+                closed: false,
             },
         ))
     }
@@ -312,6 +324,7 @@ impl Engine for SlotArray {
 
     fn insert(&self, key: u64, value: u64) -> Result<bool> {
         let mut inner = self.inner.lock().expect("slotarray lock");
+        refuse_if_closed(&inner)?;
         if let Probe::Found(_) = self.probe(&inner, key) {
             return Ok(false);
         }
@@ -358,6 +371,7 @@ impl Engine for SlotArray {
 
     fn update(&self, key: u64, value: u64) -> Result<bool> {
         let inner = self.inner.lock().expect("slotarray lock");
+        refuse_if_closed(&inner)?;
         let Probe::Found(s) = self.probe(&inner, key) else {
             return Ok(false);
         };
@@ -369,6 +383,7 @@ impl Engine for SlotArray {
 
     fn remove(&self, key: u64) -> Result<bool> {
         let mut inner = self.inner.lock().expect("slotarray lock");
+        refuse_if_closed(&inner)?;
         let Probe::Found(s) = self.probe(&inner, key) else {
             return Ok(false);
         };
@@ -443,7 +458,8 @@ impl Engine for SlotArray {
     }
 
     fn close(&self) -> Result<()> {
-        let inner = self.inner.lock().expect("slotarray lock");
+        let mut inner = self.inner.lock().expect("slotarray lock");
+        inner.closed = true;
         let at = inner.table + COUNT;
         if !self.pool.is_read_only() && self.pool.load_u64(at) != inner.len + 1 {
             self.pool.store_u64(at, inner.len + 1);

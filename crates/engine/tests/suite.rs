@@ -22,9 +22,6 @@ impl Subject for SlotArraySubject {
     const UUID_TAG: [u8; 16] = *b"slotarray-tests!";
     const TEMP_PREFIX: &'static str = "slotarray-test";
     const OPEN_CAPACITY: u64 = 1 << 15;
-    // The reference structure does not enforce `close()`'s "further calls
-    // are not allowed" (an insert after close is accepted).
-    const REFUSES_WRITES_AFTER_CLOSE: bool = false;
 
     fn create(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<SlotArray> {
         SlotArray::create(pool, cfg, false)

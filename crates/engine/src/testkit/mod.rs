@@ -48,10 +48,6 @@ pub trait Subject: 'static {
     /// pool tests corrupt (then the engine-only open check is skipped for
     /// that file); where `false`, the pool layer must accept every one.
     const POOL_MAY_REFUSE: bool = true;
-    /// Whether a write after `close()` is refused (the `Engine::close`
-    /// contract: further calls are not allowed); the reopen helpers check
-    /// it where `true`.
-    const REFUSES_WRITES_AFTER_CLOSE: bool = true;
     /// A new table in `pool`.
     fn create(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Self::E>;
     /// The table in `pool`.

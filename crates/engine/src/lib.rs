@@ -21,10 +21,12 @@ pub mod hugemem;
 pub mod scratch;
 pub mod slotarray;
 pub mod sync;
+mod tally;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use bytes::eq_mask16;
+pub use tally::{Figure, Fixed, Pow2};
 
 /// What an engine promises about a mutating call that has returned
 /// (ARCHITECTURE.md, "Durability contract").
@@ -329,6 +331,17 @@ pub fn open_file(
     popts: &PoolOptions,
     cfg: &EngineConfig,
 ) -> Result<(Arc<Pool>, Box<dyn Engine>)> {
+    open_file_with(open, path, popts, cfg)
+}
+
+/// [`open_file`] for any open function, e.g. an engine's own typed
+/// `open`, so the caller keeps the concrete engine type.
+pub fn open_file_with<E>(
+    open: impl Fn(Arc<Pool>, &EngineConfig) -> Result<E>,
+    path: &Path,
+    popts: &PoolOptions,
+    cfg: &EngineConfig,
+) -> Result<(Arc<Pool>, E)> {
     if popts.read_only || !matches!(popts.mode, Mode::Dax | Mode::Mapped) {
         let pool = Arc::new(Pool::open(path, popts)?);
         let e = open(pool.clone(), cfg)?;

@@ -5,46 +5,42 @@ use std::path::Path;
 
 use pmem::Pool;
 
-use super::detail;
+use super::Subject;
 use crate::Engine;
 
-/// What a clean open's cross-check walk did, by the engine's `stat` in
-/// `stats().detail` (slots, buckets or segments read), in the three ways
-/// a cleanly closed pool is opened.
+/// What a clean open's cross-check walk did, by the engine's tally of it
+/// (slots, buckets or segments read), in the three ways a cleanly closed
+/// pool is opened.
 #[derive(Debug)]
 pub struct OpenWalks {
     /// A read-only open (`pmhash check`, `inspect`).
     pub read_only: u64,
-    /// The writable open of `crate::open_file`, after its read-only check
+    /// The writable open of [`crate::open_file`], after its read-only check
     /// (`Pool::prechecked`).
     pub prechecked: u64,
     /// A plain writable open, with no read-only check before it.
     pub plain: u64,
 }
 
-/// Builds a pool of `spec` at `path` holding `keys` (value = index),
-/// closes it cleanly, and opens it read-only, through `crate::open_file`
-/// (whose engine must serve the keys) and writable, returning the `stat`
-/// each open reports.
-pub fn clean_open_walks(
-    spec: &crate::EngineSpec,
+/// Builds a pool of `S` at `path` holding `keys` (value = index), closes
+/// it cleanly, and opens it read-only, through [`crate::open_file_with`]
+/// (whose engine must serve the keys) and writable, returning what
+/// `walked` reads from each opened engine's tallies.
+pub fn clean_open_walks<S: Subject>(
     path: &Path,
     popts: &pmem::PoolOptions,
     cfg: &crate::EngineConfig,
     keys: &[u64],
-    stat: &str,
+    walked: impl Fn(&S::E) -> u64,
 ) -> OpenWalks {
-    let crate::EngineKind::Persistent { create, open, .. } = spec.kind else {
-        panic!("{} is not persistent", spec.name)
-    };
-    let opened = |e: Box<dyn Engine>| {
-        let n = detail(e.as_ref(), stat) as u64;
+    let opened = |e: S::E| {
+        let n = walked(&e);
         e.close().unwrap();
         n
     };
     {
         let pool = std::sync::Arc::new(Pool::create(path, popts).unwrap());
-        let e = create(pool, cfg).unwrap();
+        let e = S::create(pool, cfg).unwrap();
         for (i, &k) in keys.iter().enumerate() {
             assert!(e.insert(k, i as u64).unwrap());
         }
@@ -56,10 +52,10 @@ pub fn clean_open_walks(
     };
     let pool = std::sync::Arc::new(Pool::open(path, &ro).unwrap());
     assert!(!pool.prechecked());
-    let e = open(pool, cfg).unwrap();
-    let read_only = detail(e.as_ref(), stat) as u64;
+    let e = S::open(pool, cfg).unwrap();
+    let read_only = walked(&e);
     drop(e);
-    let (pool, e) = crate::open_file(open, path, popts, cfg).unwrap();
+    let (pool, e) = crate::open_file_with(S::open, path, popts, cfg).unwrap();
     assert!(pool.prechecked());
     assert_eq!(e.len(), keys.len() as u64);
     for (i, &k) in keys.iter().enumerate().step_by(7) {
@@ -69,7 +65,7 @@ pub fn clean_open_walks(
     drop(pool);
     let pool = std::sync::Arc::new(Pool::open(path, popts).unwrap());
     assert!(!pool.prechecked());
-    let plain = opened(open(pool, cfg).unwrap());
+    let plain = opened(S::open(pool, cfg).unwrap());
     OpenWalks {
         read_only,
         prechecked,

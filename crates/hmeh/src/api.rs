@@ -32,13 +32,6 @@ impl Engine for Hmeh {
         let len = self.len();
         let segs = self.t.segments.load(Ordering::Relaxed);
         let capacity = segs * self.geo.slots();
-        let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-        let lf = |a: &AtomicU64| match f64::from_bits(a.load(Ordering::Relaxed)) {
-            x if x <= 1.0 => format!("{x:.4}"),
-            _ => "none".into(),
-        };
-        let cur = f64::from_bits(self.t.max_lf_bits.load(Ordering::Relaxed))
-            .max(len as f64 / capacity.max(1) as f64);
         Stats {
             len,
             capacity,
@@ -50,31 +43,7 @@ impl Engine for Hmeh {
             dram_bytes: std::mem::size_of::<Self>() as u64 + self.dir.bytes() + self.heads.bytes(),
             structural_changes: self.t.structural.changes(),
             structural_nanos: self.t.structural.nanos(),
-            detail: vec![
-                ("segment bytes".into(), self.geo.bytes().to_string()),
-                ("segments".into(), segs.to_string()),
-                ("global depth".into(), self.dir.current().gd.to_string()),
-                ("splits".into(), c(&self.t.splits)),
-                ("node splits".into(), c(&self.t.node_splits)),
-                ("delayed splits".into(), c(&self.t.delayed_splits)),
-                ("doublings".into(), c(&self.t.doublings)),
-                ("merges".into(), c(&self.t.merges)),
-                ("overflow blocks".into(), c(&self.t.overflow_blocks)),
-                ("backups made".into(), c(&self.t.backups_made)),
-                ("backup items merged".into(), c(&self.t.backups_merged)),
-                ("duplicates removed".into(), c(&self.t.duplicates_removed)),
-                ("clean-open slots read".into(), c(&self.t.clean_walk_slots)),
-                ("special-case writes".into(), c(&self.t.special_writes)),
-                ("displacements".into(), c(&self.t.displacements)),
-                ("in-place updates".into(), c(&self.t.inplace_updates)),
-                ("same-line updates".into(), c(&self.t.line_updates)),
-                ("cross-line updates".into(), c(&self.t.cross_updates)),
-                ("max load factor".into(), format!("{cur:.4}")),
-                (
-                    "min load factor at split".into(),
-                    lf(&self.t.min_split_lf_bits),
-                ),
-            ],
+            detail: self.tallies().detail(),
         }
     }
 

@@ -14,7 +14,8 @@
 //!   re-validate the version (and the free counter) on hits and misses.
 //!
 //! The files, as in every engine: `lib.rs` (the type, its spec, options
-//! and tallies, create, and the helpers every path shares), `layout.rs`
+//! and counters, create, and the helpers every path shares), `tallies.rs`
+//! (the typed snapshot of the counters that `stats()` lists), `layout.rs`
 //! (the bytes in the pool), `ops.rs` (lookup, insert, update, delete),
 //! `split.rs` (split, overflow, merge, backups), `recover.rs` (open in its
 //! numbered phases, repair, check), `api.rs` (the `Engine` impl); and one
@@ -40,12 +41,14 @@ mod ops;
 mod recover;
 mod rt;
 mod split;
+mod tallies;
 
 use dir::{Dir, FsDir};
 pub use hash::HashKind;
 use hash::Hasher;
 use head::*;
 use layout::*;
+pub use tallies::Tallies;
 
 /// Layout id written in the pool header.
 pub const LAYOUT: &str = "hmeh";
@@ -109,8 +112,10 @@ fn corrupt(m: String) -> Error {
     Error::Corrupt(m)
 }
 
+/// The live counters behind [`Tallies`] (DRAM only: they count what
+/// this engine handle did since it was opened).
 #[derive(Default)]
-struct Tallies {
+struct Counters {
     splits: AtomicU64,
     node_splits: AtomicU64,
     delayed_splits: AtomicU64,
@@ -175,7 +180,7 @@ pub struct Hmeh {
     /// that make backups and `sync`, which drops them all, hold it
     /// exclusively. Lock order: segment lock, then this.
     backups: RwLock<HashSet<u64>>,
-    t: Tallies,
+    t: Counters,
 }
 
 impl Hmeh {
@@ -190,7 +195,7 @@ impl Hmeh {
     ) -> Hmeh {
         let lock = LineLock::new(pool.header_state().opens);
         let heads = Heads::new(geo.bytes(), pool.max_size().max(pool.size()));
-        let t = Tallies::default();
+        let t = Counters::default();
         t.min_split_lf_bits
             .store(f64::MAX.to_bits(), Ordering::Relaxed);
         Hmeh {

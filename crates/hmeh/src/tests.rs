@@ -104,17 +104,6 @@ fn contents(hm: &Hmeh) -> Res<HashMap<u64, u64>> {
     }
 }
 
-fn detail(hm: &Hmeh, name: &str) -> u64 {
-    hm.stats()
-        .detail
-        .iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("stats().detail has no {name:?}"))
-        .1
-        .parse()
-        .unwrap_or_else(|_| panic!("detail {name:?} is not an integer"))
-}
-
 /// Which values each key may hold after recovery (`None`: absent); a key
 /// not listed must be absent.
 type Allowed = HashMap<u64, Vec<Option<u64>>>;
@@ -204,23 +193,14 @@ fn sound(pool: &Pool, hm: &Hmeh, found: &HashMap<u64, u64>) -> Res<()> {
 }
 
 /// Recovers `img` and holds it to `allowed` and `sound`; returns the
-/// recovered engine's `stats().detail`.
-fn check_image(img: Vec<u8>, d: Durability, allowed: &Allowed) -> Res<Vec<(String, String)>> {
+/// recovered engine's tallies.
+fn check_image(img: Vec<u8>, d: Durability, allowed: &Allowed) -> Res<Tallies> {
     let (pool, hm) = recover(img, d)?;
     let found = contents(&hm)?;
     judge(&found, allowed)?;
-    let detail = hm.stats().detail;
+    let tallies = hm.tallies();
     sound(&pool, &hm, &found)?;
-    Ok(detail)
-}
-
-fn detail_of(d: &[(String, String)], name: &str) -> u64 {
-    d.iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("no {name:?}"))
-        .1
-        .parse()
-        .unwrap()
+    Ok(tallies)
 }
 
 /// One slot of a live segment.
@@ -357,10 +337,10 @@ fn special_case_write_keeps_the_prefix_zero_phantom_out() {
     };
     assert_eq!(target.words(&pool), (0, 0), "the first stash slot is empty");
     let (k, v) = (key(17), 0xdead_beef_0000_1234u64);
-    let before = detail(&hm, "special-case writes");
+    let before = hm.tallies().special_case_writes;
     assert!(hm.insert(k, v).unwrap());
     assert_eq!(
-        detail(&hm, "special-case writes") - before,
+        hm.tallies().special_case_writes - before,
         1,
         "an insert into an empty prefix-0 stash slot needs the special-case write"
     );
@@ -408,9 +388,9 @@ fn special_case_write_keeps_the_prefix_zero_phantom_out() {
     // so no special case, and the torn state recovers without the key.
     model.insert(k, v);
     let k2 = 0x8000_0001u64 << 32 | 0x1000;
-    let before = detail(&hm, "special-case writes");
+    let before = hm.tallies().special_case_writes;
     assert!(hm.insert(k2, 77 << 32 | 78).unwrap());
-    assert_eq!(detail(&hm, "special-case writes"), before);
+    assert_eq!(hm.tallies().special_case_writes, before);
     let at = slot_of(&hm, k2).unwrap();
     assert_eq!(at.seg, seg1);
     let (_, m1) = at.words(&pool);
@@ -440,7 +420,7 @@ fn torn_and_misplaced_slots_recover_without_phantoms() {
         assert!(hm.remove(*k).unwrap());
         model.remove(k);
     }
-    assert!(detail(&hm, "splits") >= 4, "the table should have split");
+    assert!(hm.tallies().splits >= 4, "the table should have split");
     let img = pool.crash_image(CrashChoice::Persisted).unwrap();
     check_image(img.clone(), d, &exact(&model)).expect("the untouched image recovers");
 
@@ -714,11 +694,7 @@ fn torn_writes_of_a_workload(d: Durability, seed: u64) {
                     )
                 });
                 if dup {
-                    assert_eq!(
-                        detail_of(&det, "duplicates removed"),
-                        1,
-                        "op {i}: two copies"
-                    );
+                    assert_eq!(det.duplicates_removed, 1, "op {i}: two copies");
                     dups += 1;
                 }
                 torn += 1;
@@ -740,8 +716,8 @@ fn torn_writes_of_a_workload(d: Durability, seed: u64) {
     assert!(skipped * 10 < torn, "{skipped} writes skipped of {torn}");
     assert!(specials > 10, "only {specials} special-case writes");
     assert!(dups > 10, "only {dups} two-copy states");
-    assert!(detail(&hm, "splits") > 0 && detail(&hm, "merges") > 0);
-    assert!(detail(&hm, "same-line updates") > 0 && detail(&hm, "cross-line updates") > 0);
+    assert!(hm.tallies().splits > 0 && hm.tallies().merges > 0);
+    assert!(hm.tallies().same_line_updates > 0 && hm.tallies().cross_line_updates > 0);
 }
 
 #[test]
@@ -838,7 +814,7 @@ fn two_valid_copies_recover_to_one() {
             let det = check_image(t, d, &allowed)
                 .unwrap_or_else(|e| panic!("key {k:#x}, copy in the {what}: {e}"));
             assert_eq!(
-                detail_of(&det, "duplicates removed"),
+                det.duplicates_removed,
                 extra.len() as u64,
                 "key {k:#x}, copy in the {what}"
             );
@@ -1237,10 +1213,10 @@ fn backup_restores_the_lost_new_segments() {
         hm.each_valid(seg, id, &mut |h, w0, w1| {
             held.push((hm.hasher.key(h), decode_slot(w0, w1).1))
         });
-        let b0 = detail(&hm, "backups made");
+        let b0 = hm.tallies().backups_made;
         run_op(&hm, Op::Ins(k, v));
         model.apply(Op::Ins(k, v));
-        if detail(&hm, "backups made") == b0 {
+        if hm.tallies().backups_made == b0 {
             continue;
         }
         made += 1;
@@ -1254,7 +1230,7 @@ fn backup_restores_the_lost_new_segments() {
         }
         let det = check_image(pool.crash_image(CrashChoice::Persisted).unwrap(), d, &must)
             .unwrap_or_else(|e| panic!("backup {made}, persisted image: {e}"));
-        let merged = detail_of(&det, "backup items merged");
+        let merged = det.backups_merged;
         assert_eq!(
             merged,
             held.len() as u64,
@@ -1267,11 +1243,7 @@ fn backup_restores_the_lost_new_segments() {
             &exact(&model.cur),
         )
         .unwrap_or_else(|e| panic!("backup {made}, newest image: {e}"));
-        assert_eq!(
-            detail_of(&det, "backup items merged"),
-            0,
-            "nothing was lost"
-        );
+        assert_eq!(det.backups_merged, 0, "nothing was lost");
         restored_unsynced += unsynced;
         if made == 3 {
             break;
@@ -1312,10 +1284,10 @@ fn delayed_split_copies_need_the_special_case_write() {
             .into_iter()
             .find(|(_, id)| id.owns(h))
             .unwrap();
-        let b0 = detail(&hm, "backups made");
+        let b0 = hm.tallies().backups_made;
         run_op(&hm, Op::Ins(k, v));
         model.apply(Op::Ins(k, v));
-        if detail(&hm, "backups made") == b0 || owner.1.prefix != 0 {
+        if hm.tallies().backups_made == b0 || owner.1.prefix != 0 {
             continue;
         }
         // The prefix-0 segment split at a new node: its lower half has prefix 0.
@@ -1366,7 +1338,7 @@ fn delayed_split_copies_need_the_special_case_write() {
         assert_eq!((get(&img, at.w0()), get(&img, at.w0() + 8)), (0, 0));
         let torn0 = if hm.valid(lo_id, 0, w1, at.bucket) {
             assert!(
-                detail(&hm, "special-case writes") > 0,
+                hm.tallies().special_case_writes > 0,
                 "(0, word 1) is valid here, so the copy needed a special-case write"
             );
             lo_id.invalid_hi() << 32

@@ -20,7 +20,9 @@ use hmeh::{Hmeh, Options};
 use pmem::{CrashChoice, Mode, Pool, PoolOptions};
 mod common;
 use common::off::*;
-use common::{clear_clean_flag, open_file, patch, word, Rng, TempPath, MIB, STATE_SLOTS};
+use common::{
+    clear_clean_flag, open_guarded, patch, temp, word, HmehSubject, Rng, TempPath, MIB, STATE_SLOTS,
+};
 
 const CHUNK: u64 = 256 << 10;
 fn cfg(d: Durability) -> EngineConfig {
@@ -96,7 +98,7 @@ fn shape(pool: &Pool) -> Shape {
 /// A cleanly closed file pool with `n` keys in 1 KiB segments (2 MiB,
 /// fixed size). Returns the file's bytes, the keys and the shape.
 fn built(tag: &str, n: u64, seg_bytes: u64) -> (TempPath, Vec<u8>, HashMap<u64, u64>, Shape) {
-    let tmp = TempPath::new(tag);
+    let tmp = temp(tag);
     let pool =
         Arc::new(Pool::create(tmp.path(), &pool_opts(Mode::Mapped, 2 * MIB, 0, false)).unwrap());
     let hm =
@@ -126,7 +128,7 @@ fn refused(path: &Path, bad: &[u8], what: &str, needles: &[&str]) -> String {
     let mut msg = String::new();
     for read_only in [true, false] {
         let mode = if read_only { "read-only" } else { "writable" };
-        match open_file(path, read_only) {
+        match open_guarded::<HmehSubject>(path, read_only) {
             Ok((_, hm)) => panic!(
                 "{what} ({mode}): open accepted it; check() says {:?}",
                 hm.check()
@@ -192,7 +194,7 @@ fn truncated_zeroed_and_corrupt_headers_are_refused_untouched() {
     let (tmp, good, model, _) = built("header", 300, 1024);
     // The untouched file opens with every key.
     {
-        let (_p, hm) = open_file(tmp.path(), true).unwrap();
+        let (_p, hm) = open_guarded::<HmehSubject>(tmp.path(), true).unwrap();
         assert_eq!(hm.len(), model.len() as u64);
         for (k, v) in &model {
             assert_eq!(hm.get(*k), Some(*v));
@@ -268,7 +270,7 @@ fn truncated_zeroed_and_corrupt_headers_are_refused_untouched() {
         let i = 64 + (rng.next() % 128) as usize;
         bad[i] ^= 1 << (rng.next() % 8);
         std::fs::write(tmp.path(), &bad).unwrap();
-        match open_file(tmp.path(), true) {
+        match open_guarded::<HmehSubject>(tmp.path(), true) {
             Ok((_p, hm)) => {
                 let r = hm
                     .check()
@@ -281,7 +283,7 @@ fn truncated_zeroed_and_corrupt_headers_are_refused_untouched() {
     }
     std::fs::write(tmp.path(), &good).unwrap();
     assert!(
-        open_file(tmp.path(), true).is_ok(),
+        open_guarded::<HmehSubject>(tmp.path(), true).is_ok(),
         "the restored file opens"
     );
 }
@@ -294,7 +296,7 @@ fn foreign_layouts_are_refused() {
         unreachable!()
     };
     for (layout, initial) in [("slotarray", 8u64), ("slotarray", 4096), ("level", 0)] {
-        let tmp = TempPath::new("foreign");
+        let tmp = temp("foreign");
         let o = PoolOptions {
             layout: layout.into(),
             ..pool_opts(Mode::Mapped, 2 * MIB, 0, false)
@@ -574,7 +576,7 @@ fn corrupt_segment_headers_are_refused_untouched() {
     let mut crashed = patch(&good, &[(s + H_BACKUP, sh.free_off)]);
     clear_clean_flag(&mut crashed);
     std::fs::write(p, &crashed).unwrap();
-    match open_file(p, true) {
+    match open_guarded::<HmehSubject>(p, true) {
         Err(e) => assert!(e != "PANIC" && e.contains("block"), "{e}"),
         Ok((_pool, hm)) => {
             let e = hm
@@ -588,7 +590,7 @@ fn corrupt_segment_headers_are_refused_untouched() {
         std::fs::read(p).unwrap() == crashed,
         "read-only open changed the file"
     );
-    match open_file(p, false) {
+    match open_guarded::<HmehSubject>(p, false) {
         Err(e) => assert!(e != "PANIC" && e.contains("block"), "{e}"),
         Ok(_) => panic!("a writable open accepted a backup in a free chunk"),
     }
@@ -624,7 +626,7 @@ fn garbage_overflow_pointer_is_not_a_panic() {
                     "clean pool"
                 }
             );
-            match open_file(p, true) {
+            match open_guarded::<HmehSubject>(p, true) {
                 Err(e) if e == "PANIC" => panics.push(format!("{ctx}: open panicked")),
                 Err(e) => outcomes.push(format!("{ctx}: open refused: {e}")),
                 Ok((_pool, hm)) => {
@@ -699,15 +701,15 @@ fn backup_naming_a_live_segment_is_never_freed() {
         }
     };
     std::fs::write(p, &crashed).unwrap();
-    judge("crashed pool", open_file(p, false));
+    judge("crashed pool", open_guarded::<HmehSubject>(p, false));
     std::fs::write(p, &bad).unwrap();
-    match open_file(p, false) {
+    match open_guarded::<HmehSubject>(p, false) {
         Err(e) => assert!(e.contains("backups"), "{e}"),
         Ok(_) => panic!("a clean pool with a backup left was accepted"),
     }
     judge(
         "second writable open of the refused clean pool",
-        open_file(p, false),
+        open_guarded::<HmehSubject>(p, false),
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -92,9 +92,9 @@ fn writers_and_readers(s: Shape) {
         assert!(t.e().insert(k, val(k, 0)).unwrap());
     }
     let before = (
-        detail_u(t.e(), "splits"),
-        detail_u(t.e(), "doublings"),
-        detail_u(t.e(), "merges"),
+        t.e().tallies().splits,
+        t.e().tallies().doublings,
+        t.e().tallies().merges,
     );
     let done = AtomicBool::new(false);
     let reads = AtomicU64::new(0);
@@ -264,11 +264,11 @@ fn writers_and_readers(s: Shape) {
         s.mode, s.durability, s.writers, s.readers, s.seed
     );
     let absent: Vec<u64> = (0..64).map(|i| key_of(0xfff0, i)).collect();
-    verify(t.e(), t.pool(), &model, &absent, &ctx);
+    verify_model(t.e(), t.pool(), &model, &absent, &ctx);
     let (splits, doublings, merges) = (
-        detail_u(t.e(), "splits") - before.0,
-        detail_u(t.e(), "doublings") - before.1,
-        detail_u(t.e(), "merges") - before.2,
+        t.e().tallies().splits - before.0,
+        t.e().tallies().doublings - before.1,
+        t.e().tallies().merges - before.2,
     );
     let (reads, hits, syncs) = (
         reads.load(Ordering::Relaxed),
@@ -302,7 +302,7 @@ fn writers_and_readers(s: Shape) {
         Reopen::SamePool
     };
     t.reopen(how);
-    verify(
+    verify_model(
         t.e(),
         t.pool(),
         &model,
@@ -475,7 +475,7 @@ fn overflow_chains_under_readers(durability: Durability, writers: usize, readers
     for m in models {
         model.extend(m);
     }
-    let blocks = detail_u(t.e(), "overflow blocks");
+    let blocks = t.e().tallies().overflow_blocks;
     assert!(
         blocks as usize >= model.len() / 60,
         "{blocks} overflow blocks for {} keys in one capped segment",
@@ -489,7 +489,7 @@ fn overflow_chains_under_readers(durability: Durability, writers: usize, readers
         during.load(Ordering::Relaxed)
     );
     let absent = [hi | 0x7fff_fffe, hi ^ 1 << 40 | 2];
-    verify(
+    verify_model(
         t.e(),
         t.pool(),
         &model,
@@ -607,9 +607,9 @@ fn same_key_race(threads: usize, durability: Durability) {
             }
         }
     }
-    assert!(detail_u(e, "splits") >= 20, "{:?}", e.stats().detail);
-    assert!(detail_u(e, "doublings") >= 2, "{:?}", e.stats().detail);
-    verify(
+    assert!(e.tallies().splits >= 20, "{:?}", e.tallies());
+    assert!(e.tallies().doublings >= 2, "{:?}", e.tallies());
+    verify_model(
         e,
         t.pool(),
         &model,
@@ -719,7 +719,7 @@ fn shared_hot_keys(threads: usize, durability: Durability, ops: u64) {
         found.len() as i64,
         "insert/remove results do not add up"
     );
-    verify(
+    verify_model(
         e,
         t.pool(),
         &found,

@@ -11,7 +11,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{cfg, open_file, pool_opts, uuid_of, word, TempPath, MIB};
+use common::{cfg, open_guarded, temp, word, HmehSubject, TempPath, MIB};
 use engine::{Durability, Engine, EngineKind};
 use hmeh::{HashKind, Hmeh, Options};
 use pmem::{Mode, Pool, PoolOptions};
@@ -65,8 +65,8 @@ struct Built {
 /// A cleanly closed identity-hash table of one key per home bucket 1..=6
 /// (each in its home bucket: no spill bits).
 fn built() -> Built {
-    let tmp = TempPath::new("listed");
-    let popts = pool_opts(Mode::Mapped, 2 * MIB, 0, Some(uuid_of(11)));
+    let tmp = temp("listed");
+    let popts = engine::testkit::pool_opts::<HmehSubject>(Mode::Mapped, 2 * MIB, 0, 11);
     let keys: Vec<u64> = (1..=6).map(key_at_home).collect();
     {
         let pool = Arc::new(Pool::create(tmp.path(), &popts).unwrap());
@@ -153,7 +153,7 @@ fn a_clean_open_refuses_a_slot_moved_out_of_its_searchs_reach() {
 #[test]
 fn for_each_lists_only_keys_that_get_finds() {
     let b = built();
-    let (pool, e) = open_file(&b.path, false).unwrap();
+    let (pool, e) = open_guarded::<HmehSubject>(&b.path, false).unwrap();
     // The damage after the open's checks (a stray write to the mapping).
     pool.store_u64(b.at, b.moved);
     assert_eq!(e.get(b.ghost), None, "no lookup reaches the moved slot");

@@ -241,7 +241,7 @@ impl Harness {
     }
 
     fn verify(&self, ctx: &str) {
-        verify(
+        verify_model(
             self.e(),
             self.t.pool(),
             &self.model,
@@ -325,26 +325,30 @@ fn run(r: Run) -> Tally {
         r.mode,
         r.keys,
         started.elapsed().as_secs_f64(),
-        tally.0
+        tally
     );
     tally
 }
 
-fn sum(ts: &[Tally], c: &str) -> u64 {
-    ts.iter().map(|t| t.get(c)).sum()
+/// One counter of a run's tally.
+type Counter = fn(&Tally) -> u64;
+
+fn sum(ts: &[Tally], c: Counter) -> u64 {
+    ts.iter().map(c).sum()
 }
 
 fn assert_structure(ts: &[Tally], what: &str) {
-    for c in [
-        "splits",
-        "node splits",
-        "doublings",
-        "merges",
-        "in-place updates",
-        "same-line updates",
-        "cross-line updates",
-    ] {
-        assert!(sum(ts, c) > 0, "{what}: no {c} in any run: {ts:?}");
+    let counters: [(&str, Counter); 7] = [
+        ("splits", |t| t.splits),
+        ("node splits", |t| t.node_splits),
+        ("doublings", |t| t.doublings),
+        ("merges", |t| t.merges),
+        ("in-place updates", |t| t.inplace_updates),
+        ("same-line updates", |t| t.same_line_updates),
+        ("cross-line updates", |t| t.cross_line_updates),
+    ];
+    for (c, of) in counters {
+        assert!(sum(ts, of) > 0, "{what}: no {c} in any run: {ts:?}");
     }
 }
 
@@ -367,10 +371,14 @@ fn small_segments_strict_simulated_with_reopens() {
         })
         .collect();
     assert_structure(&ts, "strict");
-    assert_eq!(sum(&ts, "backups made"), 0, "strict splits made backups");
+    assert_eq!(
+        sum(&ts, |t| t.backups_made),
+        0,
+        "strict splits made backups"
+    );
     for t in &ts {
-        assert!(t.get("splits") >= 40, "few splits: {t:?}");
-        assert!(t.get("merges") > 0, "no merge in a draining run: {t:?}");
+        assert!(t.splits >= 40, "few splits: {t:?}");
+        assert!(t.merges > 0, "no merge in a draining run: {t:?}");
     }
 }
 
@@ -395,11 +403,14 @@ fn small_segments_relaxed_simulated_with_syncs_and_reopens() {
         })
         .collect();
     assert_structure(&ts, "relaxed");
-    assert!(sum(&ts, "delayed splits") > 0, "no delayed split: {ts:?}");
+    assert!(
+        sum(&ts, |t| t.delayed_splits) > 0,
+        "no delayed split: {ts:?}"
+    );
     for t in &ts {
         // Relaxed node splits keep the old segment as a backup.
-        assert!(t.get("backups made") > 0, "no backup split: {t:?}");
-        assert!(t.get("merges") > 0, "no merge in a draining run: {t:?}");
+        assert!(t.backups_made > 0, "no backup split: {t:?}");
+        assert!(t.merges > 0, "no merge in a draining run: {t:?}");
     }
 }
 
@@ -445,7 +456,7 @@ fn mapped_file_both_durabilities_with_file_reopen() {
             sync_every: 1000,
         });
         assert_structure(std::slice::from_ref(&t), &format!("{d:?} mapped"));
-        assert!(t.get("splits") >= 200, "{t:?}");
+        assert!(t.splits >= 200, "{t:?}");
     }
 }
 
@@ -470,8 +481,8 @@ fn default_segments_grow_from_small_initial_capacity() {
             reopens: &[Reopen::SamePool],
             sync_every: 0,
         });
-        assert!(tally.get("splits") > 0, "ic {ic}: {tally:?}");
-        assert!(tally.get("doublings") > 0, "ic {ic}: {tally:?}");
+        assert!(tally.splits > 0, "ic {ic}: {tally:?}");
+        assert!(tally.doublings > 0, "ic {ic}: {tally:?}");
     }
 }
 
@@ -539,14 +550,12 @@ fn identity_hash_depth_cap_overflow_chains() {
             sync_every: 300,
         });
         assert!(
-            t.get("overflow blocks") > 0,
+            t.overflow_blocks > 0,
             "seed {seed} depth {depth}: the overflow path never ran: {t:?}"
         );
-        for (k, v) in t.0 {
-            *total.0.entry(k).or_default() += v;
-        }
+        total.add(&t);
     }
-    assert!(total.get("splits") > 0, "{total:?}");
+    assert!(total.splits > 0, "{total:?}");
 }
 
 /// The identity hash at the cap, dense: sequential keys under one high word
@@ -572,18 +581,18 @@ fn identity_sequential_keys_long_overflow_chain() {
             assert!(t.e().insert(u64::MAX - i, i << 32).unwrap());
             model.insert(u64::MAX - i, i << 32);
         }
-        let blocks = detail_u(t.e(), "overflow blocks");
+        let blocks = t.e().tallies().overflow_blocks;
         assert!(
             blocks >= 3000 / 60,
             "only {blocks} overflow blocks for 3000 keys"
         );
         assert_eq!(
-            detail_u(t.e(), "global depth"),
-            depth as u64,
+            t.e().tallies().global_depth,
+            depth,
             "splits stop at the cap"
         );
         let absent = [hi, hi | 3001, 0x7000_0001u64 << 32 | 5, 5 << 32];
-        verify(t.e(), t.pool(), &model, &absent, "after filling the chain");
+        verify_model(t.e(), t.pool(), &model, &absent, "after filling the chain");
         // Updates of every kind along the chain.
         for i in (1..=3000u64).step_by(3) {
             let v = i << 32 | 7;
@@ -591,13 +600,13 @@ fn identity_sequential_keys_long_overflow_chain() {
             model.insert(hi | i, v);
         }
         t.reopen(Reopen::CleanImage);
-        verify(t.e(), t.pool(), &model, &absent, "after reopen");
+        verify_model(t.e(), t.pool(), &model, &absent, "after reopen");
         for i in (1..=3000u64).filter(|i| !i.is_multiple_of(4)) {
             assert!(t.e().remove(hi | i).unwrap(), "remove {i}");
             model.remove(&(hi | i));
         }
         t.reopen(Reopen::Crash);
-        verify(
+        verify_model(
             t.e(),
             t.pool(),
             &model,
@@ -608,7 +617,7 @@ fn identity_sequential_keys_long_overflow_chain() {
             assert!(t.e().insert(hi | i, i ^ 0xabc).unwrap(), "reinsert {i}");
             model.insert(hi | i, i ^ 0xabc);
         }
-        verify(t.e(), t.pool(), &model, &absent, "after reinserting");
+        verify_model(t.e(), t.pool(), &model, &absent, "after reinserting");
     }
 }
 
@@ -648,7 +657,7 @@ fn edge_keys_and_in_place_updates() {
         keys.dedup();
         let mut model: HashMap<u64, u64> = HashMap::new();
         let absent = [3u64, 4, u64::MAX - 2, z ^ 2];
-        let before = detail_u(t.e(), "in-place updates");
+        let before = t.e().tallies().inplace_updates;
         for (i, &k) in keys.iter().enumerate() {
             let v = fmix(k ^ seed) | 1;
             assert_eq!(t.e().get(k), None, "{k:#x} before insert");
@@ -673,13 +682,13 @@ fn edge_keys_and_in_place_updates() {
             }
             assert_eq!(t.e().len(), model.len() as u64);
         }
-        let inplace = detail_u(t.e(), "in-place updates") - before;
+        let inplace = t.e().tallies().inplace_updates - before;
         assert!(
             inplace >= keys.len() as u64,
             "{hash:?}: only {inplace} in-place updates for {} keys",
             keys.len()
         );
-        verify(
+        verify_model(
             t.e(),
             t.pool(),
             &model,
@@ -687,7 +696,7 @@ fn edge_keys_and_in_place_updates() {
             &format!("{hash:?} {d:?}: edge keys"),
         );
         t.reopen(Reopen::Crash);
-        verify(
+        verify_model(
             t.e(),
             t.pool(),
             &model,
@@ -695,7 +704,7 @@ fn edge_keys_and_in_place_updates() {
             &format!("{hash:?} {d:?}: edge keys after a crash"),
         );
         t.reopen(Reopen::CleanImage);
-        verify(
+        verify_model(
             t.e(),
             t.pool(),
             &model,
@@ -709,7 +718,7 @@ fn edge_keys_and_in_place_updates() {
                 model.remove(&k);
             }
         }
-        verify(
+        verify_model(
             t.e(),
             t.pool(),
             &model,
@@ -720,7 +729,7 @@ fn edge_keys_and_in_place_updates() {
         model.remove(&z);
         assert!(t.e().is_empty());
         t.reopen(Reopen::SamePool);
-        verify(
+        verify_model(
             t.e(),
             t.pool(),
             &model,
@@ -786,14 +795,10 @@ fn grow_400k(stash_before_split: bool) -> Vec<f64> {
                 first_split = Some((keys.len() - 1) as f64 / created as f64);
             }
         }
-        let lf = detail(t.e(), "max load factor");
-        let splits = detail_u(t.e(), "splits");
+        let lf = t.e().tallies().max_load_factor.0;
+        let splits = t.e().tallies().splits;
         let s = t.e().stats();
-        let min_split = s
-            .detail
-            .iter()
-            .find(|(k, _)| k == "min load factor at split")
-            .map(|(_, v)| v.clone());
+        let min_split = t.e().tallies().min_load_factor_at_split;
         eprintln!(
             "seed {seed} {d:?}: max load factor {lf}, load at the first split {first_split:?} ({created} slots), {splits} splits, min load at split {min_split:?}, final {:.4}",
             s.load_factor
@@ -856,10 +861,10 @@ fn duplicate_heavy_and_skewed_streams() {
             }
         }
         assert!(refused > 30_000, "only {refused} duplicate inserts refused");
-        verify(t.e(), t.pool(), &model, &[7, 8, 9], "hot keys");
+        verify_model(t.e(), t.pool(), &model, &[7, 8, 9], "hot keys");
         // Zipf-like: a few keys take most operations.
         let space: Vec<u64> = (0..20_000u64).map(|i| fmix(i ^ seed << 20)).collect();
-        let mut before = detail_u(t.e(), "in-place updates");
+        let mut before = t.e().tallies().inplace_updates;
         let mut inplace = 0;
         for i in 0..120_000u64 {
             let k = space[rng.skewed(space.len() as u64) as usize];
@@ -892,19 +897,19 @@ fn duplicate_heavy_and_skewed_streams() {
                 _ => assert_eq!(t.e().get(k), present, "get {k:#x}"),
             }
             if i % 30_000 == 29_999 {
-                inplace += detail_u(t.e(), "in-place updates") - before;
+                inplace += t.e().tallies().inplace_updates - before;
                 before = 0;
                 t.reopen(if i % 60_000 == 59_999 {
                     Reopen::Crash
                 } else {
                     Reopen::CleanImage
                 });
-                verify(t.e(), t.pool(), &model, &[7, 8, 9], &format!("zipf op {i}"));
+                verify_model(t.e(), t.pool(), &model, &[7, 8, 9], &format!("zipf op {i}"));
             }
         }
-        inplace += detail_u(t.e(), "in-place updates") - before;
+        inplace += t.e().tallies().inplace_updates - before;
         assert!(inplace > 10_000, "only {inplace} in-place updates");
-        verify(t.e(), t.pool(), &model, &[7, 8, 9], "after the zipf stream");
+        verify_model(t.e(), t.pool(), &model, &[7, 8, 9], "after the zipf stream");
         let distinct = model.len();
         assert!(
             distinct > 1000 && distinct < space.len(),
@@ -950,7 +955,7 @@ fn relaxed_sync_makes_the_zero_hash_key_durable() {
                 want,
                 "{hash:?}: the zero-hash key {z:#x} after {what}, sync() and a crash"
             );
-            verify(
+            verify_model(
                 t.e(),
                 t.pool(),
                 &model,

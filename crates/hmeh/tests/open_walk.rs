@@ -7,27 +7,22 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{cfg, detail_u, identity_capped, pool_opts, Rng, Table, TempPath, MIB};
+use common::{cfg, identity_capped, temp, HmehSubject, Rng, Table, MIB};
 use engine::{Durability, Engine};
 use pmem::Mode;
 
 #[test]
 fn a_clean_open_through_open_file_reads_the_table_once() {
-    let tmp = TempPath::new("open-once");
-    let popts = pool_opts(Mode::Mapped, 4 * MIB, 64 * MIB, None);
+    let tmp = temp("open-once");
+    let popts = engine::testkit::pool_opts::<HmehSubject>(Mode::Mapped, 4 * MIB, 64 * MIB, 0);
     let c = cfg(Durability::Strict, 20_000, 1);
     let keys: Vec<u64> = (0..5000).map(common::fmix).collect();
     // A read-only open walks every slot of the table; `open_file` runs
     // that open read-only first, then the writable one, which is told so
     // and reads no slot again; a plain writable open walks.
-    let w = engine::testkit::clean_open_walks(
-        &hmeh::spec(),
-        tmp.path(),
-        &popts,
-        &c,
-        &keys,
-        "clean-open slots read",
-    );
+    let w = engine::testkit::clean_open_walks::<HmehSubject>(tmp.path(), &popts, &c, &keys, |e| {
+        e.tallies().clean_open_slots_read
+    });
     assert!(w.read_only >= 5000, "the read-only open read {w:?}");
     assert_eq!(w.prechecked, 0);
     assert_eq!(w.plain, w.read_only);
@@ -54,7 +49,7 @@ fn for_each_parts_visit_what_for_each_visits() {
     for (i, &k) in keys.iter().enumerate() {
         e.insert(k, i as u64).unwrap();
     }
-    assert!(detail_u(e, "overflow blocks") > 0, "no overflow chain made");
+    assert!(e.tallies().overflow_blocks > 0, "no overflow chain made");
     let whole = pairs(|f| e.for_each(f));
     assert_eq!(whole.values().sum::<u32>() as u64, e.len());
     assert!(whole.contains_key(&(0, 0)), "the zero-hash key");

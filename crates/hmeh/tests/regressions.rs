@@ -29,7 +29,9 @@ use pmem::{CrashChoice, Link, Mode, Pool, PoolOptions};
 /// The segment identity magic ("HS", bits 48..64).
 mod common;
 use common::off::*;
-use common::{clear_clean_flag, crc32, open_file, patch, word, Rng, TempPath, MIB, STATE_SLOTS};
+use common::{
+    clear_clean_flag, open_guarded, patch, temp, word, HmehSubject, Rng, TempPath, MIB, STATE_SLOTS,
+};
 
 const SEG_MAGIC: u64 = 0x4853;
 
@@ -61,17 +63,6 @@ fn pool_opts(mode: Mode, size: u64, max_size: u64, read_only: bool) -> PoolOptio
         read_only,
         ..PoolOptions::default()
     }
-}
-
-fn detail(hm: &Hmeh, name: &str) -> u64 {
-    hm.stats()
-        .detail
-        .iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("stats().detail has no {name:?}"))
-        .1
-        .parse()
-        .unwrap_or_else(|_| panic!("detail {name:?} is not an integer"))
 }
 
 /// Runs `f` on its own thread and waits at most `secs` seconds for it: a
@@ -200,7 +191,7 @@ fn built(
     seg_bytes: u64,
     hash: HashKind,
 ) -> (TempPath, Vec<u8>, HashMap<u64, u64>, Tree) {
-    let tmp = TempPath::new(tag);
+    let tmp = temp(tag);
     let pool =
         Arc::new(Pool::create(tmp.path(), &pool_opts(Mode::Mapped, 2 * MIB, 0, false)).unwrap());
     let hm = Hmeh::create_with(
@@ -237,7 +228,7 @@ fn refused(path: &Path, bad: &[u8], what: &str, secs: u64) -> String {
         let p = path.to_path_buf();
         let t0 = Instant::now();
         let r = within(secs, &format!("{what} ({mode}) open"), move || {
-            open_file(&p, read_only).map(|(_, hm)| format!("{:?}", hm.check()))
+            open_guarded::<HmehSubject>(&p, read_only).map(|(_, hm)| format!("{:?}", hm.check()))
         });
         match r {
             Ok(check) => panic!("{what} ({mode}): open accepted it; check() says {check}"),
@@ -306,8 +297,8 @@ fn failed_merge_leaves_its_block_usable() {
                 },
             )
             .unwrap();
-            assert_eq!(detail(&hm, "segments"), 4);
-            assert_eq!(detail(&hm, "global depth"), 2);
+            assert_eq!(hm.tallies().segments, 4);
+            assert_eq!(hm.tallies().global_depth, 2);
             // Identity hash: a key is its hash. Top two bits pick the
             // segment (00 and 01 are buddies), a low word of 7 puts every
             // key in home bucket 0 (7 * 59 >> 32 = 0).
@@ -319,7 +310,7 @@ fn failed_merge_leaves_its_block_usable() {
                 assert!(hm.insert(k, !k).unwrap());
                 model.insert(k, !k);
             }
-            assert_eq!(detail(&hm, "splits"), 0, "40 keys fit without a split");
+            assert_eq!(hm.tallies().splits, 0, "40 keys fit without a split");
             // The block the next 4 KiB reservation gets: the merge's M.
             let probe = pool.reserve(4096, Link::Nothing).unwrap();
             let m = probe.offset();
@@ -328,7 +319,7 @@ fn failed_merge_leaves_its_block_usable() {
             // 39 items of one home, 32 places: the merge is tried and fails.
             assert!(hm.remove(a[0]).unwrap());
             model.remove(&a[0]);
-            let failed = detail(&hm, "merges");
+            let failed = hm.tallies().merges;
             let probe = pool.reserve(4096, Link::Nothing).unwrap();
             // The attempt wrote M's identity. Its lock lives in DRAM (the
             // segment's head): the splits below reuse M, and would spin
@@ -352,13 +343,13 @@ fn failed_merge_leaves_its_block_usable() {
                     model.insert(k, k ^ 1);
                 }
             }
-            let splits = detail(&hm, "splits");
+            let splits = hm.tallies().splits;
             // Down to 32 items: the merge fits and happens.
             for k in &a[4..8] {
                 assert!(hm.remove(*k).unwrap());
                 model.remove(k);
             }
-            let merged = detail(&hm, "merges");
+            let merged = hm.tallies().merges;
             for (k, v) in &model {
                 assert_eq!(hm.get(*k), Some(*v), "get({k:#x})");
             }
@@ -400,7 +391,7 @@ fn retired_word_in_a_clean_pool_does_not_block_writers() {
     std::fs::write(tmp.path(), &bad).unwrap();
     // Read-only: opens, reads, checks, and leaves the file alone.
     {
-        let (_p, hm) = open_file(tmp.path(), true).expect("read-only open");
+        let (_p, hm) = open_guarded::<HmehSubject>(tmp.path(), true).expect("read-only open");
         for (k, v) in &model {
             assert_eq!(hm.get(*k), Some(*v));
         }
@@ -412,7 +403,7 @@ fn retired_word_in_a_clean_pool_does_not_block_writers() {
     let m0 = model.clone();
     model = within(20, "writes to segments with a retired word", move || {
         let mut model = m0;
-        let (pool, hm) = open_file(&path, false).expect("writable open");
+        let (pool, hm) = open_guarded::<HmehSubject>(&path, false).expect("writable open");
         let mut rng = Rng(2);
         for r in [s1, s2] {
             let mut mine: Vec<u64> = model
@@ -448,10 +439,7 @@ fn retired_word_in_a_clean_pool_does_not_block_writers() {
                 }
             }
         }
-        assert!(
-            detail(&hm, "splits") > 0,
-            "the flagged segments never split"
-        );
+        assert!(hm.tallies().splits > 0, "the flagged segments never split");
         for (k, v) in &model {
             assert_eq!(hm.get(*k), Some(*v), "get({k:#x})");
         }
@@ -464,7 +452,7 @@ fn retired_word_in_a_clean_pool_does_not_block_writers() {
     // The next clean open again takes writes and has every key.
     let path = tmp.path().to_path_buf();
     within(20, "reopen after the writes", move || {
-        let (_pool, hm) = open_file(&path, false).expect("reopen");
+        let (_pool, hm) = open_guarded::<HmehSubject>(&path, false).expect("reopen");
         for (k, v) in &model {
             assert_eq!(hm.get(*k), Some(*v));
         }
@@ -509,11 +497,11 @@ fn with_backup() -> Backup {
     let mut rng = Rng(3);
     for _ in 0..20_000 {
         assert!(hm.insert(rng.next(), rng.next()).unwrap());
-        if detail(&hm, "backups made") > 0 {
+        if hm.tallies().backups_made > 0 {
             break;
         }
     }
-    assert_eq!(detail(&hm, "backups made"), 1, "no backup was made");
+    assert_eq!(hm.tallies().backups_made, 1, "no backup was made");
     let t = tree(&pool);
     let named: Vec<u64> = t
         .segs()
@@ -579,7 +567,7 @@ fn backup_image_recovers_untouched() {
     let b = with_backup();
     let pool = Arc::new(Pool::from_image(b.img.clone(), Mode::Simulated).unwrap());
     let hm = Hmeh::open(pool.clone(), &cfg(Durability::Relaxed, 16)).unwrap();
-    assert!(detail(&hm, "backup items merged") > 0);
+    assert!(hm.tallies().backups_merged > 0);
     let r = hm.check().unwrap();
     assert_eq!(r.reachable_bytes, pool.stats().bytes_in_use, "leak");
     assert_eq!(pool.load_u64(b.seg_a + H_BACKUP), 0);
@@ -793,7 +781,7 @@ fn segments_out_of_place_are_refused() {
     let p = tmp.path();
     // The untouched file opens with every key.
     {
-        let (_p, hm) = open_file(p, true).unwrap();
+        let (_p, hm) = open_guarded::<HmehSubject>(p, true).unwrap();
         assert_eq!(hm.check().unwrap().keys, model.len() as u64);
     }
     let mut cases: Vec<(String, Vec<(u64, u64)>)> = Vec::new();
@@ -875,7 +863,7 @@ fn segments_out_of_place_are_refused() {
     }
     // Still the original file: it opens.
     std::fs::write(p, &good).unwrap();
-    assert!(open_file(p, false).is_ok());
+    assert!(open_guarded::<HmehSubject>(p, false).is_ok());
 }
 
 // ----- still present: found while writing the tests above --------------------------
@@ -883,23 +871,7 @@ fn segments_out_of_place_are_refused() {
 /// Sets the clean flag of the pool header's current state slot (and fixes
 /// its CRC), as a clean close would have left it.
 fn set_clean_flag(bytes: &mut [u8]) {
-    let slot = current_slot(bytes);
-    bytes[slot + 24..slot + 32].copy_from_slice(&1u64.to_le_bytes());
-    let c = crc32(&bytes[slot..slot + 60]);
-    bytes[slot + 60..slot + 64].copy_from_slice(&c.to_le_bytes());
-}
-
-/// The pool header's state slot in force: the valid one with the higher
-/// sequence number.
-fn current_slot(bytes: &[u8]) -> usize {
-    [64usize, 128]
-        .into_iter()
-        .max_by_key(|&b| {
-            let crc_ok = crc32(&bytes[b..b + 60])
-                == u32::from_le_bytes(bytes[b + 60..b + 64].try_into().unwrap());
-            (crc_ok, word(bytes, b as u64))
-        })
-        .unwrap()
+    engine::testkit::image::edit_state(bytes, |s| s.clean = 1);
 }
 
 /// A "cleanly closed" image that still holds a backup is refused ("still
@@ -938,7 +910,7 @@ fn clean_pool_with_a_backup_is_refused_before_any_write() {
 /// across segments. A loop in one chain is refused within a few seconds.
 #[test]
 fn overflow_block_in_two_chains_is_refused() {
-    let tmp = TempPath::new("shared-ovf");
+    let tmp = temp("shared-ovf");
     let pool =
         Arc::new(Pool::create(tmp.path(), &pool_opts(Mode::Mapped, 2 * MIB, 0, false)).unwrap());
     // Depth cap 2: four 1 KiB segments, each with an overflow chain.
@@ -1003,7 +975,7 @@ fn overflow_block_in_two_chains_is_refused() {
 #[test]
 fn lock_word_tagged_with_the_next_epoch_does_not_block() {
     let (tmp, good, model, t) = built("epoch", 300, 1024, HashKind::Identity);
-    let opens = word(&good, current_slot(&good) as u64 + 32);
+    let opens = pmem::header::State::current(&good[..4096]).unwrap().0.opens;
     let s = t.runs[0];
     let mine: Vec<u64> = model
         .keys()
@@ -1017,7 +989,7 @@ fn lock_word_tagged_with_the_next_epoch_does_not_block() {
     within(
         5,
         "readers and writers of a segment whose lock word carries the next epoch",
-        move || match open_file(&path, false) {
+        move || match open_guarded::<HmehSubject>(&path, false) {
             Err(e) => assert!(e != "PANIC", "open panicked"),
             Ok((_p, hm)) => {
                 for k in &mine {

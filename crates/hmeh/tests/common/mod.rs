@@ -1,21 +1,24 @@
-//! Helpers shared by the hmeh integration tests: pools in every mode, a
-//! seeded RNG, unique temp files, `stats().detail` lookups, reopen in four
-//! ways and a full model comparison.
+//! Helpers shared by the hmeh integration tests, beside the conformance
+//! suite's kit (`engine::testkit`): hmeh's options for small and capped
+//! tables, a table reopened in four ways with its own configuration, the
+//! structural counters summed over a run's engine handles, and the byte
+//! offsets the image tests patch.
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
+use engine::testkit::{mem_pool, pool_opts, Subject};
 use engine::{Durability, Engine, EngineConfig};
 use hmeh::{HashKind, Hmeh, Options};
 use pmem::{Mode, Pool, PoolOptions};
 
 pub(crate) const MIB: u64 = 1 << 20;
 
-pub(crate) use engine::testkit::Rng;
-use engine::testkit::Subject;
+#[allow(unused_imports)]
+pub(crate) use engine::testkit::bad_pool::open_guarded;
+#[allow(unused_imports)]
+pub(crate) use engine::testkit::{verify_model, Rng, TempPath};
 
 mod spec;
 pub(crate) use spec::HmehSubject;
@@ -25,34 +28,8 @@ pub(crate) use spec::HmehSubject;
 pub(crate) use engine::hash::fmix64 as fmix;
 
 /// A unique temp pool path, removed on drop.
-pub(crate) struct TempPath(engine::testkit::TempPath);
-
-impl TempPath {
-    pub(crate) fn new(tag: &str) -> TempPath {
-        TempPath(engine::testkit::TempPath::new(
-            HmehSubject::TEMP_PREFIX,
-            tag,
-        ))
-    }
-    pub(crate) fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
-
-pub(crate) fn pool_opts(
-    mode: Mode,
-    size: u64,
-    max_size: u64,
-    uuid: Option<[u8; 16]>,
-) -> PoolOptions {
-    PoolOptions {
-        mode,
-        size,
-        max_size,
-        layout: HmehSubject::LAYOUT.into(),
-        uuid,
-        ..PoolOptions::default()
-    }
+pub(crate) fn temp(tag: &str) -> TempPath {
+    TempPath::new(HmehSubject::TEMP_PREFIX, tag)
 }
 
 pub(crate) fn cfg(durability: Durability, initial_capacity: u64, threads: usize) -> EngineConfig {
@@ -82,11 +59,6 @@ pub(crate) fn identity_capped(max_depth: u32) -> Options {
         hash: HashKind::Identity,
         stash_before_split: false,
     }
-}
-
-/// A uuid made from a seed: the hash seed (hence every path) repeats.
-pub(crate) fn uuid_of(seed: u64) -> [u8; 16] {
-    engine::testkit::test_uuid(&HmehSubject::UUID_TAG, seed)
 }
 
 /// How a table is closed and opened again.
@@ -128,15 +100,14 @@ impl Table {
         o: &Options,
         seed: u64,
     ) -> Table {
-        let popts = pool_opts(mode, 2 * MIB, max_size, Some(uuid_of(seed)));
+        let popts = pool_opts::<HmehSubject>(mode, 2 * MIB, max_size, seed);
         let (path, pool) = if mode == Mode::Mapped {
-            let p = TempPath::new("table");
-            let pool = Pool::create(p.path(), &popts).unwrap();
+            let p = temp("table");
+            let pool = Arc::new(Pool::create(p.path(), &popts).unwrap());
             (Some(p), pool)
         } else {
-            (None, Pool::create(Path::new(""), &popts).unwrap())
+            (None, mem_pool(&popts))
         };
-        let pool = Arc::new(pool);
         let e = Hmeh::create_with(pool.clone(), c, o).unwrap();
         Table {
             e: Some(e),
@@ -237,54 +208,53 @@ impl Table {
     }
 }
 
-/// A figure from `stats().detail`, parsed.
-pub(crate) fn detail(e: &dyn Engine, name: &str) -> f64 {
-    engine::testkit::detail(e, name)
+/// The structural counters a test asserts on, summed over a run's engine
+/// handles (they live in DRAM: each handle counts from its own open).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) splits: u64,
+    pub(crate) backups_made: u64,
+    pub(crate) node_splits: u64,
+    pub(crate) delayed_splits: u64,
+    pub(crate) doublings: u64,
+    pub(crate) merges: u64,
+    pub(crate) overflow_blocks: u64,
+    pub(crate) inplace_updates: u64,
+    pub(crate) same_line_updates: u64,
+    pub(crate) cross_line_updates: u64,
 }
-
-pub(crate) fn detail_u(e: &dyn Engine, name: &str) -> u64 {
-    detail(e, name) as u64
-}
-
-/// The structural counters a test asserts on (they live in DRAM, so a run
-/// sums them over its engine handles).
-pub(crate) const COUNTERS: [&str; 10] = [
-    "splits",
-    "backups made",
-    "node splits",
-    "delayed splits",
-    "doublings",
-    "merges",
-    "overflow blocks",
-    "in-place updates",
-    "same-line updates",
-    "cross-line updates",
-];
-
-#[derive(Default, Debug, Clone)]
-pub(crate) struct Tally(pub HashMap<&'static str, u64>);
 
 impl Tally {
-    pub(crate) fn absorb(&mut self, e: &dyn Engine) {
-        for c in COUNTERS {
-            *self.0.entry(c).or_default() += detail_u(e, c);
-        }
+    /// Adds what the handle `e` counted.
+    pub(crate) fn absorb(&mut self, e: &Hmeh) {
+        let t = e.tallies();
+        self.add(&Tally {
+            splits: t.splits,
+            backups_made: t.backups_made,
+            node_splits: t.node_splits,
+            delayed_splits: t.delayed_splits,
+            doublings: t.doublings,
+            merges: t.merges,
+            overflow_blocks: t.overflow_blocks,
+            inplace_updates: t.inplace_updates,
+            same_line_updates: t.same_line_updates,
+            cross_line_updates: t.cross_line_updates,
+        });
     }
-    pub(crate) fn get(&self, c: &str) -> u64 {
-        self.0.get(c).copied().unwrap_or(0)
-    }
-}
 
-/// Everything the engine holds must equal `model` (see
-/// `engine::testkit::verify_model`), absent keys included.
-pub(crate) fn verify(
-    e: &dyn Engine,
-    pool: &Pool,
-    model: &HashMap<u64, u64>,
-    absent: &[u64],
-    ctx: &str,
-) {
-    engine::testkit::verify_model(e, pool, model, absent, ctx);
+    /// Adds another sum.
+    pub(crate) fn add(&mut self, o: &Tally) {
+        self.splits += o.splits;
+        self.backups_made += o.backups_made;
+        self.node_splits += o.node_splits;
+        self.delayed_splits += o.delayed_splits;
+        self.doublings += o.doublings;
+        self.merges += o.merges;
+        self.overflow_blocks += o.overflow_blocks;
+        self.inplace_updates += o.inplace_updates;
+        self.same_line_updates += o.same_line_updates;
+        self.cross_line_updates += o.cross_line_updates;
+    }
 }
 
 // ----- pool images -----------------------------------------------------------------
@@ -303,26 +273,4 @@ pub(crate) mod off {
     pub(crate) const H_BACKUP: u64 = 32;
     pub(crate) const H_OVERFLOW: u64 = 40;
     pub(crate) const H_RETIRED: u64 = 48;
-}
-
-/// CRC-32 (IEEE), bitwise: the header's checksum (docs/format.md).
-pub(crate) fn crc32(data: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &b in data {
-        c ^= b as u32;
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0xedb8_8320
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
-}
-
-/// Pool open then engine open (strict) of a pool file, in a panic guard:
-/// `Err("PANIC")` if either panicked (`engine::testkit::bad_pool`).
-pub(crate) fn open_file(path: &Path, read_only: bool) -> Result<(Arc<Pool>, Hmeh), String> {
-    engine::testkit::bad_pool::open_guarded::<HmehSubject>(path, read_only)
 }

@@ -876,9 +876,8 @@ fn set_clean_flag(bytes: &mut [u8]) {
 
 /// A "cleanly closed" image that still holds a backup is refused ("still
 /// holds backups"); with a retired word set on a live segment as well the
-/// refusal must still come before any write. STILL FAILS: the clean path
-/// clears the retired words first (recover.rs, `if clean { .. }`), then
-/// refuses, so the refused open has written to the pool.
+/// refusal must still come before any write (the clean path must not
+/// clear the retired words before it refuses).
 #[test]
 fn clean_pool_with_a_backup_is_refused_before_any_write() {
     let b = with_backup();
@@ -905,9 +904,10 @@ fn clean_pool_with_a_backup_is_refused_before_any_write() {
 /// Backups may not be shared (fixed); overflow blocks neither. A block in
 /// two segments' overflow chains is accepted by open and `check()`; the
 /// second segment's writers then take the first one's items in that block
-/// for free slots (they are not valid for them) and overwrite them.
-/// STILL FAILS: `validate_chains` has no set of overflow blocks seen
-/// across segments. A loop in one chain is refused within a few seconds.
+/// for free slots (they are not valid for them) and overwrite them, so
+/// open must refuse it (`validate_chains` keeps the set of overflow blocks
+/// seen across segments). A loop in one chain is refused within a few
+/// seconds.
 #[test]
 fn overflow_block_in_two_chains_is_refused() {
     let tmp = temp("shared-ovf");
@@ -970,8 +970,8 @@ fn overflow_block_in_two_chains_is_refused() {
 /// (bits 40..64 = the pool's open count) and odd reads as held by a
 /// writer of this session: every reader and writer of the segment's keys
 /// waits forever (the hang bug 2 fixed for the retired word). Only a
-/// corrupt file (or 2^24 opens of wrap-around) has one. STILL FAILS
-/// (hangs; the watchdog ends the test after 5 s).
+/// corrupt file (or 2^24 opens of wrap-around) has one. A hang fails the
+/// test: the watchdog ends it after 5 s.
 #[test]
 fn lock_word_tagged_with_the_next_epoch_does_not_block() {
     let (tmp, good, model, t) = built("epoch", 300, 1024, HashKind::Identity);

@@ -82,6 +82,18 @@ pub fn reopen_file<S: super::Subject>(
     path: &Path,
     popts: &pmem::PoolOptions,
 ) -> (std::sync::Arc<Pool>, S::E) {
+    let cfg = super::strict_config(S::OPEN_CAPACITY, 1);
+    reopen_file_with::<S>(e, pool, path, popts, &cfg)
+}
+
+/// [`reopen_file`], opening the table again with `cfg`.
+pub fn reopen_file_with<S: super::Subject>(
+    e: S::E,
+    pool: std::sync::Arc<Pool>,
+    path: &Path,
+    popts: &pmem::PoolOptions,
+    cfg: &crate::EngineConfig,
+) -> (std::sync::Arc<Pool>, S::E) {
     e.close().unwrap();
     assert!(
         e.insert(0x5eed, 1).is_err(),
@@ -96,7 +108,27 @@ pub fn reopen_file<S: super::Subject>(
     drop(pool);
     let p2 = std::sync::Arc::new(Pool::open(path, popts).unwrap());
     assert!(p2.was_clean(), "close() did not mark the file clean");
-    let e2 = S::open(p2.clone(), &super::strict_config(S::OPEN_CAPACITY, 1)).unwrap();
+    let e2 = S::open(p2.clone(), cfg).unwrap();
+    (p2, e2)
+}
+
+/// Clean close of a simulated pool's table, then what that close persisted
+/// opened as a new simulated pool with `cfg` (it must read as cleanly
+/// closed: the close's writes are durable, not just visible).
+pub fn clean_image_reopen<S: super::Subject>(
+    e: S::E,
+    pool: &Pool,
+    cfg: &crate::EngineConfig,
+) -> (std::sync::Arc<Pool>, S::E) {
+    e.close().unwrap();
+    let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
+    drop(e);
+    let p2 = std::sync::Arc::new(Pool::from_image(img, pmem::Mode::Simulated).unwrap());
+    assert!(
+        p2.was_clean(),
+        "close() did not durably mark the pool clean"
+    );
+    let e2 = S::open(p2.clone(), cfg).unwrap();
     (p2, e2)
 }
 
@@ -112,9 +144,18 @@ pub fn crash_reopen_live<S: super::Subject>(pool: &Pool) -> (std::sync::Arc<Pool
 /// A crash right now of a simulated pool: only what was persisted
 /// survives (strict durability: every acknowledged write).
 pub fn crash_reopen_persisted<S: super::Subject>(pool: &Pool) -> (std::sync::Arc<Pool>, S::E) {
+    let cfg = super::strict_config(S::OPEN_CAPACITY, 1);
+    crash_reopen_persisted_with::<S>(pool, &cfg)
+}
+
+/// [`crash_reopen_persisted`], opening the table again with `cfg`.
+pub fn crash_reopen_persisted_with<S: super::Subject>(
+    pool: &Pool,
+    cfg: &crate::EngineConfig,
+) -> (std::sync::Arc<Pool>, S::E) {
     let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
     let p2 = std::sync::Arc::new(Pool::from_image(img, pmem::Mode::Simulated).unwrap());
     assert!(!p2.was_clean(), "a crash image reads as cleanly closed");
-    let e2 = S::open(p2.clone(), &super::strict_config(S::OPEN_CAPACITY, 1)).unwrap();
+    let e2 = S::open(p2.clone(), cfg).unwrap();
     (p2, e2)
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use engine::testkit::{mem_pool, pool_opts, Subject};
+use engine::testkit::{mem_pool, pool_opts, reopen, Subject};
 use engine::{Durability, Engine, EngineConfig};
 use hmeh::{HashKind, Hmeh, Options};
 use pmem::{Mode, Pool, PoolOptions};
@@ -151,40 +151,18 @@ impl Table {
                 self.closed_in_place = true;
             }
             Reopen::File => {
-                self.e().close().unwrap();
-                let path = self
-                    .path
-                    .as_ref()
-                    .expect("a mapped table")
-                    .path()
-                    .to_owned();
-                drop(self.e.take());
-                let old = self.pool.take().unwrap();
-                assert_eq!(
-                    Arc::strong_count(&old),
-                    1,
-                    "the engine still holds the pool"
-                );
-                drop(old);
-                let p2 = Arc::new(Pool::open(&path, &self.popts).unwrap());
-                assert!(p2.was_clean(), "close() did not mark the file clean");
-                self.e = Some(Hmeh::open(p2.clone(), &self.cfg).unwrap());
+                let path = self.path.as_ref().expect("a mapped table").path();
+                let (e, pool) = (self.e.take().unwrap(), self.pool.take().unwrap());
+                let (p2, e2) =
+                    reopen::reopen_file_with::<HmehSubject>(e, pool, path, &self.popts, &self.cfg);
+                self.e = Some(e2);
                 self.pool = Some(p2);
             }
             Reopen::CleanImage => {
                 assert_eq!(self.mode(), Mode::Simulated);
-                self.e().close().unwrap();
-                let img = self
-                    .pool()
-                    .crash_image(pmem::CrashChoice::Persisted)
-                    .unwrap();
-                drop(self.e.take());
-                let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
-                assert!(
-                    p2.was_clean(),
-                    "close() did not durably mark the pool clean"
-                );
-                self.e = Some(Hmeh::open(p2.clone(), &self.cfg).unwrap());
+                let e = self.e.take().unwrap();
+                let (p2, e2) = reopen::clean_image_reopen::<HmehSubject>(e, self.pool(), &self.cfg);
+                self.e = Some(e2);
                 self.pool = Some(p2);
             }
             Reopen::Crash => {
@@ -194,14 +172,10 @@ impl Table {
                     "test bug: a crash image of a pool closed and reused in place"
                 );
                 self.e().sync().unwrap();
-                let img = self
-                    .pool()
-                    .crash_image(pmem::CrashChoice::Persisted)
-                    .unwrap();
+                let (p2, e2) =
+                    reopen::crash_reopen_persisted_with::<HmehSubject>(self.pool(), &self.cfg);
                 drop(self.e.take());
-                let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
-                assert!(!p2.was_clean(), "a crash image reads as cleanly closed");
-                self.e = Some(Hmeh::open(p2.clone(), &self.cfg).unwrap());
+                self.e = Some(e2);
                 self.pool = Some(p2);
             }
         }

@@ -75,7 +75,7 @@ fn level_image() -> (Vec<u8>, u64, u64, HashMap<u64, u64>) {
         e.insert(k * 7919, k).unwrap();
         model.insert(k * 7919, k);
     }
-    assert!(detail_u(&e, "expansions") > 0);
+    assert!(e.tallies().expansions > 0);
     let img = pool.crash_image(CrashChoice::Persisted).unwrap();
     let root = pool.root();
     let selector = pool.load_u64(root + 24);
@@ -234,12 +234,12 @@ fn skewed_keys_expand_until_they_separate() {
         model.insert(k, i as u64);
         if i == 23 {
             // 24 keys on two top buckets (12 slots) and two bottom ones.
-            assert_eq!(detail_u(&e, "expansions"), 0, "hash replica out of date");
-            assert_eq!(detail_u(&e, "top items"), 12, "hash replica out of date");
-            assert_eq!(detail_u(&e, "bottom items"), 12, "hash replica out of date");
+            assert_eq!(e.tallies().expansions, 0, "hash replica out of date");
+            assert_eq!(e.tallies().top_items.0, 12, "hash replica out of date");
+            assert_eq!(e.tallies().bottom_items.0, 12, "hash replica out of date");
         }
     }
-    let top = detail_u(&e, "top buckets");
+    let top = e.tallies().top_buckets;
     assert!(
         top >= 512,
         "40 keys colliding mod 256 fit in {top} top buckets?"

@@ -129,15 +129,11 @@ fn disjoint(mode: Mode, threads: usize, keys_per_thread: u64, seed: u64) {
     }
     verify_full(&e, &pool, &all, &format!("{mode:?} x{threads}"));
     assert!(
-        detail_u(&e, "expansions") >= 4,
+        e.tallies().expansions >= 4,
         "expansions: {:?}",
         e.stats().detail
     );
-    assert!(
-        detail_u(&e, "shrinks") >= 1,
-        "shrinks: {:?}",
-        e.stats().detail
-    );
+    assert!(e.tallies().shrinks >= 1, "shrinks: {:?}", e.stats().detail);
 }
 
 #[test]
@@ -285,7 +281,7 @@ fn readers_during_resizes(writers: usize, readers: usize) {
     for &k in &stable {
         assert!(e.insert(k, val(k, 0)).unwrap());
     }
-    let start_exp = detail_u(&e, "expansions");
+    let start_exp = e.tallies().expansions;
     let done = AtomicBool::new(false);
     let reads = AtomicU64::new(0);
     std::thread::scope(|s| {
@@ -350,8 +346,8 @@ fn readers_during_resizes(writers: usize, readers: usize) {
             .collect();
         engine::testkit::join_then_stop(ws, &done);
     });
-    let exp = detail_u(&e, "expansions") - start_exp;
-    let shr = detail_u(&e, "shrinks");
+    let exp = e.tallies().expansions - start_exp;
+    let shr = e.tallies().shrinks;
     assert!(exp >= 5, "only {exp} expansions ran under the readers");
     assert!(shr >= 3, "only {shr} shrinks ran under the readers");
     // Each of writer 0's checkpoints waited for at least one more read.
@@ -440,7 +436,7 @@ fn duplicate_race(threads: usize) {
         assert!(model.insert(k, v).is_none(), "key {k:#x} twice");
     });
     assert_eq!(model.len() as u64, ROUNDS * PER * 3 / 4);
-    assert!(detail_u(&e, "expansions") >= 3);
+    assert!(e.tallies().expansions >= 3);
     verify_full(&e, &pool, &model, "after the duplicate races");
 }
 

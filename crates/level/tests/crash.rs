@@ -48,14 +48,14 @@ struct Paths {
     logged: u64,
 }
 
-fn paths(e: &dyn Engine) -> Paths {
+fn paths(e: &level::Level) -> Paths {
     Paths {
-        expansions: detail_u(e, "expansions"),
-        shrinks: detail_u(e, "shrinks"),
-        movements: detail_u(e, "movements"),
-        b2t: detail_u(e, "b2t movements"),
-        logfree: detail_u(e, "log-free updates"),
-        logged: detail_u(e, "logged updates"),
+        expansions: e.tallies().expansions,
+        shrinks: e.tallies().shrinks,
+        movements: e.tallies().movements,
+        b2t: e.tallies().b2t_movements,
+        logfree: e.tallies().logfree_updates,
+        logged: e.tallies().logged_updates,
     }
 }
 
@@ -386,7 +386,7 @@ fn resize_ops_here(ops: &[Op], initial: u64, uuid: [u8; 16]) -> (HashSet<usize>,
     let mut last = (0, 0);
     for (i, op) in ops.iter().enumerate() {
         apply(&e, op, &mut model);
-        let now = (detail_u(&e, "expansions"), detail_u(&e, "shrinks"));
+        let now = (e.tallies().expansions, e.tallies().shrinks);
         if now != last {
             set.insert(i);
             last = now;

@@ -48,13 +48,13 @@ struct Seen {
 }
 
 impl Seen {
-    fn absorb(&mut self, e: &dyn Engine) {
-        self.expansions += detail_u(e, "expansions");
-        self.shrinks += detail_u(e, "shrinks");
-        self.movements += detail_u(e, "movements");
-        self.b2t += detail_u(e, "b2t movements");
-        self.logfree += detail_u(e, "log-free updates");
-        self.logged += detail_u(e, "logged updates");
+    fn absorb(&mut self, e: &level::Level) {
+        self.expansions += e.tallies().expansions;
+        self.shrinks += e.tallies().shrinks;
+        self.movements += e.tallies().movements;
+        self.b2t += e.tallies().b2t_movements;
+        self.logfree += e.tallies().logfree_updates;
+        self.logged += e.tallies().logged_updates;
     }
 }
 
@@ -109,7 +109,7 @@ impl Harness {
                 keys.push(k);
             }
         }
-        let created_top = detail_u(&e, "top buckets");
+        let created_top = e.tallies().top_buckets;
         Harness {
             pool_slot: Some(pool),
             e_slot: Some(e),
@@ -189,7 +189,7 @@ impl Harness {
         );
         self.ops += 1;
         if self.ops.is_multiple_of(256) {
-            self.seen.max_top = self.seen.max_top.max(detail_u(self.e(), "top buckets"));
+            self.seen.max_top = self.seen.max_top.max(self.e().tallies().top_buckets);
         }
     }
 
@@ -234,7 +234,7 @@ impl Harness {
 
     fn finish(mut self) -> Seen {
         self.seen.absorb(self.e_slot.as_ref().expect("engine"));
-        self.seen.final_top = detail_u(self.e(), "top buckets");
+        self.seen.final_top = self.e().tallies().top_buckets;
         self.seen
     }
 }
@@ -384,7 +384,7 @@ fn volatile_mode_without_reopen() {
 fn shrinks_stop_at_the_created_size() {
     for initial in [16u64, 1000] {
         let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(initial, 1));
-        let created = detail_u(&e, "top buckets");
+        let created = e.tallies().top_buckets;
         let mut rng = Rng::new(initial);
         let keys: Vec<u64> = (0..20_000).map(|_| rng.next()).collect();
         let mut model = HashMap::new();
@@ -393,7 +393,7 @@ fn shrinks_stop_at_the_created_size() {
                 model.insert(k, !k);
             }
         }
-        let grown = detail_u(&e, "top buckets");
+        let grown = e.tallies().top_buckets;
         assert!(
             grown >= 16 * created.min(1024),
             "grew to {grown} from {created}"
@@ -407,7 +407,7 @@ fn shrinks_stop_at_the_created_size() {
         // residue, with at most 2 keys stored, until the table is back at
         // its created size (or a generous bound).
         let mut round = 0u64;
-        while detail_u(&e, "top buckets") > created && round < 20_000 {
+        while e.tallies().top_buckets > created && round < 20_000 {
             for i in 0..3 {
                 assert!(e.insert(round << 32 | i, i).unwrap());
             }
@@ -426,12 +426,12 @@ fn shrinks_stop_at_the_created_size() {
             }
         }
         assert_eq!(
-            detail_u(&e, "top buckets"),
+            e.tallies().top_buckets,
             created,
             "initial capacity {initial}: an empty table ends at its created size"
         );
-        assert_eq!(detail_u(&e, "bottom buckets"), created / 2);
-        assert!(detail_u(&e, "shrinks") >= 3);
+        assert_eq!(e.tallies().bottom_buckets, created / 2);
+        assert!(e.tallies().shrinks >= 3);
         verify_full(&e, &pool, &model, "empty after drain");
     }
 }
@@ -449,7 +449,7 @@ fn max_load_factor_at_first_expansion() {
         let mut rng = Rng::new(seed * 1000);
         let mut model = HashMap::new();
         let mut n = 0u64;
-        while detail_u(&e, "expansions") == 0 {
+        while e.tallies().expansions == 0 {
             let k = rng.next();
             if e.insert(k, n).unwrap() {
                 model.insert(k, n);
@@ -460,7 +460,7 @@ fn max_load_factor_at_first_expansion() {
                 "seed {seed}: more keys than slots and no expansion"
             );
         }
-        let lf = detail(&e, "max load factor");
+        let lf = e.tallies().max_load_factor.0;
         seen.push(lf);
         // Load at the failure: every key but the last one fitted in `slots`.
         let direct = (n - 1) as f64 / slots as f64;
@@ -493,12 +493,12 @@ fn level_item_counts_sum_to_len() {
         model.insert(k, i);
         keys.push(k);
         if i % 97 == 0 {
-            let (t, b) = (detail_u(&e, "top items"), detail_u(&e, "bottom items"));
-            assert_eq!(t + b, e.len(), "after {i} inserts");
+            let (t, b) = (e.tallies().top_items.0, e.tallies().bottom_items.0);
+            assert_eq!(t + b, e.len() as i64, "after {i} inserts");
         }
     }
-    assert!(detail_u(&e, "bottom items") > 0);
-    assert!(detail_u(&e, "b2t movements") > 0);
+    assert!(e.tallies().bottom_items.0 > 0);
+    assert!(e.tallies().b2t_movements > 0);
     verify_full(&e, &pool, &model, "grown");
     for (i, k) in keys.iter().enumerate() {
         if i % 10 != 0 {
@@ -506,11 +506,11 @@ fn level_item_counts_sum_to_len() {
             model.remove(k);
         }
         if i % 101 == 0 {
-            let (t, b) = (detail_u(&e, "top items"), detail_u(&e, "bottom items"));
-            assert_eq!(t + b, e.len(), "after {i} removes");
+            let (t, b) = (e.tallies().top_items.0, e.tallies().bottom_items.0);
+            assert_eq!(t + b, e.len() as i64, "after {i} removes");
         }
     }
-    assert!(detail_u(&e, "shrinks") > 0);
+    assert!(e.tallies().shrinks > 0);
     verify_full(&e, &pool, &model, "drained");
     let (p2, e2) = crash_reopen(&pool, &cfg(16, 1));
     verify_full(&e2, &p2, &model, "recovered");

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cfg, fmix, opts, Rng, TempPath, MIB};
+use common::{cfg, fmix, opts, LevelSubject, Rng, TempPath, MIB};
 use pmem::Mode;
 
 #[test]
@@ -15,13 +15,12 @@ fn a_clean_open_through_open_file_reads_the_table_once() {
     // A read-only open scans every bucket; `open_file` runs that open
     // read-only first, then the writable one, which is told so and scans
     // no bucket again; a plain writable open scans.
-    let w = engine::testkit::clean_open_walks(
-        &level::spec(),
+    let w = engine::testkit::clean_open_walks::<LevelSubject>(
         tmp.path(),
         &opts(Mode::Mapped, 4 * MIB, 64 * MIB),
         &cfg(20_000, 1),
         &keys,
-        "clean-open buckets read",
+        |e| e.tallies().clean_open_buckets_read,
     );
     assert!(w.read_only > 0);
     assert_eq!(w.prechecked, 0);

@@ -167,11 +167,11 @@ fn unshrinkable() -> (
         assert!(e.insert(k, i as u64).unwrap());
         model.insert(k, i as u64);
         if i == 23 {
-            assert_eq!(detail_u(&e, "expansions"), 0, "hash replica out of date");
-            assert_eq!(detail_u(&e, "top items"), 12, "hash replica out of date");
+            assert_eq!(e.tallies().expansions, 0, "hash replica out of date");
+            assert_eq!(e.tallies().top_items.0, 12, "hash replica out of date");
         }
     }
-    assert_eq!(detail_u(&e, "top buckets"), 64);
+    assert_eq!(e.tallies().top_buckets, 64);
     // Rounds of 3 filler inserts and 3 removes: about 2,400 removes, so the
     // shrink check (every 128 removes of a thread) runs many times with at
     // most 33 keys stored (< 1/5 of 576 slots).
@@ -196,11 +196,11 @@ fn unshrinkable() -> (
 fn a_shrink_that_cannot_fit_is_not_started_and_inserts_go_on() {
     let (pool, e, mut model) = unshrinkable();
     assert_eq!(
-        detail_u(&e, "shrinks"),
+        e.tallies().shrinks,
         0,
         "a shrink that cannot fit was started"
     );
-    assert_eq!(detail_u(&e, "top buckets"), 64);
+    assert_eq!(e.tallies().top_buckets, 64);
     verify_full(&e, &pool, &model, "after the shrink checks");
     let mut rng = Rng::new(5);
     for i in 0..10 {
@@ -394,9 +394,9 @@ fn removes_racing_resizes_keep_the_level_counts() {
             });
             let mut n = 0u64;
             e.for_each(&mut |_, _| n += 1);
-            let (t, b) = (detail(&e, "top items"), detail(&e, "bottom items"));
+            let (t, b) = (e.tallies().top_items.0, e.tallies().bottom_items.0);
             assert!(
-                t >= 0.0 && b >= 0.0,
+                t >= 0 && b >= 0,
                 "{mode:?} round {round}: top items {t}, bottom items {b}"
             );
             assert_eq!(e.len(), n, "{mode:?} round {round}: len() vs keys stored");
@@ -534,12 +534,12 @@ fn growing_and_draining_cost_little_more_than_one_fence_per_op() {
         assert!(e.insert(k, k ^ 1).unwrap());
     }
     let f1 = pool.fence_count();
-    assert!(detail_u(&e, "expansions") >= 8, "the table must grow");
+    assert!(e.tallies().expansions >= 8, "the table must grow");
     for &k in &keys {
         assert!(e.remove(k).unwrap());
     }
     let f2 = pool.fence_count();
-    assert!(detail_u(&e, "shrinks") >= 4, "the table must shrink");
+    assert!(e.tallies().shrinks >= 4, "the table must shrink");
     assert_eq!(e.len(), 0);
     let per_insert = (f1 - f0) as f64 / N as f64;
     let per_delete = (f2 - f1) as f64 / N as f64;
@@ -568,20 +568,20 @@ fn large_rehash_is_shared_by_the_configured_threads() {
         assert!(e.insert(k, i).unwrap());
         model.insert(k, i);
     }
-    let shared = detail_u(&e, "parallel rehashes");
+    let shared = e.tallies().parallel_rehashes;
     assert!(shared >= 1);
     verify_full(&e, &pool, &model, "after parallel rehashes");
-    let expansions = detail_u(&e, "expansions");
+    let expansions = e.tallies().expansions;
     let keys: Vec<u64> = model.keys().copied().collect();
     for k in keys.into_iter().skip(2_000) {
         assert!(e.remove(k).unwrap());
         model.remove(&k);
     }
-    let shrinks = detail_u(&e, "shrinks");
+    let shrinks = e.tallies().shrinks;
     assert!(shrinks >= 2);
-    assert_eq!(detail_u(&e, "expansions"), expansions);
+    assert_eq!(e.tallies().expansions, expansions);
     assert!(
-        detail_u(&e, "parallel rehashes") > shared,
+        e.tallies().parallel_rehashes > shared,
         "none of {shrinks} shrinks of a table grown to 60k keys was shared"
     );
     verify_full(&e, &pool, &model, "after shared shrinks");
@@ -603,7 +603,7 @@ fn a_drain_shrinks_below_a_tenth_of_the_slots_not_a_fifth() {
             model.insert(k, i);
         }
     }
-    let top = detail_u(&e, "top buckets");
+    let top = e.tallies().top_buckets;
     // Top N buckets, bottom N/2, 6 slots each.
     let slots = top * 3 / 2 * 6;
     assert!(
@@ -621,11 +621,11 @@ fn a_drain_shrinks_below_a_tenth_of_the_slots_not_a_fifth() {
         model.remove(k);
     }
     assert_eq!(
-        detail_u(&e, "shrinks"),
+        e.tallies().shrinks,
         0,
         "a table at 1/7 of its {slots} slots shrank"
     );
-    assert_eq!(detail_u(&e, "top buckets"), top);
+    assert_eq!(e.tallies().top_buckets, top);
     // Below 1/10 (and on to 1/20, so the check runs there too): it shrinks.
     while model.len() as u64 > slots / 20 {
         let k = it.next().unwrap();
@@ -633,10 +633,10 @@ fn a_drain_shrinks_below_a_tenth_of_the_slots_not_a_fifth() {
         model.remove(k);
     }
     assert!(
-        detail_u(&e, "shrinks") >= 1,
+        e.tallies().shrinks >= 1,
         "a table at 1/20 of its {slots} slots did not shrink"
     );
-    assert!(detail_u(&e, "top buckets") < top);
+    assert!(e.tallies().top_buckets < top);
     verify_full(&e, &pool, &model, "after the drain");
 }
 
@@ -654,16 +654,13 @@ fn a_shared_rehash_charges_its_helpers_persists_to_the_resizing_thread() {
         let (_pool, e) = mem_engine(Mode::Simulated, 4 * MIB, 64 * MIB, &cfg(16, threads));
         let mut out = Vec::new();
         for i in 0..40_000u64 {
-            let (exp, shared) = (
-                detail_u(&e, "expansions"),
-                detail_u(&e, "parallel rehashes"),
-            );
+            let (exp, shared) = (e.tallies().expansions, e.tallies().parallel_rehashes);
             let before = pmem::persist::counters();
             assert!(e.insert(fmix(i ^ 0x5eed), i).unwrap());
-            if detail_u(&e, "expansions") > exp {
+            if e.tallies().expansions > exp {
                 out.push((
                     pmem::persist::counters().since(&before).flushes,
-                    detail_u(&e, "parallel rehashes") > shared,
+                    e.tallies().parallel_rehashes > shared,
                 ));
             }
         }

@@ -1,5 +1,5 @@
 //! Helpers shared by the level integration tests: pools, a seeded RNG,
-//! unique temp files, `stats().detail` lookups, a full model comparison and
+//! unique temp files, a full model comparison and
 //! a white-box replica of the engine's bucket hashing (for crafted keys).
 
 #![allow(dead_code, unused_imports)]
@@ -89,23 +89,17 @@ pub(crate) fn crash_reopen(pool: &Pool, c: &EngineConfig) -> (Arc<Pool>, level::
     (p2, e)
 }
 
-/// A figure from `stats().detail`, parsed.
-pub(crate) fn detail(e: &dyn Engine, name: &str) -> f64 {
-    engine::testkit::detail(e, name)
-}
-
-pub(crate) fn detail_u(e: &dyn Engine, name: &str) -> u64 {
-    detail(e, name) as u64
-}
-
 /// Everything the engine holds must equal `model`: for_each (each pair
 /// exactly once), len, get, check() with no leak, and the level item counts
 /// (top + bottom = len: no resize left in progress).
-pub(crate) fn verify_full(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
+pub(crate) fn verify_full(e: &level::Level, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
     verify_keys(e, pool, model, ctx);
-    let top = detail_u(e, "top items");
-    let bot = detail_u(e, "bottom items");
-    assert_eq!(top + bot, model.len() as u64, "{ctx}: top + bottom items");
+    let t = e.tallies();
+    assert_eq!(
+        t.top_items.0 + t.bottom_items.0,
+        model.len() as i64,
+        "{ctx}: top + bottom items"
+    );
 }
 
 /// `verify_full` without the level counts (a resize may be in progress).

@@ -20,7 +20,7 @@ fn engine_in(
 ) -> (Option<TempPath>, Arc<Pool>, level::Level) {
     let o = opts(mode, 4 * MIB, 64 * MIB);
     let (path, pool) = if mode == Mode::Mapped {
-        let p = TempPath::new("conc");
+        let p = temp_path("conc");
         let pool = Arc::new(Pool::create(p.path(), &o).unwrap());
         (Some(p), pool)
     } else {
@@ -29,7 +29,7 @@ fn engine_in(
             Arc::new(Pool::create(std::path::Path::new(""), &o).unwrap()),
         )
     };
-    let e = level::Level::create(pool.clone(), &cfg(initial, threads)).unwrap();
+    let e = level::Level::create(pool.clone(), &strict_config(initial, threads)).unwrap();
     (path, pool, e)
 }
 
@@ -267,10 +267,8 @@ fn shared_hot_keys_four_threads_mapped() {
 /// while writers grow the table from 16 buckets to thousands and drain it.
 fn readers_during_resizes(writers: usize, readers: usize) {
     let (pool, e) = mem_engine(
-        Mode::Volatile,
-        4 * MIB,
-        64 * MIB,
-        &cfg(1, writers + readers),
+        &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+        &strict_config(1, writers + readers),
     );
     const STABLE: u64 = 300;
     const N: u64 = 15_000;
@@ -376,7 +374,10 @@ fn readers_see_every_key_during_resizes_2w_2r() {
 /// insert per key succeeds; then they remove them together: exactly one
 /// remove per key succeeds. Expansions run in the middle (tiny table).
 fn duplicate_race(threads: usize) {
-    let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(1, threads));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+        &strict_config(1, threads),
+    );
     const ROUNDS: u64 = 40;
     const PER: u64 = 200;
     let barrier = Barrier::new(threads);

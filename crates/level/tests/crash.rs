@@ -282,7 +282,7 @@ fn phased_check(
     sparse: u64,
     uuid: [u8; 16],
 ) -> CheckOut {
-    let c = cfg(initial, 1);
+    let c = strict_config(initial, 1);
     let o = PoolOptions {
         uuid: Some(uuid),
         ..opts(Mode::Simulated, MIB, 8 * MIB)
@@ -380,7 +380,13 @@ fn resize_ops(ops: &[Op], initial: u64, uuid: [u8; 16]) -> (HashSet<usize>, Path
 }
 
 fn resize_ops_here(ops: &[Op], initial: u64, uuid: [u8; 16]) -> (HashSet<usize>, Paths) {
-    let (_pool, e) = mem_engine_uuid(Mode::Volatile, MIB, 8 * MIB, &cfg(initial, 1), uuid);
+    let (_pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(uuid),
+            ..opts(Mode::Volatile, MIB, 8 * MIB)
+        },
+        &strict_config(initial, 1),
+    );
     let mut model = HashMap::new();
     let mut set = HashSet::new();
     let mut last = (0, 0);

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
-use engine::{Engine, EngineConfig};
+use engine::testkit::reopen::reopen_file;
+use engine::Engine;
 use pmem::{Mode, Pool};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,7 +62,6 @@ impl Seen {
 struct Harness {
     pool_slot: Option<Arc<Pool>>,
     e_slot: Option<level::Level>,
-    cfg: EngineConfig,
     path: Option<TempPath>,
     run_opts: pmem::PoolOptions,
     model: HashMap<u64, u64>,
@@ -81,23 +81,22 @@ impl Harness {
     }
 
     fn new(r: &Run) -> Harness {
-        let cfg = cfg(r.initial_capacity, 1);
+        let cfg = strict_config(r.initial_capacity, 1);
         // A uuid from the seed: the hash seeds, hence every path, repeat.
-        let mut uuid = *b"level-model-test";
-        uuid[..8].copy_from_slice(&r.seed.to_le_bytes());
-        let run_opts = pmem::PoolOptions {
-            uuid: Some(uuid),
-            ..opts(r.mode, r.size, r.max_size)
-        };
+        let run_opts = engine::testkit::test_pool_options(
+            level::LAYOUT,
+            b"level-model-test",
+            r.mode,
+            r.size,
+            r.max_size,
+            r.seed,
+        );
         let (path, pool) = if r.mode == Mode::Mapped {
-            let p = TempPath::new("model");
+            let p = temp_path("model");
             let pool = Arc::new(Pool::create(p.path(), &run_opts).unwrap());
             (Some(p), pool)
         } else {
-            (
-                None,
-                Arc::new(Pool::create(std::path::Path::new(""), &run_opts).unwrap()),
-            )
+            (None, engine::testkit::mem_pool(&run_opts))
         };
         let e = level::Level::create(pool.clone(), &cfg).unwrap();
         let mut rng = Rng::new(r.seed);
@@ -113,7 +112,6 @@ impl Harness {
         Harness {
             pool_slot: Some(pool),
             e_slot: Some(e),
-            cfg,
             path,
             run_opts,
             model: HashMap::new(),
@@ -202,29 +200,15 @@ impl Harness {
         self.seen.reopens += 1;
         match how {
             Reopen::Crash => {
-                let (p2, e2) = crash_reopen(self.pool(), &self.cfg);
+                let (p2, e2) = crash_reopen_persisted::<LevelSubject>(self.pool());
                 self.e_slot = Some(e2);
                 self.pool_slot = Some(p2);
             }
             Reopen::Clean => {
-                self.e().close().unwrap();
                 let path = self.path.as_ref().expect("a mapped run").path().to_owned();
-                // Drop the old engine and pool before reopening the file.
-                let (old_e, old_p) = (self.e_slot.take(), self.pool_slot.take());
-                drop(old_e);
-                let old_p = old_p.unwrap();
-                assert_eq!(
-                    Arc::strong_count(&old_p),
-                    1,
-                    "the engine still holds the pool"
-                );
-                drop(old_p);
-                let p2 = Arc::new(Pool::open(&path, &self.run_opts).unwrap());
-                assert!(
-                    p2.was_clean(),
-                    "close() did not leave the pool marked clean"
-                );
-                let e2 = level::Level::open(p2.clone(), &self.cfg).unwrap();
+                let e = self.e_slot.take().expect("engine");
+                let p = self.pool_slot.take().expect("pool");
+                let (p2, e2) = reopen_file::<LevelSubject>(e, p, &path, &self.run_opts);
                 self.e_slot = Some(e2);
                 self.pool_slot = Some(p2);
             }
@@ -383,7 +367,10 @@ fn volatile_mode_without_reopen() {
 #[test]
 fn shrinks_stop_at_the_created_size() {
     for initial in [16u64, 1000] {
-        let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(initial, 1));
+        let (pool, e) = mem_engine(
+            &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+            &strict_config(initial, 1),
+        );
         let created = e.tallies().top_buckets;
         let mut rng = Rng::new(initial);
         let keys: Vec<u64> = (0..20_000).map(|_| rng.next()).collect();
@@ -444,7 +431,13 @@ fn max_load_factor_at_first_expansion() {
     for seed in 1..=5u64 {
         let mut uuid = UUID;
         uuid[..8].copy_from_slice(&seed.to_le_bytes());
-        let (pool, e) = mem_engine_uuid(Mode::Volatile, 4 * MIB, 16 * MIB, &cfg(1000, 1), uuid);
+        let (pool, e) = mem_engine(
+            &PoolOptions {
+                uuid: Some(uuid),
+                ..opts(Mode::Volatile, 4 * MIB, 16 * MIB)
+            },
+            &strict_config(1000, 1),
+        );
         let slots = e.stats().capacity;
         let mut rng = Rng::new(seed * 1000);
         let mut model = HashMap::new();
@@ -483,7 +476,10 @@ fn max_load_factor_at_first_expansion() {
 /// expansions, removes and shrinks.
 #[test]
 fn level_item_counts_sum_to_len() {
-    let (pool, e) = mem_engine(Mode::Simulated, 2 * MIB, 16 * MIB, &cfg(16, 1));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Simulated, 2 * MIB, 16 * MIB),
+        &strict_config(16, 1),
+    );
     let mut rng = Rng::new(99);
     let mut model = HashMap::new();
     let mut keys = Vec::new();
@@ -512,6 +508,6 @@ fn level_item_counts_sum_to_len() {
     }
     assert!(e.tallies().shrinks > 0);
     verify_full(&e, &pool, &model, "drained");
-    let (p2, e2) = crash_reopen(&pool, &cfg(16, 1));
+    let (p2, e2) = crash_reopen_persisted::<LevelSubject>(&pool);
     verify_full(&e2, &p2, &model, "recovered");
 }

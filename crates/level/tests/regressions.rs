@@ -27,7 +27,10 @@ fn spin_until(gen: &AtomicU64, want: u64) {
 /// updates), so k = 2 means the upsert was lost.
 #[test]
 fn upsert_is_not_lost_to_a_concurrent_insert() {
-    let (_pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 16 * MIB, &cfg(100_000, 2));
+    let (_pool, e) = mem_engine(
+        &opts(Mode::Volatile, 4 * MIB, 16 * MIB),
+        &strict_config(100_000, 2),
+    );
     let e = Arc::new(e);
     const TRIALS: u64 = 20_000;
     let gen = AtomicU64::new(0);
@@ -116,7 +119,7 @@ fn a_crash_during_create_leaks_nothing() {
                     }
                     continue;
                 }
-                match level::Level::open(p.clone(), &cfg(16, 1)) {
+                match level::Level::open(p.clone(), &strict_config(16, 1)) {
                     Ok(e) => match e.check() {
                         Ok(r) if r.reachable_bytes == in_use => {}
                         other => bad.lock().unwrap().push(format!(
@@ -132,7 +135,7 @@ fn a_crash_during_create_leaks_nothing() {
         })))
         .unwrap();
     }
-    let e = level::Level::create(pool.clone(), &cfg(16, 1)).unwrap();
+    let e = level::Level::create(pool.clone(), &strict_config(16, 1)).unwrap();
     pool.set_fence_hook(None).unwrap();
     assert!(e.insert(1, 2).unwrap());
     assert!(states.load(Ordering::Relaxed) > 0);
@@ -161,7 +164,13 @@ fn unshrinkable() -> (
     let s = seeds(&uuid);
     let mut rng = Rng::new(21);
     let x = colliding_keys(s, 32, 3, 21, 30, &mut rng);
-    let (pool, e) = mem_engine_uuid(Mode::Simulated, 2 * MIB, 8 * MIB, &cfg(16, 1), uuid);
+    let (pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(uuid),
+            ..opts(Mode::Simulated, 2 * MIB, 8 * MIB)
+        },
+        &strict_config(16, 1),
+    );
     let mut model = std::collections::HashMap::new();
     for (i, &k) in x.iter().enumerate() {
         assert!(e.insert(k, i as u64).unwrap());
@@ -228,7 +237,7 @@ fn a_table_that_could_not_shrink_reopens() {
     let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
     let p2 = Arc::new(pmem::Pool::from_image(img, Mode::Simulated).unwrap());
     assert!(p2.was_clean());
-    match level::Level::open(p2.clone(), &cfg(16, 1)) {
+    match level::Level::open(p2.clone(), &strict_config(16, 1)) {
         Ok(e2) => verify_full(&e2, &p2, &model, "reopened"),
         Err(err) => panic!(
             "a cleanly closed pool with {} keys cannot be opened: {err}",
@@ -283,7 +292,10 @@ fn a_huge_initial_capacity_is_refused_not_a_panic() {
 /// of returning Err(Corrupt).
 #[test]
 fn a_checksummed_but_absurd_geometry_is_err_not_a_panic() {
-    let (pool, e) = mem_engine(Mode::Simulated, 2 * MIB, 8 * MIB, &cfg(16, 1));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Simulated, 2 * MIB, 8 * MIB),
+        &strict_config(16, 1),
+    );
     for k in 0..100u64 {
         e.insert(k, k).unwrap();
     }
@@ -312,7 +324,7 @@ fn a_checksummed_but_absurd_geometry_is_err_not_a_panic() {
     }
     let p2 = Arc::new(pmem::Pool::from_image(img, Mode::Simulated).unwrap());
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        level::Level::open(p2, &cfg(16, 1)).map(|_| ())
+        level::Level::open(p2, &strict_config(16, 1)).map(|_| ())
     }));
     match r {
         Ok(Err(err)) => eprintln!("absurd geometry: {err}"),
@@ -344,14 +356,14 @@ fn removes_racing_resizes_keep_the_level_counts() {
         if std::time::Instant::now() > deadline {
             break;
         }
-        let path = TempPath::new("counts");
+        let path = temp_path("counts");
         let o = opts(mode, 8 * MIB, 64 * MIB);
         let pool = Arc::new(if mode == Mode::Mapped {
             pmem::Pool::create(path.path(), &o).unwrap()
         } else {
             pmem::Pool::create(std::path::Path::new(""), &o).unwrap()
         });
-        let e = level::Level::create(pool.clone(), &cfg(1, 4)).unwrap();
+        let e = level::Level::create(pool.clone(), &strict_config(1, 4)).unwrap();
         for round in 0..3u64 {
             // Keys to remove, inserted first; then one thread removes them
             // while the other inserts enough new keys to expand the table
@@ -450,7 +462,13 @@ fn readers_never_miss_a_key_moved_by_a_log_free_update() {
     // coincide would be probed twice, which hides the race.)
     let k = colliding_keys(s, 16, 6, 9, 1, &mut rng)[0];
     let k2 = colliding_keys(s, 16, 6, 6, 1, &mut rng)[0];
-    let (pool, e) = mem_engine_uuid(Mode::Volatile, 2 * MIB, 8 * MIB, &cfg(16, 4), uuid);
+    let (pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(uuid),
+            ..opts(Mode::Volatile, 2 * MIB, 8 * MIB)
+        },
+        &strict_config(16, 4),
+    );
     assert!(e.insert(k, 0).unwrap());
     let stop = AtomicBool::new(false);
     let (misses, dups) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -521,12 +539,12 @@ fn readers_never_miss_a_key_moved_by_a_log_free_update() {
 fn growing_and_draining_cost_little_more_than_one_fence_per_op() {
     const N: u64 = 40_000;
     // A fixed uuid fixes the hash seeds, hence every movement and count.
-    let (pool, e) = mem_engine_uuid(
-        Mode::Simulated,
-        4 * MIB,
-        64 * MIB,
-        &cfg(16, 1),
-        *b"fences-per-op-01",
+    let (pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(*b"fences-per-op-01"),
+            ..opts(Mode::Simulated, 4 * MIB, 64 * MIB)
+        },
+        &strict_config(16, 1),
     );
     let keys: Vec<u64> = (0..N).map(|i| fmix(i ^ 0x00fe_4ce5)).collect();
     let f0 = pool.fence_count();
@@ -561,7 +579,10 @@ fn growing_and_draining_cost_little_more_than_one_fence_per_op() {
 /// shrinks do not leave the other writers idle).
 #[test]
 fn large_rehash_is_shared_by_the_configured_threads() {
-    let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(16, 2));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+        &strict_config(16, 2),
+    );
     let mut model = std::collections::HashMap::new();
     for i in 0..60_000u64 {
         let k = fmix(i ^ 0x9a7a);
@@ -594,7 +615,10 @@ fn large_rehash_is_shared_by_the_configured_threads() {
 /// and one drained below 1/10 still shrinks.
 #[test]
 fn a_drain_shrinks_below_a_tenth_of_the_slots_not_a_fifth() {
-    let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(16, 1));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+        &strict_config(16, 1),
+    );
     let mut rng = Rng::new(77);
     let mut model = std::collections::HashMap::new();
     for i in 0..20_000u64 {
@@ -651,7 +675,10 @@ fn a_shared_rehash_charges_its_helpers_persists_to_the_resizing_thread() {
     // Flushes charged to the insert that triggered each expansion, and
     // whether that expansion's rehash was shared.
     let run = |threads: usize| -> Vec<(u64, bool)> {
-        let (_pool, e) = mem_engine(Mode::Simulated, 4 * MIB, 64 * MIB, &cfg(16, threads));
+        let (_pool, e) = mem_engine(
+            &opts(Mode::Simulated, 4 * MIB, 64 * MIB),
+            &strict_config(16, threads),
+        );
         let mut out = Vec::new();
         for i in 0..40_000u64 {
             let (exp, shared) = (e.tallies().expansions, e.tallies().parallel_rehashes);

@@ -1,11 +1,13 @@
-//! Helpers shared by the level integration tests: pools, a seeded RNG,
-//! unique temp files, a full model comparison and
-//! a white-box replica of the engine's bucket hashing (for crafted keys).
+//! Helpers shared by the level integration tests. The generic ones (seeded
+//! RNG, temp files, in-memory pools, crash reopen, the strict config) are
+//! the conformance kit's (`engine::testkit`), re-exported; level's own are
+//! random-uuid pool options, a full model comparison with the level item
+//! counts, and a white-box replica of the engine's bucket hashing (for
+//! crafted keys).
 
 #![allow(dead_code, unused_imports)]
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use engine::{Engine, EngineConfig};

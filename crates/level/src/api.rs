@@ -1,11 +1,11 @@
 //! The [`Engine`] implementation.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use engine::{CheckReport, Engine, Result, Stats};
 
 use crate::layout::*;
-use crate::{Level, BOT, TOP};
+use crate::Level;
 
 impl Engine for Level {
     fn name(&self) -> &str {
@@ -40,7 +40,6 @@ impl Engine for Level {
         for l in g.lv.iter().filter(|l| l.present()) {
             pm += self.pool.block_size(l.raw).unwrap_or(0);
         }
-        let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
         Stats {
             len,
             capacity,
@@ -49,39 +48,7 @@ impl Engine for Level {
             dram_bytes: std::mem::size_of::<Self>() as u64 + self.stripes.bytes(),
             structural_changes: self.structural.changes(),
             structural_nanos: self.structural.nanos(),
-            detail: vec![
-                ("top buckets".into(), g.lv[TOP].n.to_string()),
-                ("bottom buckets".into(), g.lv[BOT].n.to_string()),
-                ("top items".into(), self.counts[TOP].get().to_string()),
-                ("bottom items".into(), self.counts[BOT].get().to_string()),
-                ("expansions".into(), c(&self.expansions)),
-                (
-                    "clean-open buckets read".into(),
-                    c(&self.clean_scan_buckets),
-                ),
-                ("shrinks".into(), c(&self.shrinks)),
-                ("parallel rehashes".into(), c(&self.parallel_rehashes)),
-                ("movements".into(), c(&self.moves)),
-                ("b2t movements".into(), c(&self.b2t_moves)),
-                ("log-free updates".into(), c(&self.logfree_updates)),
-                ("logged updates".into(), c(&self.logged_updates)),
-                (
-                    "max load factor".into(),
-                    format!(
-                        "{:.4}",
-                        f64::from_bits(self.max_lf_bits.load(Ordering::Relaxed))
-                    ),
-                ),
-                (
-                    // The load at the worst insertion failure: the load the
-                    // table is sure to reach before it expands.
-                    "min load factor at expansion".into(),
-                    match f64::from_bits(self.min_lf_bits.load(Ordering::Relaxed)) {
-                        lf if lf <= 1.0 => format!("{lf:.4}"),
-                        _ => "none".into(),
-                    },
-                ),
-            ],
+            detail: self.tallies().detail(),
         }
     }
 

@@ -23,6 +23,7 @@
 //! - `recover`: open (log replay, count check, an interrupted resize
 //!   finished) and `check`.
 //! - `api`: the [`Engine`](engine::Engine) implementation.
+//! - `tallies`: the typed snapshot of the engine's figures ([`Tallies`]).
 //! - `layout`: the bytes in the pool.
 
 #![forbid(unsafe_code)]
@@ -40,6 +41,9 @@ mod layout;
 mod ops;
 mod recover;
 mod resize;
+mod tallies;
+
+pub use tallies::{Items, Tallies};
 
 use engine::sync::{Counter, LineLock, Stripes};
 use layout::*;

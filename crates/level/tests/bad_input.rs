@@ -15,7 +15,7 @@ use pmem::{CrashChoice, Mode, Pool, PoolOptions};
 fn open_result(img: Vec<u8>) -> Result<level::Level, Error> {
     let pool = Arc::new(Pool::from_image(img, Mode::Simulated).expect("the pool layer accepts it"));
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        level::Level::open(pool, &cfg(16, 1))
+        level::Level::open(pool, &strict_config(16, 1))
     }))
     .unwrap_or_else(|_| panic!("Level::open panicked"))
 }
@@ -33,13 +33,13 @@ fn open_refuses_another_engines_pool() {
             ..opts(Mode::Simulated, 2 * MIB, 8 * MIB)
         };
         let pool = Arc::new(Pool::create(Path::new(""), &o).unwrap());
-        let sa = create(pool.clone(), &cfg(initial, 1)).unwrap();
+        let sa = create(pool.clone(), &strict_config(initial, 1)).unwrap();
         for k in 0..50u64 {
             sa.insert(k, k).unwrap();
         }
         // Straight on the live pool.
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            level::Level::open(pool.clone(), &cfg(16, 1))
+            level::Level::open(pool.clone(), &strict_config(16, 1))
         }))
         .expect("Level::open panicked on a slotarray pool");
         assert!(r.is_err(), "Level::open accepted a slotarray pool");
@@ -48,20 +48,20 @@ fn open_refuses_another_engines_pool() {
         assert!(open_result(img).is_err());
         // Level::create on a pool that holds another table refuses too.
         assert!(matches!(
-            level::Level::create(pool.clone(), &cfg(16, 1)),
+            level::Level::create(pool.clone(), &strict_config(16, 1)),
             Err(Error::InvalidArgument(_))
         ));
     }
     // A pool with no root at all.
     let pool = Arc::new(Pool::create(Path::new(""), &opts(Mode::Simulated, 2 * MIB, 0)).unwrap());
     assert!(matches!(
-        level::Level::open(pool, &cfg(16, 1)),
+        level::Level::open(pool, &strict_config(16, 1)),
         Err(Error::Corrupt(_))
     ));
     // A level pool refuses a second create.
-    let (pool, _e) = mem_engine(Mode::Volatile, 2 * MIB, 0, &cfg(16, 1));
+    let (pool, _e) = mem_engine(&opts(Mode::Volatile, 2 * MIB, 0), &strict_config(16, 1));
     assert!(matches!(
-        level::Level::create(pool, &cfg(16, 1)),
+        level::Level::create(pool, &strict_config(16, 1)),
         Err(Error::InvalidArgument(_))
     ));
 }
@@ -69,13 +69,16 @@ fn open_refuses_another_engines_pool() {
 /// A level pool image with some keys (and an expansion behind it), its root
 /// offset and the offset of the current geometry record.
 fn level_image() -> (Vec<u8>, u64, u64, HashMap<u64, u64>) {
-    let (pool, e) = mem_engine(Mode::Simulated, 2 * MIB, 8 * MIB, &cfg(16, 1));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Simulated, 2 * MIB, 8 * MIB),
+        &strict_config(16, 1),
+    );
     let mut model = HashMap::new();
     for k in 0..400u64 {
         e.insert(k * 7919, k).unwrap();
         model.insert(k * 7919, k);
     }
-    assert!(detail_u(&e, "expansions") > 0);
+    assert!(e.tallies().expansions > 0);
     let img = pool.crash_image(CrashChoice::Persisted).unwrap();
     let root = pool.root();
     let selector = pool.load_u64(root + 24);
@@ -142,7 +145,7 @@ fn corrupt_seeds_or_tokens_are_found_by_check() {
     // of the top level.
     let (pool, e) = {
         let p = Arc::new(Pool::from_image(img.clone(), Mode::Simulated).unwrap());
-        let e = level::Level::open(p.clone(), &cfg(16, 1)).unwrap();
+        let e = level::Level::open(p.clone(), &strict_config(16, 1)).unwrap();
         (p, e)
     };
     verify_full(&e, &pool, &model, "reopened image");
@@ -168,7 +171,7 @@ fn corrupt_seeds_or_tokens_are_found_by_check() {
 #[test]
 fn full_pool_is_out_of_space_and_stays_usable() {
     for mode in [Mode::Simulated, Mode::Volatile] {
-        let (pool, e) = mem_engine(mode, 2 * MIB, 2 * MIB, &cfg(16, 1));
+        let (pool, e) = mem_engine(&opts(mode, 2 * MIB, 2 * MIB), &strict_config(16, 1));
         let mut model = HashMap::new();
         let mut rng = Rng::new(3);
         let mut failed = None;
@@ -212,7 +215,7 @@ fn full_pool_is_out_of_space_and_stays_usable() {
         model.insert(failed, 7);
         verify_full(&e, &pool, &model, "after removes and a new insert");
         if mode == Mode::Simulated {
-            let (p2, e2) = crash_reopen(&pool, &cfg(16, 1));
+            let (p2, e2) = crash_reopen_persisted::<LevelSubject>(&pool);
             verify_full(&e2, &p2, &model, "recovered after OutOfSpace");
         }
     }
@@ -227,19 +230,25 @@ fn skewed_keys_expand_until_they_separate() {
     let s = seeds(&uuid);
     let mut rng = Rng::new(11);
     let keys = colliding_keys(s, 256, 17, 200, 40, &mut rng);
-    let (pool, e) = mem_engine_uuid(Mode::Volatile, 2 * MIB, 32 * MIB, &cfg(16, 1), uuid);
+    let (pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(uuid),
+            ..opts(Mode::Volatile, 2 * MIB, 32 * MIB)
+        },
+        &strict_config(16, 1),
+    );
     let mut model = HashMap::new();
     for (i, &k) in keys.iter().enumerate() {
         assert!(e.insert(k, i as u64).unwrap());
         model.insert(k, i as u64);
         if i == 23 {
             // 24 keys on two top buckets (12 slots) and two bottom ones.
-            assert_eq!(detail_u(&e, "expansions"), 0, "hash replica out of date");
-            assert_eq!(detail_u(&e, "top items"), 12, "hash replica out of date");
-            assert_eq!(detail_u(&e, "bottom items"), 12, "hash replica out of date");
+            assert_eq!(e.tallies().expansions, 0, "hash replica out of date");
+            assert_eq!(e.tallies().top_items.0, 12, "hash replica out of date");
+            assert_eq!(e.tallies().bottom_items.0, 12, "hash replica out of date");
         }
     }
-    let top = detail_u(&e, "top buckets");
+    let top = e.tallies().top_buckets;
     assert!(
         top >= 512,
         "40 keys colliding mod 256 fit in {top} top buckets?"
@@ -261,7 +270,13 @@ fn skewed_keys_beyond_the_pool_are_out_of_space() {
     // Colliding modulo 2^11 on both hashes: 24 fit in any table, the 25th
     // needs more than 2048 top buckets.
     let keys = colliding_keys(s, 1 << 11, 5, 1000, 26, &mut rng);
-    let (pool, e) = mem_engine_uuid(Mode::Volatile, MIB, MIB, &cfg(16, 1), uuid);
+    let (pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(uuid),
+            ..opts(Mode::Volatile, MIB, MIB)
+        },
+        &strict_config(16, 1),
+    );
     let mut model = HashMap::new();
     let mut oos = 0;
     for (i, &k) in keys.iter().enumerate() {
@@ -314,7 +329,10 @@ fn odd_configurations() {
 /// a second close is harmless.
 #[test]
 fn writes_after_close_are_refused() {
-    let (pool, e) = mem_engine(Mode::Simulated, 2 * MIB, 8 * MIB, &cfg(64, 1));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Simulated, 2 * MIB, 8 * MIB),
+        &strict_config(64, 1),
+    );
     for k in 0..50u64 {
         assert!(e.insert(k, k + 1).unwrap());
     }
@@ -327,7 +345,7 @@ fn writes_after_close_are_refused() {
     let img = pool.crash_image(CrashChoice::Persisted).unwrap();
     let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
     assert!(p2.was_clean());
-    let e2 = level::Level::open(p2, &cfg(64, 1)).unwrap();
+    let e2 = level::Level::open(p2, &strict_config(64, 1)).unwrap();
     assert_eq!(e2.len(), 50);
     assert_eq!(e2.get(3), Some(4));
 }

@@ -20,7 +20,7 @@ fn engine_in(
 ) -> (Option<TempPath>, Arc<Pool>, level::Level) {
     let o = opts(mode, 4 * MIB, 64 * MIB);
     let (path, pool) = if mode == Mode::Mapped {
-        let p = TempPath::new("conc");
+        let p = temp_path("conc");
         let pool = Arc::new(Pool::create(p.path(), &o).unwrap());
         (Some(p), pool)
     } else {
@@ -29,7 +29,7 @@ fn engine_in(
             Arc::new(Pool::create(std::path::Path::new(""), &o).unwrap()),
         )
     };
-    let e = level::Level::create(pool.clone(), &cfg(initial, threads)).unwrap();
+    let e = level::Level::create(pool.clone(), &strict_config(initial, threads)).unwrap();
     (path, pool, e)
 }
 
@@ -129,15 +129,11 @@ fn disjoint(mode: Mode, threads: usize, keys_per_thread: u64, seed: u64) {
     }
     verify_full(&e, &pool, &all, &format!("{mode:?} x{threads}"));
     assert!(
-        detail_u(&e, "expansions") >= 4,
+        e.tallies().expansions >= 4,
         "expansions: {:?}",
         e.stats().detail
     );
-    assert!(
-        detail_u(&e, "shrinks") >= 1,
-        "shrinks: {:?}",
-        e.stats().detail
-    );
+    assert!(e.tallies().shrinks >= 1, "shrinks: {:?}", e.stats().detail);
 }
 
 #[test]
@@ -271,10 +267,8 @@ fn shared_hot_keys_four_threads_mapped() {
 /// while writers grow the table from 16 buckets to thousands and drain it.
 fn readers_during_resizes(writers: usize, readers: usize) {
     let (pool, e) = mem_engine(
-        Mode::Volatile,
-        4 * MIB,
-        64 * MIB,
-        &cfg(1, writers + readers),
+        &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+        &strict_config(1, writers + readers),
     );
     const STABLE: u64 = 300;
     const N: u64 = 15_000;
@@ -285,7 +279,7 @@ fn readers_during_resizes(writers: usize, readers: usize) {
     for &k in &stable {
         assert!(e.insert(k, val(k, 0)).unwrap());
     }
-    let start_exp = detail_u(&e, "expansions");
+    let start_exp = e.tallies().expansions;
     let done = AtomicBool::new(false);
     let reads = AtomicU64::new(0);
     std::thread::scope(|s| {
@@ -350,8 +344,8 @@ fn readers_during_resizes(writers: usize, readers: usize) {
             .collect();
         engine::testkit::join_then_stop(ws, &done);
     });
-    let exp = detail_u(&e, "expansions") - start_exp;
-    let shr = detail_u(&e, "shrinks");
+    let exp = e.tallies().expansions - start_exp;
+    let shr = e.tallies().shrinks;
     assert!(exp >= 5, "only {exp} expansions ran under the readers");
     assert!(shr >= 3, "only {shr} shrinks ran under the readers");
     // Each of writer 0's checkpoints waited for at least one more read.
@@ -380,7 +374,10 @@ fn readers_see_every_key_during_resizes_2w_2r() {
 /// insert per key succeeds; then they remove them together: exactly one
 /// remove per key succeeds. Expansions run in the middle (tiny table).
 fn duplicate_race(threads: usize) {
-    let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(1, threads));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+        &strict_config(1, threads),
+    );
     const ROUNDS: u64 = 40;
     const PER: u64 = 200;
     let barrier = Barrier::new(threads);
@@ -440,7 +437,7 @@ fn duplicate_race(threads: usize) {
         assert!(model.insert(k, v).is_none(), "key {k:#x} twice");
     });
     assert_eq!(model.len() as u64, ROUNDS * PER * 3 / 4);
-    assert!(detail_u(&e, "expansions") >= 3);
+    assert!(e.tallies().expansions >= 3);
     verify_full(&e, &pool, &model, "after the duplicate races");
 }
 

@@ -48,14 +48,14 @@ struct Paths {
     logged: u64,
 }
 
-fn paths(e: &dyn Engine) -> Paths {
+fn paths(e: &level::Level) -> Paths {
     Paths {
-        expansions: detail_u(e, "expansions"),
-        shrinks: detail_u(e, "shrinks"),
-        movements: detail_u(e, "movements"),
-        b2t: detail_u(e, "b2t movements"),
-        logfree: detail_u(e, "log-free updates"),
-        logged: detail_u(e, "logged updates"),
+        expansions: e.tallies().expansions,
+        shrinks: e.tallies().shrinks,
+        movements: e.tallies().movements,
+        b2t: e.tallies().b2t_movements,
+        logfree: e.tallies().logfree_updates,
+        logged: e.tallies().logged_updates,
     }
 }
 
@@ -282,7 +282,7 @@ fn phased_check(
     sparse: u64,
     uuid: [u8; 16],
 ) -> CheckOut {
-    let c = cfg(initial, 1);
+    let c = strict_config(initial, 1);
     let o = PoolOptions {
         uuid: Some(uuid),
         ..opts(Mode::Simulated, MIB, 8 * MIB)
@@ -380,13 +380,19 @@ fn resize_ops(ops: &[Op], initial: u64, uuid: [u8; 16]) -> (HashSet<usize>, Path
 }
 
 fn resize_ops_here(ops: &[Op], initial: u64, uuid: [u8; 16]) -> (HashSet<usize>, Paths) {
-    let (_pool, e) = mem_engine_uuid(Mode::Volatile, MIB, 8 * MIB, &cfg(initial, 1), uuid);
+    let (_pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(uuid),
+            ..opts(Mode::Volatile, MIB, 8 * MIB)
+        },
+        &strict_config(initial, 1),
+    );
     let mut model = HashMap::new();
     let mut set = HashSet::new();
     let mut last = (0, 0);
     for (i, op) in ops.iter().enumerate() {
         apply(&e, op, &mut model);
-        let now = (detail_u(&e, "expansions"), detail_u(&e, "shrinks"));
+        let now = (e.tallies().expansions, e.tallies().shrinks);
         if now != last {
             set.insert(i);
             last = now;

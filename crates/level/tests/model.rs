@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
-use engine::{Engine, EngineConfig};
+use engine::testkit::reopen::reopen_file;
+use engine::Engine;
 use pmem::{Mode, Pool};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,20 +49,19 @@ struct Seen {
 }
 
 impl Seen {
-    fn absorb(&mut self, e: &dyn Engine) {
-        self.expansions += detail_u(e, "expansions");
-        self.shrinks += detail_u(e, "shrinks");
-        self.movements += detail_u(e, "movements");
-        self.b2t += detail_u(e, "b2t movements");
-        self.logfree += detail_u(e, "log-free updates");
-        self.logged += detail_u(e, "logged updates");
+    fn absorb(&mut self, e: &level::Level) {
+        self.expansions += e.tallies().expansions;
+        self.shrinks += e.tallies().shrinks;
+        self.movements += e.tallies().movements;
+        self.b2t += e.tallies().b2t_movements;
+        self.logfree += e.tallies().logfree_updates;
+        self.logged += e.tallies().logged_updates;
     }
 }
 
 struct Harness {
     pool_slot: Option<Arc<Pool>>,
     e_slot: Option<level::Level>,
-    cfg: EngineConfig,
     path: Option<TempPath>,
     run_opts: pmem::PoolOptions,
     model: HashMap<u64, u64>,
@@ -81,23 +81,22 @@ impl Harness {
     }
 
     fn new(r: &Run) -> Harness {
-        let cfg = cfg(r.initial_capacity, 1);
+        let cfg = strict_config(r.initial_capacity, 1);
         // A uuid from the seed: the hash seeds, hence every path, repeat.
-        let mut uuid = *b"level-model-test";
-        uuid[..8].copy_from_slice(&r.seed.to_le_bytes());
-        let run_opts = pmem::PoolOptions {
-            uuid: Some(uuid),
-            ..opts(r.mode, r.size, r.max_size)
-        };
+        let run_opts = engine::testkit::test_pool_options(
+            level::LAYOUT,
+            b"level-model-test",
+            r.mode,
+            r.size,
+            r.max_size,
+            r.seed,
+        );
         let (path, pool) = if r.mode == Mode::Mapped {
-            let p = TempPath::new("model");
+            let p = temp_path("model");
             let pool = Arc::new(Pool::create(p.path(), &run_opts).unwrap());
             (Some(p), pool)
         } else {
-            (
-                None,
-                Arc::new(Pool::create(std::path::Path::new(""), &run_opts).unwrap()),
-            )
+            (None, engine::testkit::mem_pool(&run_opts))
         };
         let e = level::Level::create(pool.clone(), &cfg).unwrap();
         let mut rng = Rng::new(r.seed);
@@ -109,11 +108,10 @@ impl Harness {
                 keys.push(k);
             }
         }
-        let created_top = detail_u(&e, "top buckets");
+        let created_top = e.tallies().top_buckets;
         Harness {
             pool_slot: Some(pool),
             e_slot: Some(e),
-            cfg,
             path,
             run_opts,
             model: HashMap::new(),
@@ -189,7 +187,7 @@ impl Harness {
         );
         self.ops += 1;
         if self.ops.is_multiple_of(256) {
-            self.seen.max_top = self.seen.max_top.max(detail_u(self.e(), "top buckets"));
+            self.seen.max_top = self.seen.max_top.max(self.e().tallies().top_buckets);
         }
     }
 
@@ -202,29 +200,15 @@ impl Harness {
         self.seen.reopens += 1;
         match how {
             Reopen::Crash => {
-                let (p2, e2) = crash_reopen(self.pool(), &self.cfg);
+                let (p2, e2) = crash_reopen_persisted::<LevelSubject>(self.pool());
                 self.e_slot = Some(e2);
                 self.pool_slot = Some(p2);
             }
             Reopen::Clean => {
-                self.e().close().unwrap();
                 let path = self.path.as_ref().expect("a mapped run").path().to_owned();
-                // Drop the old engine and pool before reopening the file.
-                let (old_e, old_p) = (self.e_slot.take(), self.pool_slot.take());
-                drop(old_e);
-                let old_p = old_p.unwrap();
-                assert_eq!(
-                    Arc::strong_count(&old_p),
-                    1,
-                    "the engine still holds the pool"
-                );
-                drop(old_p);
-                let p2 = Arc::new(Pool::open(&path, &self.run_opts).unwrap());
-                assert!(
-                    p2.was_clean(),
-                    "close() did not leave the pool marked clean"
-                );
-                let e2 = level::Level::open(p2.clone(), &self.cfg).unwrap();
+                let e = self.e_slot.take().expect("engine");
+                let p = self.pool_slot.take().expect("pool");
+                let (p2, e2) = reopen_file::<LevelSubject>(e, p, &path, &self.run_opts);
                 self.e_slot = Some(e2);
                 self.pool_slot = Some(p2);
             }
@@ -234,7 +218,7 @@ impl Harness {
 
     fn finish(mut self) -> Seen {
         self.seen.absorb(self.e_slot.as_ref().expect("engine"));
-        self.seen.final_top = detail_u(self.e(), "top buckets");
+        self.seen.final_top = self.e().tallies().top_buckets;
         self.seen
     }
 }
@@ -383,8 +367,11 @@ fn volatile_mode_without_reopen() {
 #[test]
 fn shrinks_stop_at_the_created_size() {
     for initial in [16u64, 1000] {
-        let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(initial, 1));
-        let created = detail_u(&e, "top buckets");
+        let (pool, e) = mem_engine(
+            &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+            &strict_config(initial, 1),
+        );
+        let created = e.tallies().top_buckets;
         let mut rng = Rng::new(initial);
         let keys: Vec<u64> = (0..20_000).map(|_| rng.next()).collect();
         let mut model = HashMap::new();
@@ -393,7 +380,7 @@ fn shrinks_stop_at_the_created_size() {
                 model.insert(k, !k);
             }
         }
-        let grown = detail_u(&e, "top buckets");
+        let grown = e.tallies().top_buckets;
         assert!(
             grown >= 16 * created.min(1024),
             "grew to {grown} from {created}"
@@ -407,7 +394,7 @@ fn shrinks_stop_at_the_created_size() {
         // residue, with at most 2 keys stored, until the table is back at
         // its created size (or a generous bound).
         let mut round = 0u64;
-        while detail_u(&e, "top buckets") > created && round < 20_000 {
+        while e.tallies().top_buckets > created && round < 20_000 {
             for i in 0..3 {
                 assert!(e.insert(round << 32 | i, i).unwrap());
             }
@@ -426,12 +413,12 @@ fn shrinks_stop_at_the_created_size() {
             }
         }
         assert_eq!(
-            detail_u(&e, "top buckets"),
+            e.tallies().top_buckets,
             created,
             "initial capacity {initial}: an empty table ends at its created size"
         );
-        assert_eq!(detail_u(&e, "bottom buckets"), created / 2);
-        assert!(detail_u(&e, "shrinks") >= 3);
+        assert_eq!(e.tallies().bottom_buckets, created / 2);
+        assert!(e.tallies().shrinks >= 3);
         verify_full(&e, &pool, &model, "empty after drain");
     }
 }
@@ -444,12 +431,18 @@ fn max_load_factor_at_first_expansion() {
     for seed in 1..=5u64 {
         let mut uuid = UUID;
         uuid[..8].copy_from_slice(&seed.to_le_bytes());
-        let (pool, e) = mem_engine_uuid(Mode::Volatile, 4 * MIB, 16 * MIB, &cfg(1000, 1), uuid);
+        let (pool, e) = mem_engine(
+            &PoolOptions {
+                uuid: Some(uuid),
+                ..opts(Mode::Volatile, 4 * MIB, 16 * MIB)
+            },
+            &strict_config(1000, 1),
+        );
         let slots = e.stats().capacity;
         let mut rng = Rng::new(seed * 1000);
         let mut model = HashMap::new();
         let mut n = 0u64;
-        while detail_u(&e, "expansions") == 0 {
+        while e.tallies().expansions == 0 {
             let k = rng.next();
             if e.insert(k, n).unwrap() {
                 model.insert(k, n);
@@ -460,7 +453,7 @@ fn max_load_factor_at_first_expansion() {
                 "seed {seed}: more keys than slots and no expansion"
             );
         }
-        let lf = detail(&e, "max load factor");
+        let lf = e.tallies().max_load_factor.0;
         seen.push(lf);
         // Load at the failure: every key but the last one fitted in `slots`.
         let direct = (n - 1) as f64 / slots as f64;
@@ -483,7 +476,10 @@ fn max_load_factor_at_first_expansion() {
 /// expansions, removes and shrinks.
 #[test]
 fn level_item_counts_sum_to_len() {
-    let (pool, e) = mem_engine(Mode::Simulated, 2 * MIB, 16 * MIB, &cfg(16, 1));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Simulated, 2 * MIB, 16 * MIB),
+        &strict_config(16, 1),
+    );
     let mut rng = Rng::new(99);
     let mut model = HashMap::new();
     let mut keys = Vec::new();
@@ -493,12 +489,12 @@ fn level_item_counts_sum_to_len() {
         model.insert(k, i);
         keys.push(k);
         if i % 97 == 0 {
-            let (t, b) = (detail_u(&e, "top items"), detail_u(&e, "bottom items"));
-            assert_eq!(t + b, e.len(), "after {i} inserts");
+            let (t, b) = (e.tallies().top_items.0, e.tallies().bottom_items.0);
+            assert_eq!(t + b, e.len() as i64, "after {i} inserts");
         }
     }
-    assert!(detail_u(&e, "bottom items") > 0);
-    assert!(detail_u(&e, "b2t movements") > 0);
+    assert!(e.tallies().bottom_items.0 > 0);
+    assert!(e.tallies().b2t_movements > 0);
     verify_full(&e, &pool, &model, "grown");
     for (i, k) in keys.iter().enumerate() {
         if i % 10 != 0 {
@@ -506,12 +502,12 @@ fn level_item_counts_sum_to_len() {
             model.remove(k);
         }
         if i % 101 == 0 {
-            let (t, b) = (detail_u(&e, "top items"), detail_u(&e, "bottom items"));
-            assert_eq!(t + b, e.len(), "after {i} removes");
+            let (t, b) = (e.tallies().top_items.0, e.tallies().bottom_items.0);
+            assert_eq!(t + b, e.len() as i64, "after {i} removes");
         }
     }
-    assert!(detail_u(&e, "shrinks") > 0);
+    assert!(e.tallies().shrinks > 0);
     verify_full(&e, &pool, &model, "drained");
-    let (p2, e2) = crash_reopen(&pool, &cfg(16, 1));
+    let (p2, e2) = crash_reopen_persisted::<LevelSubject>(&pool);
     verify_full(&e2, &p2, &model, "recovered");
 }

@@ -27,7 +27,10 @@ fn spin_until(gen: &AtomicU64, want: u64) {
 /// updates), so k = 2 means the upsert was lost.
 #[test]
 fn upsert_is_not_lost_to_a_concurrent_insert() {
-    let (_pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 16 * MIB, &cfg(100_000, 2));
+    let (_pool, e) = mem_engine(
+        &opts(Mode::Volatile, 4 * MIB, 16 * MIB),
+        &strict_config(100_000, 2),
+    );
     let e = Arc::new(e);
     const TRIALS: u64 = 20_000;
     let gen = AtomicU64::new(0);
@@ -116,7 +119,7 @@ fn a_crash_during_create_leaks_nothing() {
                     }
                     continue;
                 }
-                match level::Level::open(p.clone(), &cfg(16, 1)) {
+                match level::Level::open(p.clone(), &strict_config(16, 1)) {
                     Ok(e) => match e.check() {
                         Ok(r) if r.reachable_bytes == in_use => {}
                         other => bad.lock().unwrap().push(format!(
@@ -132,7 +135,7 @@ fn a_crash_during_create_leaks_nothing() {
         })))
         .unwrap();
     }
-    let e = level::Level::create(pool.clone(), &cfg(16, 1)).unwrap();
+    let e = level::Level::create(pool.clone(), &strict_config(16, 1)).unwrap();
     pool.set_fence_hook(None).unwrap();
     assert!(e.insert(1, 2).unwrap());
     assert!(states.load(Ordering::Relaxed) > 0);
@@ -161,17 +164,23 @@ fn unshrinkable() -> (
     let s = seeds(&uuid);
     let mut rng = Rng::new(21);
     let x = colliding_keys(s, 32, 3, 21, 30, &mut rng);
-    let (pool, e) = mem_engine_uuid(Mode::Simulated, 2 * MIB, 8 * MIB, &cfg(16, 1), uuid);
+    let (pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(uuid),
+            ..opts(Mode::Simulated, 2 * MIB, 8 * MIB)
+        },
+        &strict_config(16, 1),
+    );
     let mut model = std::collections::HashMap::new();
     for (i, &k) in x.iter().enumerate() {
         assert!(e.insert(k, i as u64).unwrap());
         model.insert(k, i as u64);
         if i == 23 {
-            assert_eq!(detail_u(&e, "expansions"), 0, "hash replica out of date");
-            assert_eq!(detail_u(&e, "top items"), 12, "hash replica out of date");
+            assert_eq!(e.tallies().expansions, 0, "hash replica out of date");
+            assert_eq!(e.tallies().top_items.0, 12, "hash replica out of date");
         }
     }
-    assert_eq!(detail_u(&e, "top buckets"), 64);
+    assert_eq!(e.tallies().top_buckets, 64);
     // Rounds of 3 filler inserts and 3 removes: about 2,400 removes, so the
     // shrink check (every 128 removes of a thread) runs many times with at
     // most 33 keys stored (< 1/5 of 576 slots).
@@ -196,11 +205,11 @@ fn unshrinkable() -> (
 fn a_shrink_that_cannot_fit_is_not_started_and_inserts_go_on() {
     let (pool, e, mut model) = unshrinkable();
     assert_eq!(
-        detail_u(&e, "shrinks"),
+        e.tallies().shrinks,
         0,
         "a shrink that cannot fit was started"
     );
-    assert_eq!(detail_u(&e, "top buckets"), 64);
+    assert_eq!(e.tallies().top_buckets, 64);
     verify_full(&e, &pool, &model, "after the shrink checks");
     let mut rng = Rng::new(5);
     for i in 0..10 {
@@ -228,7 +237,7 @@ fn a_table_that_could_not_shrink_reopens() {
     let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
     let p2 = Arc::new(pmem::Pool::from_image(img, Mode::Simulated).unwrap());
     assert!(p2.was_clean());
-    match level::Level::open(p2.clone(), &cfg(16, 1)) {
+    match level::Level::open(p2.clone(), &strict_config(16, 1)) {
         Ok(e2) => verify_full(&e2, &p2, &model, "reopened"),
         Err(err) => panic!(
             "a cleanly closed pool with {} keys cannot be opened: {err}",
@@ -283,7 +292,10 @@ fn a_huge_initial_capacity_is_refused_not_a_panic() {
 /// of returning Err(Corrupt).
 #[test]
 fn a_checksummed_but_absurd_geometry_is_err_not_a_panic() {
-    let (pool, e) = mem_engine(Mode::Simulated, 2 * MIB, 8 * MIB, &cfg(16, 1));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Simulated, 2 * MIB, 8 * MIB),
+        &strict_config(16, 1),
+    );
     for k in 0..100u64 {
         e.insert(k, k).unwrap();
     }
@@ -312,7 +324,7 @@ fn a_checksummed_but_absurd_geometry_is_err_not_a_panic() {
     }
     let p2 = Arc::new(pmem::Pool::from_image(img, Mode::Simulated).unwrap());
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        level::Level::open(p2, &cfg(16, 1)).map(|_| ())
+        level::Level::open(p2, &strict_config(16, 1)).map(|_| ())
     }));
     match r {
         Ok(Err(err)) => eprintln!("absurd geometry: {err}"),
@@ -344,14 +356,14 @@ fn removes_racing_resizes_keep_the_level_counts() {
         if std::time::Instant::now() > deadline {
             break;
         }
-        let path = TempPath::new("counts");
+        let path = temp_path("counts");
         let o = opts(mode, 8 * MIB, 64 * MIB);
         let pool = Arc::new(if mode == Mode::Mapped {
             pmem::Pool::create(path.path(), &o).unwrap()
         } else {
             pmem::Pool::create(std::path::Path::new(""), &o).unwrap()
         });
-        let e = level::Level::create(pool.clone(), &cfg(1, 4)).unwrap();
+        let e = level::Level::create(pool.clone(), &strict_config(1, 4)).unwrap();
         for round in 0..3u64 {
             // Keys to remove, inserted first; then one thread removes them
             // while the other inserts enough new keys to expand the table
@@ -394,9 +406,9 @@ fn removes_racing_resizes_keep_the_level_counts() {
             });
             let mut n = 0u64;
             e.for_each(&mut |_, _| n += 1);
-            let (t, b) = (detail(&e, "top items"), detail(&e, "bottom items"));
+            let (t, b) = (e.tallies().top_items.0, e.tallies().bottom_items.0);
             assert!(
-                t >= 0.0 && b >= 0.0,
+                t >= 0 && b >= 0,
                 "{mode:?} round {round}: top items {t}, bottom items {b}"
             );
             assert_eq!(e.len(), n, "{mode:?} round {round}: len() vs keys stored");
@@ -450,7 +462,13 @@ fn readers_never_miss_a_key_moved_by_a_log_free_update() {
     // coincide would be probed twice, which hides the race.)
     let k = colliding_keys(s, 16, 6, 9, 1, &mut rng)[0];
     let k2 = colliding_keys(s, 16, 6, 6, 1, &mut rng)[0];
-    let (pool, e) = mem_engine_uuid(Mode::Volatile, 2 * MIB, 8 * MIB, &cfg(16, 4), uuid);
+    let (pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(uuid),
+            ..opts(Mode::Volatile, 2 * MIB, 8 * MIB)
+        },
+        &strict_config(16, 4),
+    );
     assert!(e.insert(k, 0).unwrap());
     let stop = AtomicBool::new(false);
     let (misses, dups) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -521,12 +539,12 @@ fn readers_never_miss_a_key_moved_by_a_log_free_update() {
 fn growing_and_draining_cost_little_more_than_one_fence_per_op() {
     const N: u64 = 40_000;
     // A fixed uuid fixes the hash seeds, hence every movement and count.
-    let (pool, e) = mem_engine_uuid(
-        Mode::Simulated,
-        4 * MIB,
-        64 * MIB,
-        &cfg(16, 1),
-        *b"fences-per-op-01",
+    let (pool, e) = mem_engine(
+        &PoolOptions {
+            uuid: Some(*b"fences-per-op-01"),
+            ..opts(Mode::Simulated, 4 * MIB, 64 * MIB)
+        },
+        &strict_config(16, 1),
     );
     let keys: Vec<u64> = (0..N).map(|i| fmix(i ^ 0x00fe_4ce5)).collect();
     let f0 = pool.fence_count();
@@ -534,12 +552,12 @@ fn growing_and_draining_cost_little_more_than_one_fence_per_op() {
         assert!(e.insert(k, k ^ 1).unwrap());
     }
     let f1 = pool.fence_count();
-    assert!(detail_u(&e, "expansions") >= 8, "the table must grow");
+    assert!(e.tallies().expansions >= 8, "the table must grow");
     for &k in &keys {
         assert!(e.remove(k).unwrap());
     }
     let f2 = pool.fence_count();
-    assert!(detail_u(&e, "shrinks") >= 4, "the table must shrink");
+    assert!(e.tallies().shrinks >= 4, "the table must shrink");
     assert_eq!(e.len(), 0);
     let per_insert = (f1 - f0) as f64 / N as f64;
     let per_delete = (f2 - f1) as f64 / N as f64;
@@ -561,27 +579,30 @@ fn growing_and_draining_cost_little_more_than_one_fence_per_op() {
 /// shrinks do not leave the other writers idle).
 #[test]
 fn large_rehash_is_shared_by_the_configured_threads() {
-    let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(16, 2));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+        &strict_config(16, 2),
+    );
     let mut model = std::collections::HashMap::new();
     for i in 0..60_000u64 {
         let k = fmix(i ^ 0x9a7a);
         assert!(e.insert(k, i).unwrap());
         model.insert(k, i);
     }
-    let shared = detail_u(&e, "parallel rehashes");
+    let shared = e.tallies().parallel_rehashes;
     assert!(shared >= 1);
     verify_full(&e, &pool, &model, "after parallel rehashes");
-    let expansions = detail_u(&e, "expansions");
+    let expansions = e.tallies().expansions;
     let keys: Vec<u64> = model.keys().copied().collect();
     for k in keys.into_iter().skip(2_000) {
         assert!(e.remove(k).unwrap());
         model.remove(&k);
     }
-    let shrinks = detail_u(&e, "shrinks");
+    let shrinks = e.tallies().shrinks;
     assert!(shrinks >= 2);
-    assert_eq!(detail_u(&e, "expansions"), expansions);
+    assert_eq!(e.tallies().expansions, expansions);
     assert!(
-        detail_u(&e, "parallel rehashes") > shared,
+        e.tallies().parallel_rehashes > shared,
         "none of {shrinks} shrinks of a table grown to 60k keys was shared"
     );
     verify_full(&e, &pool, &model, "after shared shrinks");
@@ -594,7 +615,10 @@ fn large_rehash_is_shared_by_the_configured_threads() {
 /// and one drained below 1/10 still shrinks.
 #[test]
 fn a_drain_shrinks_below_a_tenth_of_the_slots_not_a_fifth() {
-    let (pool, e) = mem_engine(Mode::Volatile, 4 * MIB, 64 * MIB, &cfg(16, 1));
+    let (pool, e) = mem_engine(
+        &opts(Mode::Volatile, 4 * MIB, 64 * MIB),
+        &strict_config(16, 1),
+    );
     let mut rng = Rng::new(77);
     let mut model = std::collections::HashMap::new();
     for i in 0..20_000u64 {
@@ -603,7 +627,7 @@ fn a_drain_shrinks_below_a_tenth_of_the_slots_not_a_fifth() {
             model.insert(k, i);
         }
     }
-    let top = detail_u(&e, "top buckets");
+    let top = e.tallies().top_buckets;
     // Top N buckets, bottom N/2, 6 slots each.
     let slots = top * 3 / 2 * 6;
     assert!(
@@ -621,11 +645,11 @@ fn a_drain_shrinks_below_a_tenth_of_the_slots_not_a_fifth() {
         model.remove(k);
     }
     assert_eq!(
-        detail_u(&e, "shrinks"),
+        e.tallies().shrinks,
         0,
         "a table at 1/7 of its {slots} slots shrank"
     );
-    assert_eq!(detail_u(&e, "top buckets"), top);
+    assert_eq!(e.tallies().top_buckets, top);
     // Below 1/10 (and on to 1/20, so the check runs there too): it shrinks.
     while model.len() as u64 > slots / 20 {
         let k = it.next().unwrap();
@@ -633,10 +657,10 @@ fn a_drain_shrinks_below_a_tenth_of_the_slots_not_a_fifth() {
         model.remove(k);
     }
     assert!(
-        detail_u(&e, "shrinks") >= 1,
+        e.tallies().shrinks >= 1,
         "a table at 1/20 of its {slots} slots did not shrink"
     );
-    assert!(detail_u(&e, "top buckets") < top);
+    assert!(e.tallies().top_buckets < top);
     verify_full(&e, &pool, &model, "after the drain");
 }
 
@@ -651,19 +675,19 @@ fn a_shared_rehash_charges_its_helpers_persists_to_the_resizing_thread() {
     // Flushes charged to the insert that triggered each expansion, and
     // whether that expansion's rehash was shared.
     let run = |threads: usize| -> Vec<(u64, bool)> {
-        let (_pool, e) = mem_engine(Mode::Simulated, 4 * MIB, 64 * MIB, &cfg(16, threads));
+        let (_pool, e) = mem_engine(
+            &opts(Mode::Simulated, 4 * MIB, 64 * MIB),
+            &strict_config(16, threads),
+        );
         let mut out = Vec::new();
         for i in 0..40_000u64 {
-            let (exp, shared) = (
-                detail_u(&e, "expansions"),
-                detail_u(&e, "parallel rehashes"),
-            );
+            let (exp, shared) = (e.tallies().expansions, e.tallies().parallel_rehashes);
             let before = pmem::persist::counters();
             assert!(e.insert(fmix(i ^ 0x5eed), i).unwrap());
-            if detail_u(&e, "expansions") > exp {
+            if e.tallies().expansions > exp {
                 out.push((
                     pmem::persist::counters().since(&before).flushes,
-                    detail_u(&e, "parallel rehashes") > shared,
+                    e.tallies().parallel_rehashes > shared,
                 ));
             }
         }

@@ -1,39 +1,37 @@
-//! Helpers shared by the level integration tests: pools, a seeded RNG,
-//! unique temp files, `stats().detail` lookups, a full model comparison and
-//! a white-box replica of the engine's bucket hashing (for crafted keys).
+//! Helpers shared by the level integration tests. The generic ones (seeded
+//! RNG, temp files, in-memory pools, crash reopen, the strict config) are
+//! the conformance kit's (`engine::testkit`), re-exported; level's own are
+//! random-uuid pool options, a full model comparison with the level item
+//! counts, and a white-box replica of the engine's bucket hashing (for
+//! crafted keys).
 
 #![allow(dead_code, unused_imports)]
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use engine::{Engine, EngineConfig};
-use pmem::{Mode, Pool, PoolOptions};
+use pmem::{Mode, Pool};
 
 pub(crate) const MIB: u64 = 1 << 20;
 
-pub(crate) use engine::testkit::Rng;
 use engine::testkit::Subject;
+pub(crate) use engine::testkit::{Rng, TempPath};
 
 mod spec;
 pub(crate) use spec::LevelSubject;
 
-/// A unique temp pool path, removed on drop.
-pub(crate) struct TempPath(engine::testkit::TempPath);
+pub(crate) use engine::testkit::reopen::crash_reopen_persisted;
+pub(crate) use engine::testkit::strict_config;
+pub(crate) use pmem::PoolOptions;
 
-impl TempPath {
-    pub(crate) fn new(tag: &str) -> TempPath {
-        TempPath(engine::testkit::TempPath::new(
-            LevelSubject::TEMP_PREFIX,
-            tag,
-        ))
-    }
-    pub(crate) fn path(&self) -> &Path {
-        self.0.path()
-    }
+/// A unique temp pool path, removed on drop.
+pub(crate) fn temp_path(tag: &str) -> engine::testkit::TempPath {
+    engine::testkit::TempPath::new(LevelSubject::TEMP_PREFIX, tag)
 }
 
+/// Options of a level pool with a fresh random uuid (so each run hashes
+/// differently); set `uuid` for fixed hash seeds.
 pub(crate) fn opts(mode: Mode, size: u64, max_size: u64) -> PoolOptions {
     PoolOptions {
         mode,
@@ -44,73 +42,24 @@ pub(crate) fn opts(mode: Mode, size: u64, max_size: u64) -> PoolOptions {
     }
 }
 
-pub(crate) fn cfg(initial_capacity: u64, threads: usize) -> EngineConfig {
-    EngineConfig {
-        initial_capacity,
-        threads,
-        ..EngineConfig::default()
-    }
-}
-
 /// An in-memory pool (`Volatile` or `Simulated`) with a level table.
-pub(crate) fn mem_engine(
-    mode: Mode,
-    size: u64,
-    max_size: u64,
-    c: &EngineConfig,
-) -> (Arc<Pool>, level::Level) {
-    let pool = Arc::new(Pool::create(Path::new(""), &opts(mode, size, max_size)).unwrap());
-    let e = level::Level::create(pool.clone(), c).unwrap();
+pub(crate) fn mem_engine(o: &PoolOptions, c: &EngineConfig) -> (Arc<Pool>, level::Level) {
+    let pool = engine::testkit::mem_pool(o);
+    let e = LevelSubject::create(pool.clone(), c).unwrap();
     (pool, e)
-}
-
-/// Same, with a fixed uuid (so the hash seeds are known).
-pub(crate) fn mem_engine_uuid(
-    mode: Mode,
-    size: u64,
-    max_size: u64,
-    c: &EngineConfig,
-    uuid: [u8; 16],
-) -> (Arc<Pool>, level::Level) {
-    let o = PoolOptions {
-        uuid: Some(uuid),
-        ..opts(mode, size, max_size)
-    };
-    let pool = Arc::new(Pool::create(Path::new(""), &o).unwrap());
-    let e = level::Level::create(pool.clone(), c).unwrap();
-    (pool, e)
-}
-
-/// Recovers a simulated pool from its durable image (a crash right now).
-pub(crate) fn crash_reopen(pool: &Pool, c: &EngineConfig) -> (Arc<Pool>, level::Level) {
-    let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
-    let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
-    let e = level::Level::open(p2.clone(), c).unwrap();
-    (p2, e)
-}
-
-/// A figure from `stats().detail`, parsed.
-pub(crate) fn detail(e: &dyn Engine, name: &str) -> f64 {
-    engine::testkit::detail(e, name)
-}
-
-pub(crate) fn detail_u(e: &dyn Engine, name: &str) -> u64 {
-    detail(e, name) as u64
 }
 
 /// Everything the engine holds must equal `model`: for_each (each pair
 /// exactly once), len, get, check() with no leak, and the level item counts
 /// (top + bottom = len: no resize left in progress).
-pub(crate) fn verify_full(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
-    verify_keys(e, pool, model, ctx);
-    let top = detail_u(e, "top items");
-    let bot = detail_u(e, "bottom items");
-    assert_eq!(top + bot, model.len() as u64, "{ctx}: top + bottom items");
-}
-
-/// `verify_full` without the level counts (a resize may be in progress).
-pub(crate) fn verify_keys(e: &dyn Engine, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
+pub(crate) fn verify_full(e: &level::Level, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
     engine::testkit::verify_model(e, pool, model, &[], ctx);
+    let t = e.tallies();
+    assert_eq!(
+        t.top_items.0 + t.bottom_items.0,
+        model.len() as i64,
+        "{ctx}: top + bottom items"
+    );
 }
 
 // ----- white-box replica of the engine's hashing ---------------------------------

@@ -3,12 +3,65 @@
 
 use std::sync::atomic::Ordering;
 
-use engine::{CheckReport, Engine, Result, Stats};
+use engine::{CheckReport, Engine, Fixed, Pow2, Result, Stats};
 
 use crate::layout::*;
-use crate::{is_wide, recover, wide_key, Key, Pass};
+use crate::{is_wide, recover, wide_key, Buckets, Key, Pass, Tallies};
 
 impl Pass {
+    /// A snapshot of the table's figures (what `stats().detail` lists).
+    /// Also raises the recorded highest load factor to the current one.
+    pub fn tallies(&self) -> Tallies {
+        let stored = self.len_bytes();
+        let first = self.first();
+        let chains = self.t.chain_buckets.load(Ordering::Relaxed);
+        let capacity = first * self.geo.seg_slots() + chains * SLOTS as u64;
+        // The load factor counts every record (the slots they fill).
+        let lf = stored as f64 / capacity.max(1) as f64;
+        let max_lf = f64::from_bits(self.t.max_lf_bits.load(Ordering::Relaxed)).max(lf);
+        self.t
+            .max_lf_bits
+            .store(max_lf.to_bits(), Ordering::Relaxed);
+        let sn = self.snap();
+        let tables: u64 = (0..6)
+            .map(|s| self.pool.load_u64(self.root + R_TABLES + 8 * s))
+            .filter(|&b| b != 0)
+            .map(|b| octave_bytes(self.pool.load_u64(b + 16) as u32))
+            .sum();
+        let c = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        Tallies {
+            segments: first,
+            segment_bytes: self.geo.seg_bytes(),
+            buckets: Buckets {
+                normal: self.geo.n,
+                stash: self.geo.m,
+            },
+            table_cells_per_octave: Pow2(sn.k),
+            table_bytes: tables,
+            key_mode: if self.geo.bytes_keys {
+                "bytes"
+            } else {
+                "inline"
+            },
+            stored_keys: stored,
+            split_load: Fixed(self.split_load),
+            splits: c(&self.t.splits),
+            moved: c(&self.t.moved),
+            split_failures: c(&self.t.split_failures),
+            displacements: c(&self.t.displacements),
+            stash_inserts: c(&self.t.stash_inserts),
+            chain_inserts: c(&self.t.chain_inserts),
+            chain_buckets: chains,
+            chain_buckets_freed: c(&self.t.chain_freed),
+            octaves_built: c(&self.t.octaves_built),
+            stale_removed: c(&self.t.stale_removed),
+            duplicates_removed: c(&self.t.duplicates_removed),
+            recovery_us: c(&self.t.recovery_us),
+            clean_open_segments_walked: c(&self.t.clean_walked),
+            max_load_factor: Fixed(max_lf),
+        }
+    }
+
     /// Inserts a byte-string key (bytes mode). `Ok(false)`: already present.
     pub fn insert_bytes(&self, key: &[u8], value: u64) -> Result<bool> {
         self.check_bytes_key(key)?;
@@ -131,16 +184,8 @@ impl Engine for Pass {
 
     fn stats(&self) -> Stats {
         let len = self.len();
-        let stored = self.len_bytes();
-        let first = self.first();
-        let chains = self.t.chain_buckets.load(Ordering::Relaxed);
-        let capacity = first * self.geo.seg_slots() + chains * SLOTS as u64;
-        // The load factor counts every record (the slots they fill).
-        let lf = stored as f64 / capacity.max(1) as f64;
-        let max_lf = f64::from_bits(self.t.max_lf_bits.load(Ordering::Relaxed)).max(lf);
-        self.t
-            .max_lf_bits
-            .store(max_lf.to_bits(), Ordering::Relaxed);
+        let t = self.tallies();
+        let capacity = t.segments * self.geo.seg_slots() + t.chain_buckets * SLOTS as u64;
         let arrays: u64 = self
             .dir
             .iter()
@@ -148,56 +193,15 @@ impl Engine for Pass {
             .filter(|(_, d)| d.load(Ordering::Relaxed) != 0)
             .map(|(e, _)| entry_segments(e) * self.geo.seg_bytes())
             .sum();
-        let sn = self.snap();
-        let tables: u64 = (0..6)
-            .map(|s| self.pool.load_u64(self.root + R_TABLES + 8 * s))
-            .filter(|&b| b != 0)
-            .map(|b| octave_bytes(self.pool.load_u64(b + 16) as u32))
-            .sum();
-        let c = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
         Stats {
             len,
             capacity,
-            load_factor: lf,
-            pm_bytes: ROOT_BYTES + arrays + tables + chains * BUCKET,
+            load_factor: t.stored_keys as f64 / capacity.max(1) as f64,
+            pm_bytes: ROOT_BYTES + arrays + t.table_bytes + t.chain_buckets * BUCKET,
             dram_bytes: std::mem::size_of::<Self>() as u64 + 8 * DIR_ENTRIES as u64,
             structural_changes: self.t.structural.changes(),
             structural_nanos: self.t.structural.nanos(),
-            detail: vec![
-                ("segments".into(), first.to_string()),
-                ("segment bytes".into(), self.geo.seg_bytes().to_string()),
-                (
-                    "buckets".into(),
-                    format!("{} normal + {} stash", self.geo.n, self.geo.m),
-                ),
-                ("table cells per octave".into(), format!("2^{}", sn.k)),
-                ("table bytes".into(), tables.to_string()),
-                (
-                    "key mode".into(),
-                    if self.geo.bytes_keys {
-                        "bytes"
-                    } else {
-                        "inline"
-                    }
-                    .into(),
-                ),
-                ("stored keys".into(), stored.to_string()),
-                ("split load".into(), format!("{:.2}", self.split_load)),
-                ("splits".into(), c(&self.t.splits)),
-                ("records moved by splits".into(), c(&self.t.moved)),
-                ("split failures".into(), c(&self.t.split_failures)),
-                ("displacements".into(), c(&self.t.displacements)),
-                ("stash inserts".into(), c(&self.t.stash_inserts)),
-                ("chain inserts".into(), c(&self.t.chain_inserts)),
-                ("chain buckets".into(), chains.to_string()),
-                ("chain buckets freed".into(), c(&self.t.chain_freed)),
-                ("octaves built".into(), c(&self.t.octaves_built)),
-                ("stale copies removed".into(), c(&self.t.stale_removed)),
-                ("duplicates removed".into(), c(&self.t.duplicates_removed)),
-                ("recovery us".into(), c(&self.t.recovery_us)),
-                ("clean-open segments walked".into(), c(&self.t.clean_walked)),
-                ("max load factor".into(), format!("{max_lf:.4}")),
-            ],
+            detail: t.detail(),
         }
     }
 

@@ -167,8 +167,10 @@ impl Default for Options {
     }
 }
 
+/// The live counters behind [`Tallies`] (what [`Pass::tallies`]
+/// snapshots).
 #[derive(Default)]
-pub(crate) struct Tallies {
+pub(crate) struct Counters {
     pub splits: AtomicU64,
     /// Splits (with the mapping-table octaves they build), and the time
     /// spent in them (`Stats::structural_*`).
@@ -188,6 +190,73 @@ pub(crate) struct Tallies {
     /// open already ran it: `Pool::prechecked`).
     pub clean_walked: AtomicU64,
     pub max_lf_bits: AtomicU64,
+}
+
+/// A segment's bucket counts, printed `"{n} normal + {m} stash"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buckets {
+    /// Normal buckets per segment.
+    pub normal: u64,
+    /// Stash buckets per segment.
+    pub stash: u64,
+}
+
+impl engine::Figure for Buckets {
+    fn show(&self) -> String {
+        format!("{} normal + {} stash", self.normal, self.stash)
+    }
+}
+
+engine::tallies! {
+    /// A snapshot of what a PASS table holds and has done since it was
+    /// opened ([`Pass::tallies`]); `Stats::detail` lists it.
+    pub struct Tallies {
+        /// Segments in use (the leftmost live bucket's index).
+        segments: u64 => "segments",
+        /// Bytes of one segment.
+        segment_bytes: u64 => "segment bytes",
+        /// Buckets of a segment.
+        buckets: Buckets => "buckets",
+        /// Cells per octave of the mapping table.
+        table_cells_per_octave: engine::Pow2 => "table cells per octave",
+        /// Bytes of the mapping table's octave blocks.
+        table_bytes: u64 => "table bytes",
+        /// `bytes` (keys out of line) or `inline`.
+        key_mode: &'static str => "key mode",
+        /// Every stored key (in bytes mode, the ones not of a u64 key too).
+        stored_keys: u64 => "stored keys",
+        /// The load factor a split is made at.
+        split_load: engine::Fixed<2> => "split load",
+        /// Splits made.
+        splits: u64 => "splits",
+        /// Records splits moved to the new segment.
+        moved: u64 => "records moved by splits",
+        /// Splits that failed (the pool was full).
+        split_failures: u64 => "split failures",
+        /// Records displaced to their other bucket to make room.
+        displacements: u64 => "displacements",
+        /// Inserts that went to a stash bucket.
+        stash_inserts: u64 => "stash inserts",
+        /// Inserts that went to a chain bucket.
+        chain_inserts: u64 => "chain inserts",
+        /// Chain buckets in use.
+        chain_buckets: u64 => "chain buckets",
+        /// Chain buckets freed (emptied by splits or removes).
+        chain_buckets_freed: u64 => "chain buckets freed",
+        /// Mapping-table octaves built.
+        octaves_built: u64 => "octaves built",
+        /// Stale copies of moved records removed by recovery.
+        stale_removed: u64 => "stale copies removed",
+        /// Duplicate records removed by recovery.
+        duplicates_removed: u64 => "duplicates removed",
+        /// Microseconds the last open's recovery took.
+        recovery_us: u64 => "recovery us",
+        /// Segments the clean open's cross-check walked (0 when a
+        /// read-only open already ran it: `Pool::prechecked`).
+        clean_open_segments_walked: u64 => "clean-open segments walked",
+        /// The highest load factor seen (by any `stats` or `tallies`).
+        max_load_factor: engine::Fixed<4> => "max load factor",
+    }
 }
 
 /// What readers and writers compute with (see [`Pass::snap`]).
@@ -261,7 +330,7 @@ pub struct Pass {
     pub(crate) zero: Mutex<()>,
     pub(crate) closed: AtomicBool,
     pub(crate) name: &'static str,
-    pub(crate) t: Tallies,
+    pub(crate) t: Counters,
 }
 
 /// The hash seed of a pool: derived from its uuid (and checked at open).
@@ -429,7 +498,7 @@ impl Pass {
             zero: Mutex::new(()),
             closed: AtomicBool::new(false),
             name,
-            t: Tallies::default(),
+            t: Counters::default(),
         }
     }
 

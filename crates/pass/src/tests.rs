@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use engine::testkit::{detail, Rng};
+use engine::testkit::Rng;
 use engine::{Durability, Engine, EngineConfig};
 use pmem::{Mode, Pool, PoolOptions};
 
@@ -77,8 +77,8 @@ fn smoke_model_with_splits() {
             }
         }
     }
-    assert!(detail(&ps, "splits") > 20.0);
-    assert_eq!(detail(&ps, "split failures"), 0.0);
+    assert!(ps.tallies().splits > 20);
+    assert_eq!(ps.tallies().split_failures, 0);
 }
 
 /// A crash at any fence of `create` leaves either no table and no block in
@@ -242,7 +242,7 @@ fn dram_cells_locate_as_the_pm_tables_do() {
     while ps.snap().k < 11 {
         i += 1;
         ps.insert(rng.next() | 1, i).unwrap();
-        let s = detail(&ps, "splits") as u64;
+        let s = ps.tallies().splits;
         if s != splits {
             splits = s;
             check(&ps, &mut rng);

@@ -538,8 +538,7 @@ fn refused_or_intact(
                     .filter(|(k, v)| e.get(**k) == Some(**v))
                     .count();
                 let check = e.check().map(|r| r.keys);
-                let removed =
-                    detail_u(&e, "stale copies removed") + detail_u(&e, "duplicates removed");
+                let removed = e.tallies().stale_removed + e.tallies().duplicates_removed;
                 drop(e);
                 drop(pool);
                 let now = std::fs::read(path).unwrap();
@@ -835,10 +834,10 @@ fn full_pool_is_out_of_space_and_stays_usable() {
         eprintln!(
             "{m}: full at {} keys after {i} inserts; segments {}, splits {}, split failures {}, chain buckets {}, load factor {:.3}",
             model.len(),
-            detail_u(&e, "segments"),
-            detail_u(&e, "splits"),
-            detail_u(&e, "split failures"),
-            detail_u(&e, "chain buckets"),
+            e.tallies().segments,
+            e.tallies().splits,
+            e.tallies().split_failures,
+            e.tallies().chain_buckets,
             e.stats().load_factor
         );
         assert!(model.len() > 1000, "{m}: only {} keys fit", model.len());

@@ -120,7 +120,7 @@ fn writers_and_readers_on(
     for &k in stable.iter().chain(&versioned) {
         assert!(e.insert(k, val(k, 0)).unwrap());
     }
-    let splits_before = detail_u(&e, "splits");
+    let splits_before = e.tallies().splits;
     let done = AtomicBool::new(false);
     let reads = AtomicU64::new(0);
     let hits = AtomicU64::new(0);
@@ -290,16 +290,16 @@ fn writers_and_readers_on(
         absent.extend((0..n).map(|i| wkey(w, i)));
     }
     verify(e, &pool, &model, &absent, &ctx);
-    let chained = detail_u(e, "chain inserts");
+    let chained = e.tallies().chain_inserts;
     assert!(
         chained >= min_chain_inserts,
         "{ctx}: only {chained} chain inserts"
     );
-    let splits = detail_u(e, "splits") - splits_before;
+    let splits = e.tallies().splits - splits_before;
     let (reads, hits) = (reads.load(Ordering::Relaxed), hits.load(Ordering::Relaxed));
     eprintln!(
         "{ctx}: {splits} splits, {} chain inserts, {reads} reads ({hits} writer-range hits), {} keys, {:.2}s",
-        detail_u(e, "chain inserts"),
+        e.tallies().chain_inserts,
         model.len(),
         started.elapsed().as_secs_f64()
     );
@@ -307,7 +307,7 @@ fn writers_and_readers_on(
         splits >= 30,
         "{ctx}: only {splits} splits raced the readers"
     );
-    assert_eq!(detail_u(e, "split failures"), 0, "{ctx}: a split failed");
+    assert_eq!(e.tallies().split_failures, 0, "{ctx}: a split failed");
     if readers > 0 {
         assert!(
             reads >= MIN_READS,
@@ -349,7 +349,7 @@ fn no_false_negatives_on(
     for &k in &stable {
         assert!(e.insert(k, val(k, 7)).unwrap());
     }
-    let before = detail_u(&e, "splits");
+    let before = e.tallies().splits;
     let writers = 2u64;
     let n = 60_000u64;
     let done = AtomicBool::new(false);
@@ -408,7 +408,7 @@ fn no_false_negatives_on(
             .collect();
         engine::testkit::join_then_stop(hs, &done)
     });
-    let splits = detail_u(e, "splits") - before;
+    let splits = e.tallies().splits - before;
     let ctx = format!(
         "no false negatives ({}) seed {seed}",
         if bytes { "bytes" } else { "inline" }
@@ -419,7 +419,7 @@ fn no_false_negatives_on(
         misses.load(Ordering::Relaxed)
     );
     assert_eq!(misses.load(Ordering::Relaxed), 0, "{ctx}: false negatives");
-    let chained = detail_u(e, "chain inserts");
+    let chained = e.tallies().chain_inserts;
     assert!(
         chained >= min_chain_inserts,
         "{ctx}: only {chained} chain inserts"
@@ -475,7 +475,7 @@ fn same_key_races(bytes: bool, seed: u64) {
         .collect();
     let e = &e;
     for round in 0..2u64 {
-        let before = detail_u(e, "splits");
+        let before = e.tallies().splits;
         let barrier = Barrier::new(threads as usize);
         // Each thread's successful inserts.
         let wins: Vec<Vec<u64>> = std::thread::scope(|sc| {
@@ -526,7 +526,7 @@ fn same_key_races(bytes: bool, seed: u64) {
             &format!("round {round} after insert race"),
         );
         if round == 0 {
-            let s = detail_u(e, "splits") - before;
+            let s = e.tallies().splits - before;
             assert!(s >= 20, "round 0: only {s} splits during the insert race");
         }
         // Remove race.
@@ -654,7 +654,7 @@ fn hot_key_insert_remove_churn_keeps_counts() {
                 None => assert_eq!(net, 0, "hot key {i}: absent, but inserts - removes = {net}"),
             }
         }
-        assert!(detail_u(e, "splits") >= 10);
+        assert!(e.tallies().splits >= 10);
         verify(e, &pool, &model, &hot, &format!("hot churn bytes={bytes}"));
     }
 }

@@ -34,17 +34,17 @@ impl Seen {
     /// Samples the live figures of `e` (call before dropping a handle, and
     /// at verification points for the chain-bucket maximum).
     fn sample(&mut self, e: &Pass) {
-        self.max_chain_buckets = self.max_chain_buckets.max(detail_u(e, "chain buckets"));
+        self.max_chain_buckets = self.max_chain_buckets.max(e.tallies().chain_buckets);
     }
     /// Adds the counters of a handle that is about to go away.
     fn absorb(&mut self, e: &Pass) {
         self.sample(e);
-        self.splits += detail_u(e, "splits");
-        self.chain_inserts += detail_u(e, "chain inserts");
-        self.stash_inserts += detail_u(e, "stash inserts");
-        self.displacements += detail_u(e, "displacements");
-        self.moved += detail_u(e, "records moved by splits");
-        self.split_failures += detail_u(e, "split failures");
+        self.splits += e.tallies().splits;
+        self.chain_inserts += e.tallies().chain_inserts;
+        self.stash_inserts += e.tallies().stash_inserts;
+        self.displacements += e.tallies().displacements;
+        self.moved += e.tallies().moved;
+        self.split_failures += e.tallies().split_failures;
     }
 }
 
@@ -226,9 +226,9 @@ fn sequential_and_edge_keys() {
         }
         verify(&e, &pool, &model, &keys, &format!("seq {t} half removed"));
         assert!(
-            detail_u(&e, "splits") >= 60,
+            e.tallies().splits >= 60,
             "seq {t}: {} splits",
-            detail_u(&e, "splits")
+            e.tallies().splits
         );
     }
 }
@@ -547,7 +547,7 @@ fn clean_close_and_file_reopen_keep_every_key() {
             d.ops(&e, 6000, GROW, &format!("{m} round {round}"));
             d.ops(&e, 1500, SHRINK, &format!("{m} round {round} shrink"));
             d.verify(&e, &pool, &format!("{m} before reopen {round}"));
-            let before = detail_u(&e, "splits");
+            let before = e.tallies().splits;
             assert!(before > 0, "{m} round {round}: no split before the reopen");
             splits += before;
             let first = e.first_segment();
@@ -558,11 +558,7 @@ fn clean_close_and_file_reopen_keep_every_key() {
                 "{m}: first changed across a clean reopen"
             );
             assert!(e.bytes_keys() == bytes, "{m}: key mode changed");
-            assert_eq!(
-                detail_u(&e, "recovery us"),
-                0,
-                "{m}: a clean open ran recovery"
-            );
+            assert_eq!(e.tallies().recovery_us, 0, "{m}: a clean open ran recovery");
             d.verify(&e, &pool, &format!("{m} after reopen {round}"));
         }
         eprintln!("{m}: {splits} splits over 3 rounds, {} keys", d.len());
@@ -584,7 +580,7 @@ fn crash_reopen_from_live_image_keeps_every_key() {
         for round in 0..3 {
             d.ops(&e, 5000, GROW, &format!("{m} crash round {round}"));
             d.ops(&e, 1000, SHRINK, &format!("{m} crash round {round} shrink"));
-            assert!(detail_u(&e, "splits") > 0, "{m} round {round}: no split");
+            assert!(e.tallies().splits > 0, "{m} round {round}: no split");
             let first = e.first_segment();
             let (p2, e2) = crash_reopen_live(&pool);
             assert_eq!(
@@ -593,7 +589,7 @@ fn crash_reopen_from_live_image_keeps_every_key() {
                 "{m}: first changed across recovery"
             );
             assert_eq!(
-                detail_u(&e2, "stale copies removed") + detail_u(&e2, "duplicates removed"),
+                e2.tallies().stale_removed + e2.tallies().duplicates_removed,
                 0,
                 "{m}: recovery of a quiescent image removed records"
             );
@@ -644,7 +640,7 @@ fn crash_image_rounds(
 fn persisted_crash_images_hold_every_acknowledged_write() {
     for bytes in [false, true] {
         let e = crash_image_rounds(bytes, &mode_opts(bytes), 7, 2500, 5, 3);
-        let splits = detail_u(&e, "splits");
+        let splits = e.tallies().splits;
         assert!(splits >= 20, "{}: {splits} splits", mode_name(bytes));
     }
 }
@@ -662,8 +658,12 @@ fn dense_crash_images_with_several_chain_groups_recover() {
         };
         let e = crash_image_rounds(bytes, &opts, 8, 12000, 4, 2);
         assert_eq!(e.geometry().groups(), 3);
-        for (what, least) in [("chain inserts", 50), ("stash inserts", 50), ("splits", 5)] {
-            let got = detail_u(&e, what);
+        let t = e.tallies();
+        for (what, got, least) in [
+            ("chain inserts", t.chain_inserts, 50),
+            ("stash inserts", t.stash_inserts, 50),
+            ("splits", t.splits, 5),
+        ] {
             assert!(got >= least, "{}: {what} {got}", mode_name(bytes));
         }
     }
@@ -682,7 +682,7 @@ struct Growth {
 /// 200k keys into the default geometry (56 normal + 4 stash buckets) at
 /// `split_load`: hundreds of splits, none failing; the load factor sampled
 /// every 1000 keys (after the first 20k) and at the end, and the "max load
-/// factor" detail, which must report at least what we sampled.
+/// factor" tally, which must report at least what we sampled.
 fn growth(split_load: f64, seed: u64) -> Growth {
     let pool = mem_pool(Mode::Volatile, 16 * MIB, 256 * MIB, seed);
     let opts = Options {
@@ -708,25 +708,25 @@ fn growth(split_load: f64, seed: u64) -> Growth {
         }
     }
     let st = e.stats();
-    let max_lf = detail(&e, "max load factor");
+    let max_lf = e.tallies().max_load_factor.0;
     eprintln!(
-        "growth at split load {split_load}: {} keys, capacity {}, load factor {:.4} (sampled after 20k keys: lowest {lowest:.4}, highest {highest:.4}), detail max load factor {max_lf:.4}, segments {}, splits {}, chain buckets {}, stash inserts {}, split failures {}",
+        "growth at split load {split_load}: {} keys, capacity {}, load factor {:.4} (sampled after 20k keys: lowest {lowest:.4}, highest {highest:.4}), max load factor tally {max_lf:.4}, segments {}, splits {}, chain buckets {}, stash inserts {}, split failures {}",
         st.len,
         st.capacity,
         st.load_factor,
-        detail_u(&e, "segments"),
-        detail_u(&e, "splits"),
-        detail_u(&e, "chain buckets"),
-        detail_u(&e, "stash inserts"),
-        detail_u(&e, "split failures"),
+        e.tallies().segments,
+        e.tallies().splits,
+        e.tallies().chain_buckets,
+        e.tallies().stash_inserts,
+        e.tallies().split_failures,
     );
     assert_eq!(st.len, n);
     assert!(
-        detail_u(&e, "splits") >= 150,
+        e.tallies().splits >= 150,
         "only {} splits",
-        detail_u(&e, "splits")
+        e.tallies().splits
     );
-    assert_eq!(detail_u(&e, "split failures"), 0);
+    assert_eq!(e.tallies().split_failures, 0);
     assert!(
         max_lf + 1e-4 >= highest,
         "max load factor {max_lf:.4} is below a load factor we sampled ({highest:.4})"

@@ -29,10 +29,10 @@ fn a_split_flushes_each_dirty_line_once() {
     while per_split.len() < 40 {
         i += 1;
         assert!(i < 1_000_000, "no splits after {i} inserts");
-        let before_splits = detail_u(&e, "splits");
+        let before_splits = e.tallies().splits;
         let before = persist::counters();
         assert!(e.insert(fmix(rng.next() | 1), i).unwrap());
-        let after_splits = detail_u(&e, "splits");
+        let after_splits = e.tallies().splits;
         if after_splits == before_splits {
             continue;
         }

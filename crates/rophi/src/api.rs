@@ -2,11 +2,47 @@
 
 use std::sync::atomic::Ordering;
 
-use engine::{CheckReport, Engine, Result, Stats};
+use engine::{CheckReport, Engine, Fixed, Pow2, Result, Stats};
 
 use crate::grow::slabs;
 use crate::layout::*;
-use crate::{recover, Rophi, LOCKS};
+use crate::{recover, Rophi, Tallies, LOCKS};
+
+impl Rophi {
+    /// A snapshot of the table's figures (what `stats().detail` lists).
+    pub fn tallies(&self) -> Tallies {
+        let len = self.len();
+        let t = self.table();
+        let slab_total = self.slab_total.load(Ordering::Relaxed);
+        let free = self.free.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+        let f = self.filter.get();
+        let c = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let ms = |a: &std::sync::atomic::AtomicU64| Fixed(c(a) as f64 / 1000.0);
+        Tallies {
+            head_buckets: Pow2(t.k),
+            chain_buckets_in_use: slab_total.saturating_sub(free),
+            chain_buckets_free: free,
+            keys_per_head: Fixed(len as f64 / t.heads() as f64),
+            heads_per_region_lock: (t.heads() / LOCKS as u64).max(1),
+            filter_buckets: f.buckets() as u64,
+            filter_load: Fixed(f.load()),
+            filter_expected_fpr: Fixed(f.expected_fpr()),
+            filter_bytes: f.bytes(),
+            filter_growths: c(&self.t.filter_growths),
+            filter_full_on_insert: c(&self.t.filter_full),
+            filter_build_ms: ms(&self.t.filter_build_us),
+            filter_build_threads: c(&self.t.filter_build_threads),
+            resizes: c(&self.t.resizes),
+            resize_ms: ms(&self.t.resize_us),
+            resize_failures: c(&self.t.resize_failures),
+            chain_inserts: c(&self.t.chain_inserts),
+            slabs_added: c(&self.t.slabs_added),
+            released_at_open: c(&self.t.released),
+            reader_retries: c(&self.t.retries),
+            open_ms: ms(&self.t.recovery_us),
+        }
+    }
+}
 
 impl Engine for Rophi {
     fn name(&self) -> &str {
@@ -40,68 +76,21 @@ impl Engine for Rophi {
     fn stats(&self) -> Stats {
         let len = self.len();
         let t = self.table();
-        let slab_total = self.slab_total.load(Ordering::Relaxed);
-        let free = self.free.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
-        let chain = slab_total.saturating_sub(free);
-        let capacity = SLOTS as u64 * (t.heads() + chain);
+        let tallies = self.tallies();
+        let capacity = SLOTS as u64 * (t.heads() + tallies.chain_buckets_in_use);
         let slab_bytes: u64 = slabs(&self.pool, t)
             .iter()
             .map(|&(_, n)| S_BUCKETS + n * BUCKET)
             .sum();
-        let f = self.filter.get();
-        let c = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
-        let ms = |a: &std::sync::atomic::AtomicU64| {
-            format!("{:.1}", a.load(Ordering::Relaxed) as f64 / 1000.0)
-        };
         Stats {
             len,
             capacity,
             load_factor: len as f64 / capacity.max(1) as f64,
             pm_bytes: ROOT_BYTES + t.bytes() + slab_bytes,
-            dram_bytes: f.bytes() + 8 * LOCKS as u64 + 8 * free,
+            dram_bytes: tallies.filter_bytes + 8 * LOCKS as u64 + 8 * tallies.chain_buckets_free,
             structural_changes: self.t.structural.changes(),
             structural_nanos: self.t.structural.nanos(),
-            detail: vec![
-                ("head buckets".into(), format!("2^{}", t.k)),
-                ("chain buckets in use".into(), chain.to_string()),
-                ("chain buckets free".into(), free.to_string()),
-                (
-                    "keys per head".into(),
-                    format!("{:.3}", len as f64 / t.heads() as f64),
-                ),
-                (
-                    "heads per region lock".into(),
-                    (t.heads() / LOCKS as u64).max(1).to_string(),
-                ),
-                ("filter buckets".into(), f.buckets().to_string()),
-                ("filter load".into(), format!("{:.4}", f.load())),
-                (
-                    "filter expected fpr".into(),
-                    format!("{:.5}", f.expected_fpr()),
-                ),
-                ("filter bytes".into(), f.bytes().to_string()),
-                ("filter growths".into(), c(&self.t.filter_growths)),
-                ("filter full on insert".into(), c(&self.t.filter_full)),
-                ("filter build ms".into(), ms(&self.t.filter_build_us)),
-                (
-                    "filter build threads".into(),
-                    c(&self.t.filter_build_threads),
-                ),
-                ("resizes".into(), c(&self.t.resizes)),
-                ("resize ms".into(), ms(&self.t.resize_us)),
-                (
-                    "resize failures (pool full)".into(),
-                    c(&self.t.resize_failures),
-                ),
-                ("chain inserts".into(), c(&self.t.chain_inserts)),
-                ("slabs added".into(), c(&self.t.slabs_added)),
-                (
-                    "empty chain buckets released at open".into(),
-                    c(&self.t.released),
-                ),
-                ("reader retries".into(), c(&self.t.retries)),
-                ("open ms".into(), ms(&self.t.recovery_us)),
-            ],
+            detail: tallies.detail(),
         }
     }
 

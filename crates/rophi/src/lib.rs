@@ -56,8 +56,10 @@ pub fn spec() -> EngineSpec {
     }
 }
 
+/// The live counters behind [`Tallies`] (what [`Rophi::tallies`]
+/// snapshots).
 #[derive(Default)]
-pub(crate) struct Tallies {
+pub(crate) struct Counters {
     pub resizes: AtomicU64,
     /// Head-array doublings and filter doublings (each a rebuild), and
     /// the time spent in them (`Stats::structural_*`).
@@ -73,6 +75,55 @@ pub(crate) struct Tallies {
     pub filter_build_threads: AtomicU64,
     pub resize_us: AtomicU64,
     pub resize_failures: AtomicU64,
+}
+
+engine::tallies! {
+    /// A snapshot of what a ROPHI table holds and has done since it was
+    /// opened ([`Rophi::tallies`]); `Stats::detail` lists it.
+    pub struct Tallies {
+        /// Buckets of the live head array.
+        head_buckets: engine::Pow2 => "head buckets",
+        /// Overflow-slab buckets in chains.
+        chain_buckets_in_use: u64 => "chain buckets in use",
+        /// Overflow-slab buckets on the free list.
+        chain_buckets_free: u64 => "chain buckets free",
+        /// Keys per head bucket.
+        keys_per_head: engine::Fixed<3> => "keys per head",
+        /// Head buckets each region lock covers.
+        heads_per_region_lock: u64 => "heads per region lock",
+        /// Buckets of the DRAM filter.
+        filter_buckets: u64 => "filter buckets",
+        /// The filter's load.
+        filter_load: engine::Fixed<4> => "filter load",
+        /// The filter's expected false-positive rate.
+        filter_expected_fpr: engine::Fixed<5> => "filter expected fpr",
+        /// Bytes of the filter.
+        filter_bytes: u64 => "filter bytes",
+        /// Filter doublings.
+        filter_growths: u64 => "filter growths",
+        /// Inserts that found the filter full.
+        filter_full_on_insert: u64 => "filter full on insert",
+        /// Milliseconds spent building the filter.
+        filter_build_ms: engine::Fixed<1> => "filter build ms",
+        /// Threads the last filter build used.
+        filter_build_threads: u64 => "filter build threads",
+        /// Head-array doublings.
+        resizes: u64 => "resizes",
+        /// Milliseconds spent in resizes.
+        resize_ms: engine::Fixed<1> => "resize ms",
+        /// Resizes that failed for room in the pool.
+        resize_failures: u64 => "resize failures (pool full)",
+        /// Inserts that went to a chain bucket.
+        chain_inserts: u64 => "chain inserts",
+        /// Overflow slabs added.
+        slabs_added: u64 => "slabs added",
+        /// Empty chain buckets the open gave back to the free list.
+        released_at_open: u64 => "empty chain buckets released at open",
+        /// Reads retried because a writer held their region.
+        reader_retries: u64 => "reader retries",
+        /// Milliseconds the last open took.
+        open_ms: engine::Fixed<1> => "open ms",
+    }
 }
 
 /// A ROPHI table in a pool. See the crate documentation.
@@ -97,7 +148,7 @@ pub struct Rophi {
     pub(crate) filter: FilterCell,
     pub(crate) len: Counter,
     pub(crate) closed: AtomicBool,
-    pub(crate) t: Tallies,
+    pub(crate) t: Counters,
 }
 
 pub(crate) fn corrupt(m: impl Into<String>) -> Error {
@@ -211,7 +262,7 @@ impl Rophi {
             filter: FilterCell::new(filter),
             len: Counter::default(),
             closed: AtomicBool::new(false),
-            t: Tallies::default(),
+            t: Counters::default(),
         }
     }
 

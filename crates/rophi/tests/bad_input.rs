@@ -539,9 +539,9 @@ fn full_pool_is_out_of_space_and_stays_usable() {
         "full at {} keys after {i} inserts: 2^{} heads, {} resize failures, {} slabs added, chain buckets in use {}, load factor {:.3}",
         model.len(),
         head_k(&e),
-        detail_u(&e, "resize failures (pool full)"),
-        detail_u(&e, "slabs added"),
-        detail_u(&e, "chain buckets in use"),
+        e.tallies().resize_failures,
+        e.tallies().slabs_added,
+        e.tallies().chain_buckets_in_use,
         e.stats().load_factor
     );
     // (The allocator's size classes each hold a chunk of this small pool,
@@ -553,7 +553,7 @@ fn full_pool_is_out_of_space_and_stays_usable() {
         e.stats().load_factor
     );
     assert!(
-        detail_u(&e, "resize failures (pool full)") > 0,
+        e.tallies().resize_failures > 0,
         "the full pool never refused a resize"
     );
     verify(&e, &pool, &model, &failed, "full");

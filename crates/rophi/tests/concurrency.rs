@@ -56,7 +56,7 @@ fn table(seed: u64) -> (Arc<Pool>, Rophi) {
 
 /// Growth counters of a handle.
 fn growth(e: &Rophi) -> (u64, u64) {
-    (detail_u(e, "resizes"), detail_u(e, "filter growths"))
+    (e.tallies().resizes, e.tallies().filter_growths)
 }
 
 /// (a) Writers own disjoint key ranges (writer 0 also owns 0 and u64::MAX)
@@ -269,7 +269,7 @@ fn writers_and_readers(seed: u64) {
         head_k(e),
         reads.load(Ordering::Relaxed),
         hits.load(Ordering::Relaxed),
-        detail_u(e, "reader retries"),
+        e.tallies().reader_retries,
         started.elapsed().as_secs_f64()
     );
     assert_eq!(misses.load(Ordering::Relaxed), 0, "{ctx}: false negatives");
@@ -434,7 +434,7 @@ fn same_key_insert_remove_and_upsert_races() {
         .collect();
     let e = &e;
     for round in 0..2u64 {
-        let r0 = detail_u(e, "resizes");
+        let r0 = e.tallies().resizes;
         let barrier = Barrier::new(threads as usize);
         let wins: Vec<Vec<u64>> = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..threads)
@@ -491,7 +491,7 @@ fn same_key_insert_remove_and_upsert_races() {
             &format!("round {round} after the insert race"),
         );
         if round == 0 {
-            let r = detail_u(e, "resizes") - r0;
+            let r = e.tallies().resizes - r0;
             assert!(r >= 6, "round 0: only {r} resizes during the insert race");
         }
         // Remove race.
@@ -651,6 +651,6 @@ fn hot_key_insert_remove_churn_keeps_counts() {
             None => assert_eq!(net, 0, "hot key {i}: absent, but inserts - removes = {net}"),
         }
     }
-    assert!(detail_u(e, "resizes") >= 5);
+    assert!(e.tallies().resizes >= 5);
     verify(e, &pool, &model, &hot, "hot churn");
 }

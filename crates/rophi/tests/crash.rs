@@ -62,7 +62,7 @@ struct Tally {
 }
 
 fn released(e: &Rophi) -> u64 {
-    detail_u(e, "empty chain buckets released at open")
+    e.tallies().released_at_open
 }
 
 /// Opens one crash image and checks it against `ex`; with `nested`, also
@@ -327,11 +327,11 @@ fn resize_crash_at_every_fence_keeps_every_acknowledged_insert() {
     eprintln!(
         "{i} inserts, {fences} fences, 2^{} heads, {} resizes, {} chain inserts: {t:?}",
         head_k(&e),
-        detail_u(&e, "resizes"),
-        detail_u(&e, "chain inserts")
+        e.tallies().resizes,
+        e.tallies().chain_inserts
     );
     assert!(t.failures.is_empty(), "{}", failures_report(t));
-    assert_eq!(detail_u(&e, "resizes"), 2);
+    assert_eq!(e.tallies().resizes, 2);
     assert!(fences > i + 20, "only {fences} fences");
     assert!(
         t.images >= 5 * fences,
@@ -440,11 +440,8 @@ fn mixed_ops_crash_at_every_fence_and_empty_chain_buckets_are_released() {
     for i in 0..space {
         run_op(&e, &shared, Op::Insert(k_of(i), val(k_of(i), 0)));
     }
-    assert!(detail_u(&e, "resizes") >= 2);
-    assert!(
-        detail_u(&e, "chain inserts") > 0,
-        "no chain bucket to empty"
-    );
+    assert!(e.tallies().resizes >= 2);
+    assert!(e.tallies().chain_inserts > 0, "no chain bucket to empty");
     // Mixed ops, then removes of most keys (emptying chain buckets).
     for j in 1..150u64 {
         let k = k_of(rng.below(space));
@@ -464,7 +461,7 @@ fn mixed_ops_crash_at_every_fence_and_empty_chain_buckets_are_released() {
     pool.set_fence_hook(None).unwrap();
     let g = shared.lock().unwrap();
     let t = &g.t;
-    eprintln!("mixed: {} resizes: {t:?}", detail_u(&e, "resizes"));
+    eprintln!("mixed: {} resizes: {t:?}", e.tallies().resizes);
     assert!(t.failures.is_empty(), "{}", failures_report(t));
     assert!(t.images > 1000);
     assert!(t.in_flight_done > 0 && t.in_flight_undone > 0, "{t:?}");
@@ -565,7 +562,7 @@ fn empty_chain_buckets_are_released_at_open_and_reused_before_new_slabs() {
         assert!(chain5.len() >= 20 && chain9.len() >= 3);
         let in_use0: usize = sh.chains.iter().map(|(_, c)| c.len()).sum();
         let slab_total: u64 = sh.slabs.iter().map(|&(_, n)| n).sum();
-        assert_eq!(detail_u(&e, "chain buckets in use"), in_use0 as u64);
+        assert_eq!(e.tallies().chain_buckets_in_use, in_use0 as u64);
         // Empty every chain bucket of head 5 except its 3rd and last, and
         // every chain bucket of head 9 (the tail of the chain).
         let mut emptied = 0;
@@ -620,13 +617,13 @@ fn empty_chain_buckets_are_released_at_open_and_reused_before_new_slabs() {
                 .all(|(_, c)| c.iter().all(|&b| p2.load_u64(b) != 0)),
             "{what}: an empty chain bucket is still linked"
         );
-        let free0 = detail_u(&e2, "chain buckets free");
+        let free0 = e2.tallies().chain_buckets_free;
         assert_eq!(
             free0,
             slab_total - in_use as u64,
             "{what}: free list after open"
         );
-        assert_eq!(detail_u(&e2, "chain buckets in use"), in_use as u64);
+        assert_eq!(e2.tallies().chain_buckets_in_use, in_use as u64);
         verify(&e2, &p2, &model, &h5, &format!("{what}: recovered"));
         // Every insert that needs a chain bucket takes one from the free
         // list (the released ones included) until it is empty: no new slab.
@@ -637,10 +634,10 @@ fn empty_chain_buckets_are_released_at_open_and_reused_before_new_slabs() {
             assert!(e2.insert(key, key ^ 1).unwrap());
             model.insert(key, key ^ 1);
             n += 1;
-            let ci = detail_u(&e2, "chain inserts");
+            let ci = e2.tallies().chain_inserts;
             if ci <= free0 {
                 assert_eq!(
-                    detail_u(&e2, "slabs added"),
+                    e2.tallies().slabs_added,
                     0,
                     "{what}: a slab added with {} free buckets left",
                     free0 - ci
@@ -651,7 +648,7 @@ fn empty_chain_buckets_are_released_at_open_and_reused_before_new_slabs() {
                 break;
             }
         }
-        assert_eq!(detail_u(&e2, "chain buckets free"), 0);
+        assert_eq!(e2.tallies().chain_buckets_free, 0);
         assert_eq!(head_k(&e2), k, "{what}: a resize interfered");
         // Every bucket of the old slabs is linked again: the released ones
         // were reused.
@@ -675,7 +672,7 @@ fn empty_chain_buckets_are_released_at_open_and_reused_before_new_slabs() {
             model.insert(key, key ^ 1);
         }
         assert_eq!(
-            detail_u(&e2, "slabs added"),
+            e2.tallies().slabs_added,
             1,
             "{what}: the free list ran dry without a new slab"
         );
@@ -702,7 +699,7 @@ fn resize_failing_for_room_mid_rehash_crash_at_every_fence() {
         acked.insert(k, val(k, 1));
     }
     assert_eq!(head_k(&e), 4);
-    assert_eq!(detail_u(&e, "slabs added"), 1);
+    assert_eq!(e.tallies().slabs_added, 1);
     // The new table's size class gets a run with room; then every other
     // block of the pool is taken by 8 KiB blocks (the slab's class).
     let mut extra = 0;
@@ -737,11 +734,11 @@ fn resize_failing_for_room_mid_rehash_crash_at_every_fence() {
     eprintln!("failed resize: {fences} fences: {t:?}");
     assert!(t.failures.is_empty(), "{}", failures_report(t));
     assert_eq!(
-        detail_u(&e, "resize failures (pool full)"),
+        e.tallies().resize_failures,
         1,
         "the resize did not fail for room"
     );
-    assert_eq!(detail_u(&e, "resizes"), 0);
+    assert_eq!(e.tallies().resizes, 0);
     assert_eq!(head_k(&e), 4, "the old table is no longer live");
     assert!(
         fences >= 6,
@@ -784,7 +781,7 @@ fn read_only_open_of_a_pool_cut_mid_resize_reads_and_checks() {
     let k33 = fmix(32 ^ 0xabc);
     assert!(e.insert(k33, 32).unwrap());
     pool.set_fence_hook(None).unwrap();
-    assert_eq!(detail_u(&e, "resizes"), 1);
+    assert_eq!(e.tallies().resizes, 1);
     let root = pool.root();
     let tmp = TempPath::new("ro-cut");
     let (mut cut_next, mut cut_old, mut bad) = (0, 0, Vec::new());

@@ -54,20 +54,20 @@ struct Seen {
     get_many_keys: u64,
 }
 
+/// The model side of a run, which each operation reads and advances: the
+/// contents the table must hold, the random source the operations draw
+/// from, and the paths checked so far.
+struct Run<'a> {
+    model: &'a mut HashMap<u64, u64>,
+    rng: &'a mut Rng,
+    seen: &'a mut Seen,
+}
+
 /// One random operation, its return value checked against the model.
 /// Some refused calls also compare the whole pool image before and after
 /// (a refused call writes nothing).
-#[allow(clippy::too_many_arguments)]
-fn op(
-    e: &Rophi,
-    pool: &Pool,
-    model: &mut HashMap<u64, u64>,
-    rng: &mut Rng,
-    k: u64,
-    mix: Mix,
-    seen: &mut Seen,
-    ctx: &str,
-) {
+fn op(e: &Rophi, pool: &Pool, run: Run<'_>, k: u64, mix: Mix, ctx: &str) {
+    let Run { model, rng, seen } = run;
     let Mix(ins, ups, upd, rem) = mix;
     let v = rng.next();
     let r = rng.below(100);
@@ -184,7 +184,18 @@ fn run(seed: u64, space: u64, ops: u64, every: u64, min_resizes: u64) {
         };
         let k = key(&mut rng, space);
         let ctx = format!("seed {seed} op {i}");
-        op(&e, &pool, &mut model, &mut rng, k, mix, &mut seen, &ctx);
+        op(
+            &e,
+            &pool,
+            Run {
+                model: &mut model,
+                rng: &mut rng,
+                seen: &mut seen,
+            },
+            k,
+            mix,
+            &ctx,
+        );
         if i % 97 == 0 {
             get_many_batch(&e, &model, &mut rng, space, &mut seen, &ctx);
         }
@@ -193,23 +204,23 @@ fn run(seed: u64, space: u64, ops: u64, every: u64, min_resizes: u64) {
         }
     }
     verify(&e, &pool, &model, &probe, &format!("seed {seed} end"));
-    let resizes = detail_u(&e, "resizes");
-    let growths = detail_u(&e, "filter growths");
+    let resizes = e.tallies().resizes;
+    let growths = e.tallies().filter_growths;
     eprintln!(
         "seed {seed}: {} keys, 2^{} heads, {resizes} resizes, {growths} filter growths, {} chain inserts, {} slabs added, {seen:?}",
         model.len(),
         head_k(&e),
-        detail_u(&e, "chain inserts"),
-        detail_u(&e, "slabs added"),
+        e.tallies().chain_inserts,
+        e.tallies().slabs_added,
     );
     assert!(
         resizes >= min_resizes,
         "seed {seed}: only {resizes} resizes"
     );
     assert!(growths > 0, "seed {seed}: the filter never grew");
-    assert_eq!(detail_u(&e, "resize failures (pool full)"), 0);
+    assert_eq!(e.tallies().resize_failures, 0);
     assert!(
-        detail_u(&e, "chain inserts") > 0,
+        e.tallies().chain_inserts > 0,
         "seed {seed}: no chain bucket used"
     );
     assert!(seen.refused_checked > 10, "seed {seed}: {seen:?}");
@@ -261,7 +272,7 @@ fn edge_keys_are_ordinary_keys() {
         assert!(e.insert(k, i).unwrap());
         model.insert(k, i);
     }
-    assert!(detail_u(&e, "resizes") >= 6);
+    assert!(e.tallies().resizes >= 6);
     verify(
         &e,
         &pool,
@@ -304,12 +315,34 @@ fn clean_close_and_file_reopen_keep_every_key() {
         for i in 0..6000 {
             let k = key(&mut rng, space);
             let ctx = format!("round {round} op {i}");
-            op(&e, &pool, &mut model, &mut rng, k, GROW, &mut seen, &ctx);
+            op(
+                &e,
+                &pool,
+                Run {
+                    model: &mut model,
+                    rng: &mut rng,
+                    seen: &mut seen,
+                },
+                k,
+                GROW,
+                &ctx,
+            );
         }
         for i in 0..1500 {
             let k = key(&mut rng, space);
             let ctx = format!("round {round} shrink op {i}");
-            op(&e, &pool, &mut model, &mut rng, k, SHRINK, &mut seen, &ctx);
+            op(
+                &e,
+                &pool,
+                Run {
+                    model: &mut model,
+                    rng: &mut rng,
+                    seen: &mut seen,
+                },
+                k,
+                SHRINK,
+                &ctx,
+            );
         }
         verify(
             &e,
@@ -318,7 +351,7 @@ fn clean_close_and_file_reopen_keep_every_key() {
             &probe,
             &format!("round {round} before reopen"),
         );
-        resizes += detail_u(&e, "resizes");
+        resizes += e.tallies().resizes;
         let k = head_k(&e);
         assert!(k > last_k, "round {round}: the table did not grow (2^{k})");
         last_k = k;
@@ -361,11 +394,13 @@ fn crash_reopen_from_live_image_keeps_every_key() {
             op(
                 &e,
                 &pool,
-                &mut model,
-                &mut rng,
+                Run {
+                    model: &mut model,
+                    rng: &mut rng,
+                    seen: &mut seen,
+                },
                 k,
                 GROW,
-                &mut seen,
                 &format!("crash round {round} op {i}"),
             );
         }
@@ -374,11 +409,13 @@ fn crash_reopen_from_live_image_keeps_every_key() {
             op(
                 &e,
                 &pool,
-                &mut model,
-                &mut rng,
+                Run {
+                    model: &mut model,
+                    rng: &mut rng,
+                    seen: &mut seen,
+                },
                 k,
                 SHRINK,
-                &mut seen,
                 &format!("crash round {round} shrink {i}"),
             );
         }
@@ -421,11 +458,13 @@ fn persisted_crash_images_hold_every_acknowledged_write() {
             op(
                 &e,
                 &pool,
-                &mut model,
-                &mut rng,
+                Run {
+                    model: &mut model,
+                    rng: &mut rng,
+                    seen: &mut seen,
+                },
                 k,
                 mix,
-                &mut seen,
                 &format!("sim round {round} op {i}"),
             );
         }
@@ -445,11 +484,13 @@ fn persisted_crash_images_hold_every_acknowledged_write() {
             op(
                 &e2,
                 &p2,
-                &mut m2,
-                &mut r2,
+                Run {
+                    model: &mut m2,
+                    rng: &mut r2,
+                    seen: &mut seen,
+                },
                 k,
                 GROW,
-                &mut seen,
                 &format!("recovered copy {round} op {i}"),
             );
         }
@@ -457,10 +498,10 @@ fn persisted_crash_images_hold_every_acknowledged_write() {
             head_k(&e2) > k0,
             "round {round}: the recovered copy did not resize"
         );
-        assert_eq!(detail_u(&e2, "resize failures (pool full)"), 0);
+        assert_eq!(e2.tallies().resize_failures, 0);
         verify(&e2, &p2, &m2, &probe, &format!("recovered copy {round}"));
     }
-    assert!(detail_u(&e, "resizes") > 3);
+    assert!(e.tallies().resizes > 3);
     verify(&e, &pool, &model, &probe, "original");
 }
 

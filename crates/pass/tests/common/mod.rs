@@ -17,7 +17,7 @@ use engine::testkit::{reopen, Subject};
 pub(crate) use engine::testkit::{verify_model, Rng};
 
 mod spec;
-pub(crate) use spec::PassSubject;
+pub(crate) use spec::{PassBytesSubject, PassSubject};
 
 pub(crate) const MIB: u64 = 1 << 20;
 
@@ -72,15 +72,6 @@ impl TempPath {
     pub(crate) fn path(&self) -> &Path {
         self.0.path()
     }
-}
-
-/// A figure from `stats().detail`, parsed.
-pub(crate) fn detail(e: &dyn Engine, name: &str) -> f64 {
-    engine::testkit::detail(e, name)
-}
-
-pub(crate) fn detail_u(e: &dyn Engine, name: &str) -> u64 {
-    detail(e, name) as u64
 }
 
 // ----- versioned values ---------------------------------------------------------------

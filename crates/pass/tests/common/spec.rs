@@ -7,7 +7,7 @@ use engine::testkit::image::{patch, word};
 use engine::testkit::Subject;
 use engine::{EngineConfig, Result};
 use pass::layout::*;
-use pass::Pass;
+use pass::{Options, Pass};
 use pmem::Pool;
 
 /// PASS as the suite sees it.
@@ -47,5 +47,34 @@ impl Subject for PassSubject {
                 patch(good, &[(root + R_TABLES, 1 << 50)]),
             ),
         ]
+    }
+}
+
+/// PASS in bytes mode (keys out of line, `pass::spec_var`): the same
+/// table as [`PassSubject`], made with `bytes_keys`.
+pub(crate) struct PassBytesSubject;
+
+impl Subject for PassBytesSubject {
+    type E = Pass;
+    const NAME: &'static str = "Pass (bytes keys)";
+    const LAYOUT: &'static str = PassSubject::LAYOUT;
+    const UUID_TAG: [u8; 16] = PassSubject::UUID_TAG;
+    const TEMP_PREFIX: &'static str = PassSubject::TEMP_PREFIX;
+    const POOL_MAY_REFUSE: bool = PassSubject::POOL_MAY_REFUSE;
+
+    fn create(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Pass> {
+        let opts = Options {
+            bytes_keys: true,
+            ..Options::default()
+        };
+        Pass::create_with(pool, cfg, &opts)
+    }
+
+    fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Pass> {
+        Pass::open(pool, cfg)
+    }
+
+    fn corruptions(good: &[u8], root: u64) -> Vec<(String, Vec<u8>)> {
+        PassSubject::corruptions(good, root)
     }
 }

@@ -59,25 +59,9 @@ impl TempPath {
     }
 }
 
-/// A figure from `stats().detail`, parsed.
-pub(crate) fn detail(e: &dyn Engine, name: &str) -> f64 {
-    engine::testkit::detail(e, name)
-}
-
-pub(crate) fn detail_u(e: &dyn Engine, name: &str) -> u64 {
-    detail(e, name) as u64
-}
-
-/// `k` of the live head array ("head buckets" reads `2^k`).
-pub(crate) fn head_k(e: &dyn Engine) -> u32 {
-    let s = e.stats();
-    let v = &s
-        .detail
-        .iter()
-        .find(|(k, _)| k == "head buckets")
-        .expect("head buckets")
-        .1;
-    v.strip_prefix("2^").expect("2^k").parse().unwrap()
+/// `k` of the live head array (`2^k` head buckets).
+pub(crate) fn head_k(e: &Rophi) -> u32 {
+    e.tallies().head_buckets.0
 }
 
 /// Everything the table holds equals `model` (see

@@ -80,7 +80,7 @@ pub fn spec() -> EngineSpec {
 pub(crate) const DENSE_ENTRY_SPLIT_LOAD: f64 = 1.05;
 
 /// The registry entry for a dense table: inline keys, split load
-/// [`DENSE_ENTRY_SPLIT_LOAD`].
+/// `DENSE_ENTRY_SPLIT_LOAD`.
 pub fn spec_dense() -> EngineSpec {
     entry(
         "pass-dense",

@@ -12,7 +12,7 @@
 //!   Algorithm 2 corrected). Compiled for the tests only, as the
 //!   reference that shows what the paper builds; the engine does not use
 //!   it.
-//! - [`exact_octave`]: the engine's table, exact to `2^-40` and free to
+//! - `exact_octave`: the engine's table, exact to `2^-40` and free to
 //!   grow `k` (see [`FINE`] and `docs/engines/pass.md`).
 
 #[cfg(test)]

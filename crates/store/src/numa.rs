@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use engine::sync::{thread_index, Counter};
 
 /// Node of each CPU, from sysfs; `[0; n]` when sysfs says nothing.
-pub fn cpu_nodes() -> Vec<u32> {
+pub(crate) fn cpu_nodes() -> Vec<u32> {
     let mut map: Vec<u32> = Vec::new();
     let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
         return map;
@@ -47,7 +47,7 @@ pub fn cpu_nodes() -> Vec<u32> {
 }
 
 /// `"0-3,8,10-11"` → the CPUs.
-pub fn parse_cpulist(s: &str) -> Vec<usize> {
+pub(crate) fn parse_cpulist(s: &str) -> Vec<usize> {
     let mut v = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
@@ -71,6 +71,8 @@ pub fn detect_nodes() -> u32 {
     cpu_nodes().iter().copied().max().map_or(1, |m| m + 1)
 }
 
+/// The node map of a store (real or emulated nodes) and its local/remote
+/// access counters.
 pub struct Numa {
     /// Nodes the log is split over (the pool's, fixed at create).
     pub nodes: u32,
@@ -78,9 +80,13 @@ pub struct Numa {
     emulate: Option<u32>,
     cpu_node: Vec<u32>,
     remote_latency: Duration,
+    /// Reads of an entry on the reader's own node.
     pub local_reads: Counter,
+    /// Reads of an entry on another node.
     pub remote_reads: Counter,
+    /// Writes to the writer's own node.
     pub local_writes: Counter,
+    /// Writes to another node.
     pub remote_writes: Counter,
 }
 
@@ -91,6 +97,9 @@ thread_local! {
 }
 
 impl Numa {
+    /// `nodes` nodes (at least 1); `emulate: Some(n)` gives threads `n`
+    /// virtual nodes by thread index instead of the CPUs' real ones;
+    /// a remote access waits `remote_latency_ns` more.
     pub fn new(nodes: u32, emulate: Option<u32>, remote_latency_ns: u64) -> Numa {
         Numa {
             nodes: nodes.max(1),
@@ -108,6 +117,7 @@ impl Numa {
         }
     }
 
+    /// Whether the nodes are virtual (`numa_emulate`).
     pub fn is_emulated(&self) -> bool {
         self.emulate.is_some()
     }
@@ -157,6 +167,8 @@ impl Numa {
         })
     }
 
+    /// Counts a read of an entry on `node` by a thread on `here`, local or
+    /// remote (a remote one waits the remote latency).
     #[inline]
     pub fn count_read(&self, node: u32, here: u32) {
         if node == here {
@@ -167,6 +179,8 @@ impl Numa {
         }
     }
 
+    /// Counts a write to `node` by a thread on `here`, local or remote (a
+    /// remote one waits the remote latency).
     #[inline]
     pub fn count_write(&self, node: u32, here: u32) {
         if node == here {

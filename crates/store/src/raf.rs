@@ -40,8 +40,8 @@ use std::sync::Mutex;
 
 use engine::sync::Counter;
 
-pub const WAYS: usize = 4;
-pub const MAX_ITEM: usize = 256;
+pub(crate) const WAYS: usize = 4;
+pub(crate) const MAX_ITEM: usize = 256;
 const SAMPLE: u32 = 32;
 const LOCAL_WEIGHT: u32 = 10;
 /// Estimated DRAM bytes per item (key and value boxes, fields, slack).
@@ -110,7 +110,7 @@ impl Bucket {
     }
 }
 
-pub struct Raf {
+pub(crate) struct Raf {
     /// Allocated at first use: 64 MiB of buckets cost an open ~12 ms of
     /// page faults otherwise.
     buckets: std::sync::OnceLock<Box<[Mutex<Bucket>]>>,
@@ -149,7 +149,7 @@ fn tick() -> bool {
 }
 
 /// What a probe found.
-pub enum Probe {
+pub(crate) enum Probe {
     /// The cached value (copied out).
     Hit(Vec<u8>),
     /// Not cached; `fill` after reading the log when `sampled`.
@@ -160,7 +160,7 @@ pub enum Probe {
 
 impl Raf {
     /// `bytes` 0 makes a cache that is never used.
-    pub fn new(bytes: u64, remote_ratio: f64, window: u64) -> Raf {
+    pub(crate) fn new(bytes: u64, remote_ratio: f64, window: u64) -> Raf {
         let n = if bytes == 0 {
             0
         } else {
@@ -185,7 +185,7 @@ impl Raf {
         }
     }
 
-    pub fn exists(&self) -> bool {
+    pub(crate) fn exists(&self) -> bool {
         self.n > 0
     }
 
@@ -209,17 +209,17 @@ impl Raf {
     /// also exclude them, but in a write it comes right after the entry's
     /// flush and waits for its write-back.
     #[inline]
-    pub fn writes_may_skip(&self) -> bool {
+    pub(crate) fn writes_may_skip(&self) -> bool {
         !self.exists()
             || !self.filled.load(Ordering::Acquire)
             || !self.enabled.load(Ordering::Acquire)
     }
 
-    pub fn is_enabled(&self) -> bool {
+    pub(crate) fn is_enabled(&self) -> bool {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    pub fn capacity_items(&self) -> u64 {
+    pub(crate) fn capacity_items(&self) -> u64 {
         self.n as u64 * WAYS as u64
     }
 
@@ -244,7 +244,7 @@ impl Raf {
 
     /// Counts a non-get operation (for the write-heavy signal).
     #[inline]
-    pub fn note_op(&self) {
+    pub(crate) fn note_op(&self) {
         if self.exists() {
             self.ops.add(1);
             if tick() {
@@ -253,7 +253,7 @@ impl Raf {
         }
     }
 
-    pub fn probe(&self, key: &[u8], hash: u64, here: u32) -> Probe {
+    pub(crate) fn probe(&self, key: &[u8], hash: u64, here: u32) -> Probe {
         if !self.exists() {
             return Probe::Off;
         }
@@ -294,7 +294,7 @@ impl Raf {
     /// the bucket lock. The caller holds the key's stripe (see
     /// [`writes_may_skip`](Self::writes_may_skip)).
     #[allow(clippy::too_many_arguments)]
-    pub fn fill(
+    pub(crate) fn fill(
         &self,
         key: &[u8],
         hash: u64,
@@ -349,14 +349,14 @@ impl Raf {
     /// tags), so that a batch overlaps those misses; nothing when writes
     /// skip the cache (before the first fill, or while it is off).
     #[inline]
-    pub fn prefetch(&self, hash: u64) {
+    pub(crate) fn prefetch(&self, hash: u64) {
         if self.exists() && self.filled.load(Ordering::Relaxed) && self.is_enabled() {
             engine::sync::prefetch(self.bucket(hash));
         }
     }
 
     /// A write made `vaddr` (on `node`) the key's newest entry with `value`.
-    pub fn update(&self, key: &[u8], hash: u64, value: &[u8], vaddr: u64, node: u32) {
+    pub(crate) fn update(&self, key: &[u8], hash: u64, value: &[u8], vaddr: u64, node: u32) {
         if self.writes_may_skip() {
             return;
         }
@@ -374,7 +374,7 @@ impl Raf {
     }
 
     /// Drops `key` (deleted, or relocated by GC when `vaddr` matches).
-    pub fn remove(&self, key: &[u8], hash: u64) {
+    pub(crate) fn remove(&self, key: &[u8], hash: u64) {
         if self.writes_may_skip() {
             return;
         }
@@ -385,7 +385,7 @@ impl Raf {
     }
 
     /// GC moved the key's entry from `old` to `new` (same value).
-    pub fn relocate(&self, key: &[u8], hash: u64, old: u64, new: u64, node: u32) {
+    pub(crate) fn relocate(&self, key: &[u8], hash: u64, old: u64, new: u64, node: u32) {
         if self.writes_may_skip() {
             return;
         }
@@ -463,7 +463,7 @@ impl Raf {
         full >= 8
     }
 
-    pub fn stats(&self) -> (u64, u64) {
+    pub(crate) fn stats(&self) -> (u64, u64) {
         (self.hits.get().max(0) as u64, self.capacity_items())
     }
 }

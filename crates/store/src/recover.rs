@@ -1311,10 +1311,13 @@ impl Hasher for KeyHasherState {
 pub struct Dropped {
     /// The file's sequence number, node and cluster.
     pub file_seq: u64,
+    /// The file's node.
     pub node: u32,
+    /// The file's hash cluster.
     pub cluster: u32,
     /// Pool offset and length of the bytes dropped.
     pub offset: u64,
+    /// Bytes dropped.
     pub len: u64,
     /// What the first entry there claimed to be, when its header still
     /// parses (its key and version may be the corrupt part).

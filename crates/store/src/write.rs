@@ -307,7 +307,9 @@ type Unpublished = (usize, Option<u64>, Option<Arc<LogFile>>, u64, Arc<LogFile>)
 /// the rest are not.
 #[derive(Debug)]
 pub struct BatchError {
+    /// Pairs put, from the batch's start.
     pub done: usize,
+    /// Why the next pair was not.
     pub error: Error,
 }
 

@@ -366,8 +366,8 @@ fn colliding_keys(n: u64) -> Vec<Vec<u8>> {
             [a.to_le_bytes(), b.to_le_bytes()].concat()
         })
         .collect();
-    let h = store::layout::key_hash(&keys[0]);
-    assert!(keys.iter().all(|k| store::layout::key_hash(k) == h));
+    let h = store::key_hash(&keys[0]);
+    assert!(keys.iter().all(|k| store::key_hash(k) == h));
     keys
 }
 

@@ -11,8 +11,8 @@ use std::thread::JoinHandle;
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::Mode;
-use store::numa::Numa;
-use store::{CreateOptions, GcMode, OpenOptions, Options, Store, StoreStats, LAYOUT};
+
+use store::{CreateOptions, GcMode, Numa, OpenOptions, Options, Store, StoreStats, LAYOUT};
 
 type Job = Box<dyn FnOnce() + Send>;
 

@@ -263,6 +263,20 @@ pub(crate) struct Index {
     inline: bool,
 }
 
+/// One key's new newest version, as a write hands it to the index and
+/// the cache.
+#[derive(Clone, Copy)]
+pub(crate) struct KeyChange<'a> {
+    pub key: &'a [u8],
+    /// `key_hash(key)`.
+    pub hash: u64,
+    /// `v_addr` of the entry that makes the change (for a delete: the
+    /// `del` entry, or the entry marked invalid in place).
+    pub va: u64,
+    /// The new value, `None` for a delete.
+    pub value: Option<&'a [u8]>,
+}
+
 impl Index {
     /// A DRAM point index over `keys` (`engine` None) or a persistent one,
     /// with or without the ordered tree.
@@ -457,21 +471,23 @@ impl Index {
     }
 
     /// Completes a write begun with [`reserve`](Self::reserve): sets the
-    /// key to `v` (`value` Some) or removes it, and queues the change of
-    /// the key set for the tree unless `queued`. Returns whether the key
+    /// key to `c.va` (`c.value` Some) or removes it, and queues the change
+    /// of the key set for the tree unless `queued`. Returns whether the key
     /// set changed (an insert of an absent key, a delete of a present
     /// one).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn commit(
         &self,
         held: Held<'_>,
-        key: &[u8],
-        hash: u64,
-        v: u64,
-        value: Option<&[u8]>,
+        c: &KeyChange<'_>,
         queued: bool,
         ovf: OvfFn<'_>,
     ) -> engine::Result<bool> {
+        let KeyChange {
+            key,
+            hash,
+            va: v,
+            value,
+        } = *c;
         let changed = match (held, value) {
             (Held::Dram(r), Some(val)) => r.commit(v, self.inline_of(key, Some(val))),
             (Held::Dram(r), None) => r.remove(),
@@ -501,7 +517,13 @@ impl Index {
         ovf: OvfFn<'_>,
     ) -> engine::Result<bool> {
         let held = self.reserve(key, hash);
-        self.commit(held, key, hash, v, Some(value), false, ovf)
+        let c = KeyChange {
+            key,
+            hash,
+            va: v,
+            value: Some(value),
+        };
+        self.commit(held, &c, false, ovf)
     }
 
     /// Removes `key`; the caller holds the key's stripe.
@@ -510,7 +532,13 @@ impl Index {
         if held.current().is_none() {
             return Ok(false);
         }
-        self.commit(held, key, hash, 0, None, false, ovf)
+        let c = KeyChange {
+            key,
+            hash,
+            va: 0,
+            value: None,
+        };
+        self.commit(held, &c, false, ovf)
     }
 
     /// Fills the DRAM point index at open (no queueing: the tree is built

@@ -154,23 +154,30 @@ pub(crate) fn parse_lens(w: u64) -> Option<(usize, usize)> {
     (w >> 48 == 0 && klen <= MAX_KEY && vlen <= MAX_VALUE).then_some((klen, vlen))
 }
 
-/// The entry checksum (see the module doc for what it covers); `durable`
-/// in 64-byte units.
+/// The words an entry's checksum covers besides its key and value, in
+/// the order it covers them (see the module doc).
+#[derive(Clone, Copy)]
+pub(crate) struct CrcWords {
+    /// Sequence number of the entry's file.
+    pub seq: u64,
+    /// Pool offset of the entry.
+    pub off: u64,
+    pub version: u64,
+    /// The lengths word ([`lens_word`]).
+    pub lens: u64,
+    pub h_addr: u64,
+    pub h_seq: u64,
+    /// The durable mark, in 64-byte units.
+    pub durable: u64,
+}
+
+/// The entry checksum of `w`, `key` and `value`.
 #[inline]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn entry_crc(
-    seq: u64,
-    off: u64,
-    version: u64,
-    lens: u64,
-    h_addr: u64,
-    h_seq: u64,
-    durable: u64,
-    key: &[u8],
-    value: &[u8],
-) -> u32 {
+pub(crate) fn entry_crc(w: &CrcWords, key: &[u8], value: &[u8]) -> u32 {
     crate::crc::crc32c_of(
-        &[seq, off, version, lens, h_addr, h_seq, durable],
+        &[
+            w.seq, w.off, w.version, w.lens, w.h_addr, w.h_seq, w.durable,
+        ],
         &[key, value],
     )
 }
@@ -286,22 +293,19 @@ mod tests {
 
     #[test]
     fn crc_covers_position_and_payload() {
-        let a = entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"v");
-        assert_ne!(
-            a,
-            entry_crc(2, 64, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"v")
-        );
-        assert_ne!(
-            a,
-            entry_crc(1, 72, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"v")
-        );
-        assert_ne!(
-            a,
-            entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"w")
-        );
-        assert_ne!(
-            a,
-            entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, 2, b"k", b"v")
-        );
+        let w = CrcWords {
+            seq: 1,
+            off: 64,
+            version: 5,
+            lens: lens_word(1, 1),
+            h_addr: NONE,
+            h_seq: 0,
+            durable: 1,
+        };
+        let a = entry_crc(&w, b"k", b"v");
+        assert_ne!(a, entry_crc(&CrcWords { seq: 2, ..w }, b"k", b"v"));
+        assert_ne!(a, entry_crc(&CrcWords { off: 72, ..w }, b"k", b"v"));
+        assert_ne!(a, entry_crc(&w, b"k", b"w"));
+        assert_ne!(a, entry_crc(&CrcWords { durable: 2, ..w }, b"k", b"v"));
     }
 }

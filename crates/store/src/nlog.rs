@@ -82,17 +82,16 @@ pub(crate) enum End {
 /// and `value`) of the file numbered `seq` passes its checksum.
 #[inline]
 pub(crate) fn entry_checks(pool: &Pool, seq: u64, e: &Entry, key: &[u8], value: &[u8]) -> bool {
-    let crc = entry_crc(
+    let w = CrcWords {
         seq,
-        e.off,
-        e.version,
-        lens_word(e.klen, e.vlen),
-        e.h_addr,
-        e.h_seq,
-        e.durable / ENTRY_ALIGN,
-        key,
-        value,
-    );
+        off: e.off,
+        version: e.version,
+        lens: lens_word(e.klen, e.vlen),
+        h_addr: e.h_addr,
+        h_seq: e.h_seq,
+        durable: e.durable / ENTRY_ALIGN,
+    };
+    let crc = entry_crc(&w, key, value);
     pool.load_u64(e.off + 32) as u32 == crc
 }
 
@@ -208,18 +207,29 @@ pub(crate) struct Nlog {
 /// Reclaimable files past which writers help GC (see [`Nlog::backlog`]).
 pub(crate) const GC_BACKLOG: u64 = 4;
 
+/// A store's root block as the log reads it: where it is and the words
+/// the log works from (its shape, fixed at create, and the next extent
+/// sequence number).
+pub(crate) struct LogRoot {
+    /// Pool offset of the root block.
+    pub root: u64,
+    pub nodes: u32,
+    pub clusters: u32,
+    pub extent_size: u64,
+    pub table_len: u64,
+    pub next_seq: u64,
+}
+
 impl Nlog {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        pool: Arc<Pool>,
-        root: u64,
-        nodes: u32,
-        clusters: u32,
-        extent_size: u64,
-        table_len: u64,
-        durability: Durability,
-        next_seq: u64,
-    ) -> Nlog {
+    pub(crate) fn new(pool: Arc<Pool>, r: &LogRoot, durability: Durability) -> Nlog {
+        let LogRoot {
+            root,
+            nodes,
+            clusters,
+            extent_size,
+            table_len,
+            next_seq,
+        } = *r;
         Nlog {
             pool,
             root,
@@ -391,35 +401,9 @@ impl Nlog {
         Ok(f)
     }
 
-    /// Appends one entry to the active file of (node, cluster) and makes it
+    /// Appends entry `e` to the active file of (node, `e.cluster`) and makes it
     /// durable (under `Strict`). Returns its `v_addr` and file.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn append(
-        &self,
-        node: u32,
-        cluster: u32,
-        op: u64,
-        version: u64,
-        key: &[u8],
-        value: &[u8],
-        h_addr: u64,
-        h_seq: u64,
-        numa: &Numa,
-    ) -> Result<(u64, Arc<LogFile>)> {
-        let e = NewEntry {
-            cluster,
-            op,
-            version,
-            key,
-            value,
-            h_addr,
-            h_seq,
-        };
-        self.append_entry(node, &e, numa)
-    }
-
-    /// [`append`](Self::append) of an entry already assembled.
-    pub(crate) fn append_entry(
         &self,
         node: u32,
         e: &NewEntry<'_>,
@@ -578,9 +562,16 @@ impl Nlog {
         // (under `Strict` that is this entry's own position, unless an
         // earlier entry of the same batch precedes it).
         let durable = f.synced.load(Ordering::Relaxed) / ENTRY_ALIGN;
-        let crc = entry_crc(
-            f.seq, off, e.version, lens, e.h_addr, e.h_seq, durable, key, value,
-        );
+        let w = CrcWords {
+            seq: f.seq,
+            off,
+            version: e.version,
+            lens,
+            h_addr: e.h_addr,
+            h_seq: e.h_seq,
+            durable,
+        };
+        let crc = entry_crc(&w, key, value);
         let check = check_word(crc, durable);
         let w0 = (e.op << OP_SHIFT) | e.version;
         // Only under `Strict`: non-temporal stores are weakly ordered, and
@@ -613,7 +604,7 @@ impl Nlog {
         }
         // persist: the whole entry with one flush (none for a line written
         // non-temporally), by the caller, which fences while it still
-        // holds the file (`append_entry`, `append_batch`).
+        // holds the file (`append`, `append_batch`).
         numa.count_write(node, numa.current());
         f.tail.store(tail + len, Ordering::Release);
         self.next_at[self.pair(node, e.cluster)].store(off + len, Ordering::Relaxed);

@@ -904,20 +904,27 @@ mod tests {
         }
     }
 
+    /// The keys `load_stable` put in `m` (hashed with `h`, and as 8-byte
+    /// keys with `h8`), which stay present with the same values.
+    #[derive(Clone, Copy)]
+    struct Stable<'a> {
+        m: &'a PointMap,
+        h: fn(u64) -> u64,
+        h8: fn(u64) -> u64,
+        stable: &'a [u64],
+    }
+
     /// Two readers that look up the `stable` keys (reader `r` from index
     /// `r`, every `step`-th) until `done`, each expecting what
     /// `load_stable` set (both kinds of key); `reads` counts the lookups.
-    #[allow(clippy::too_many_arguments)]
     fn spawn_stable_readers<'scope>(
         sc: &'scope std::thread::Scope<'scope, '_>,
-        m: &'scope PointMap,
-        h: fn(u64) -> u64,
-        h8: fn(u64) -> u64,
-        stable: &'scope [u64],
+        keys: Stable<'scope>,
         step: usize,
         done: &'scope AtomicBool,
         reads: &'scope AtomicU64,
     ) {
+        let Stable { m, h, h8, stable } = keys;
         for r in 0..2 {
             sc.spawn(move || {
                 let mut i = r;
@@ -1035,16 +1042,13 @@ mod tests {
         let done = AtomicBool::new(false);
         let reads = AtomicU64::new(0);
         std::thread::scope(|sc| {
-            spawn_stable_readers(
-                sc,
-                &m,
-                hash,
-                engine::hash::fmix64,
-                &stable,
-                7,
-                &done,
-                &reads,
-            );
+            let keys = Stable {
+                m: &m,
+                h: hash,
+                h8: engine::hash::fmix64,
+                stable: &stable,
+            };
+            spawn_stable_readers(sc, keys, 7, &done, &reads);
             let writers: Vec<_> = (0..2u64)
                 .map(|w| {
                     let m = &m;
@@ -1251,7 +1255,13 @@ mod tests {
         let freed = AtomicU64::new(0);
         let reads = AtomicU64::new(0);
         std::thread::scope(|sc| {
-            spawn_stable_readers(sc, &m, h, h8, &stable, 1, &done, &reads);
+            let keys = Stable {
+                m: &m,
+                h,
+                h8,
+                stable: &stable,
+            };
+            spawn_stable_readers(sc, keys, 1, &done, &reads);
             {
                 let (m, done, freed) = (&m, &done, &freed);
                 sc.spawn(move || {

@@ -158,6 +158,19 @@ pub(crate) enum Probe {
     Off,
 }
 
+/// A key's value as a read found it in the log: what [`Raf::fill`] admits.
+#[derive(Clone, Copy)]
+pub(crate) struct LogRead<'a> {
+    pub key: &'a [u8],
+    /// `key_hash(key)`.
+    pub hash: u64,
+    pub value: &'a [u8],
+    /// `v_addr` of the entry the value was read from.
+    pub vaddr: u64,
+    /// The node whose log holds the entry.
+    pub node: u32,
+}
+
 impl Raf {
     /// `bytes` 0 makes a cache that is never used.
     pub(crate) fn new(bytes: u64, remote_ratio: f64, window: u64) -> Raf {
@@ -289,21 +302,18 @@ impl Raf {
         Probe::Hit(w.items[pos].as_ref().expect("found").value().to_vec())
     }
 
-    /// Admits an item read from the log at `vaddr` (after a sampled miss)
+    /// Admits an item read from the log at `r.vaddr` (after a sampled miss)
     /// if `still_current()` — the index still names `vaddr` — holds under
     /// the bucket lock. The caller holds the key's stripe (see
     /// [`writes_may_skip`](Self::writes_may_skip)).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn fill(
-        &self,
-        key: &[u8],
-        hash: u64,
-        value: &[u8],
-        vaddr: u64,
-        node: u32,
-        here: u32,
-        still_current: impl FnOnce() -> bool,
-    ) {
+    pub(crate) fn fill(&self, r: &LogRead<'_>, here: u32, still_current: impl FnOnce() -> bool) {
+        let LogRead {
+            key,
+            hash,
+            value,
+            vaddr,
+            node,
+        } = *r;
         if !self.exists() || key.len() + value.len() > MAX_ITEM {
             return;
         }
@@ -484,11 +494,22 @@ fn bump(items: &mut [Option<Item>; WAYS], pos: usize, add: u32) {
 mod tests {
     use super::*;
 
+    /// `value` of `key` (hash `hash`) read from `vaddr` on `node`.
+    fn read<'a>(key: &'a [u8], hash: u64, value: &'a [u8], vaddr: u64, node: u32) -> LogRead<'a> {
+        LogRead {
+            key,
+            hash,
+            value,
+            vaddr,
+            node,
+        }
+    }
+
     #[test]
     fn fill_hit_update_remove() {
         let r = Raf::new(1 << 20, 1.59, 1 << 20);
         assert!(matches!(r.probe(b"k", 7, 0), Probe::Miss { .. }));
-        r.fill(b"k", 7, b"v1", 100, 1, 0, || true);
+        r.fill(&read(b"k", 7, b"v1", 100, 1), 0, || true);
         match r.probe(b"k", 7, 0) {
             Probe::Hit(v) => assert_eq!(v, b"v1"),
             _ => panic!("expected a hit"),
@@ -501,7 +522,7 @@ mod tests {
         r.remove(b"k", 7);
         assert!(matches!(r.probe(b"k", 7, 0), Probe::Miss { .. }));
         // A fill whose v_addr is no longer current is refused.
-        r.fill(b"k", 7, b"old", 100, 0, 0, || false);
+        r.fill(&read(b"k", 7, b"old", 100, 0), 0, || false);
         assert!(matches!(r.probe(b"k", 7, 0), Probe::Miss { .. }));
     }
 
@@ -512,9 +533,9 @@ mod tests {
         for i in 0..WAYS as u8 {
             // Node 1 while the reader is on node 0: remote, weight 16.
             let node = if i == 0 { 0 } else { 1 };
-            r.fill(&[i], 1, b"v", i as u64, node, 0, || true);
+            r.fill(&read(&[i], 1, b"v", i as u64, node), 0, || true);
         }
-        r.fill(b"new", 1, b"v", 99, 0, 0, || true);
+        r.fill(&read(b"new", 1, b"v", 99, 0), 0, || true);
         // The local item (TF 10) went, the remote ones (TF 16) stayed.
         assert!(matches!(r.probe(&[0], 1, 0), Probe::Miss { .. }));
         assert!(matches!(r.probe(&[1], 1, 0), Probe::Hit(_)));
@@ -544,7 +565,7 @@ mod tests {
         for _ in 0..4096 {
             match r.probe(k, 9, 0) {
                 Probe::Hit(got) => assert_eq!(got, v, "a stale value was served"),
-                Probe::Miss { sampled: true } => r.fill(k, 9, v, 200, 0, 0, || true),
+                Probe::Miss { sampled: true } => r.fill(&read(k, 9, v, 200, 0), 0, || true),
                 _ => {}
             }
         }
@@ -553,7 +574,7 @@ mod tests {
     #[test]
     fn writes_skip_an_off_cache_and_what_they_skipped_is_never_served() {
         let r = Raf::new(1 << 20, 1.59, 1024);
-        r.fill(b"k", 9, b"v1", 100, 0, 0, || true);
+        r.fill(&read(b"k", 9, b"v1", 100, 0), 0, || true);
         assert!(matches!(r.probe(b"k", 9, 0), Probe::Hit(v) if v == b"v1"));
         // A write-only window turns the cache off (writes end windows too).
         for _ in 0..4096 {

@@ -50,7 +50,7 @@ pub use layout::{
     entry_len, key_hash, lens_word, FORMAT, LAYOUT, MAX_KEY, MAX_VALUE, MIN_EXTENT, POOL_FILE,
     X_DATA,
 };
-pub use numa::{detect_nodes, Numa};
+pub use numa::{detect_nodes, emulated_node};
 pub use options::{CreateOptions, GcMode, IndexKind, OpenOptions, Options};
 pub use recover::Dropped;
 pub use stats::{OpenedFrom, StoreStats};

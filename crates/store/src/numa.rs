@@ -71,9 +71,16 @@ pub fn detect_nodes() -> u32 {
     cpu_nodes().iter().copied().max().map_or(1, |m| m + 1)
 }
 
+/// The node `numa_emulate: Some(nodes)` puts the calling thread on (a
+/// store with that many nodes writes the thread's entries to that node's
+/// log).
+pub fn emulated_node(nodes: u32) -> u32 {
+    Numa::new(nodes, Some(nodes), 0).current()
+}
+
 /// The node map of a store (real or emulated nodes) and its local/remote
 /// access counters.
-pub struct Numa {
+pub(crate) struct Numa {
     /// Nodes the log is split over (the pool's, fixed at create).
     pub nodes: u32,
     /// `Some(n)`: virtual nodes by thread index.
@@ -100,7 +107,7 @@ impl Numa {
     /// `nodes` nodes (at least 1); `emulate: Some(n)` gives threads `n`
     /// virtual nodes by thread index instead of the CPUs' real ones;
     /// a remote access waits `remote_latency_ns` more.
-    pub fn new(nodes: u32, emulate: Option<u32>, remote_latency_ns: u64) -> Numa {
+    pub(crate) fn new(nodes: u32, emulate: Option<u32>, remote_latency_ns: u64) -> Numa {
         Numa {
             nodes: nodes.max(1),
             emulate,
@@ -118,19 +125,19 @@ impl Numa {
     }
 
     /// Whether the nodes are virtual (`numa_emulate`).
-    pub fn is_emulated(&self) -> bool {
+    pub(crate) fn is_emulated(&self) -> bool {
         self.emulate.is_some()
     }
 
     /// Whether files and threads are really placed (several real nodes).
-    pub fn places(&self) -> bool {
+    pub(crate) fn places(&self) -> bool {
         self.emulate.is_none() && self.nodes > 1
     }
 
     /// Runs `f` as if the calling thread were on `node` (the crash
     /// checker's engine form uses it to spread one thread's writes over
     /// every node's log, so that a key's entries cross nodes).
-    pub fn as_node<R>(node: u32, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn as_node<R>(node: u32, f: impl FnOnce() -> R) -> R {
         let prev = FORCED.with(|c| c.replace(Some(node)));
         let r = f();
         FORCED.with(|c| c.set(prev));
@@ -139,7 +146,7 @@ impl Numa {
 
     /// The calling thread's node, in `0..nodes`.
     #[inline]
-    pub fn current(&self) -> u32 {
+    pub(crate) fn current(&self) -> u32 {
         if self.nodes == 1 {
             return 0;
         }
@@ -170,7 +177,7 @@ impl Numa {
     /// Counts a read of an entry on `node` by a thread on `here`, local or
     /// remote (a remote one waits the remote latency).
     #[inline]
-    pub fn count_read(&self, node: u32, here: u32) {
+    pub(crate) fn count_read(&self, node: u32, here: u32) {
         if node == here {
             self.local_reads.add(1);
         } else {
@@ -182,7 +189,7 @@ impl Numa {
     /// Counts a write to `node` by a thread on `here`, local or remote (a
     /// remote one waits the remote latency).
     #[inline]
-    pub fn count_write(&self, node: u32, here: u32) {
+    pub(crate) fn count_write(&self, node: u32, here: u32) {
         if node == here {
             self.local_writes.add(1);
         } else {
@@ -205,7 +212,7 @@ impl Numa {
     /// Binds `len` bytes at `addr` to `node` (preferred), on real
     /// multi-node machines; a no-op elsewhere. Best effort: placement is a
     /// performance hint, never a correctness matter.
-    pub fn place(&self, addr: *const u8, len: usize, node: u32) {
+    pub(crate) fn place(&self, addr: *const u8, len: usize, node: u32) {
         if !self.places() || node >= 64 {
             return;
         }
@@ -230,7 +237,7 @@ impl Numa {
     }
 
     /// Pins the calling thread to the CPUs of `node` (real nodes only).
-    pub fn pin_thread(&self, node: u32) {
+    pub(crate) fn pin_thread(&self, node: u32) {
         if !self.places() {
             return;
         }
@@ -252,7 +259,7 @@ impl Numa {
     }
 
     /// `(local_reads, remote_reads, local_writes, remote_writes)`.
-    pub fn counts(&self) -> (u64, u64, u64, u64) {
+    pub(crate) fn counts(&self) -> (u64, u64, u64, u64) {
         (
             self.local_reads.get().max(0) as u64,
             self.remote_reads.get().max(0) as u64,

@@ -61,7 +61,7 @@ impl std::fmt::Debug for IndexKind {
 pub enum GcMode {
     /// A background thread reclaims files past the threshold.
     Background,
-    /// Only [`Store::gc`] reclaims.
+    /// Only [`Store::gc`](crate::Store::gc) reclaims.
     Manual,
 }
 

@@ -1309,7 +1309,7 @@ impl Hasher for KeyHasherState {
     }
 }
 
-/// What [`repair`] dropped: a run of bytes of one Nlog file.
+/// What [`Store::repair`](crate::Store::repair) dropped: a run of bytes of one Nlog file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dropped {
     /// The file's sequence number, node and cluster.

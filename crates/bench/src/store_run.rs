@@ -215,17 +215,14 @@ impl Drop for StoreDir {
 
 /// The store's options for a run that writes about `writes` entries.
 fn options(cfg: &BenchConfig, writes: u64, gc: GcMode, recovery_threads: usize) -> Options {
-    let nodes = cfg
-        .numa_emulate
-        .unwrap_or_else(store::numa::detect_nodes)
-        .max(1) as u64;
-    let entry = store::layout::entry_len(cfg.key_size, cfg.value_size);
+    let nodes = cfg.numa_emulate.unwrap_or_else(store::detect_nodes).max(1) as u64;
+    let entry = store::entry_len(cfg.key_size, cfg.value_size);
     let data = writes.saturating_mul(entry);
     let pairs = nodes * CLUSTERS as u64;
     let extent = (data / pairs / 2)
-        .max(16 * entry + store::layout::X_DATA)
+        .max(16 * entry + store::X_DATA)
         .next_power_of_two()
-        .clamp(store::layout::MIN_EXTENT, 8 * MIB);
+        .clamp(store::MIN_EXTENT, 8 * MIB);
     // Twice the data and a file per pair (GC copies before it frees), the
     // index image, and room for the allocator.
     let files = data.saturating_add(pairs * extent).saturating_mul(2);

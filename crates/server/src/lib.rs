@@ -414,7 +414,7 @@ enum After {
 const STRIPES: usize = 1024;
 
 fn stripe(sh: &Shared, key: &[u8]) -> usize {
-    (store::layout::key_hash(key) >> 40) as usize % sh.locks.len()
+    (store::key_hash(key) >> 40) as usize % sh.locks.len()
 }
 
 /// The stripes of `keys`, taken in stripe order (so two lockers never

@@ -35,7 +35,7 @@ const TABLE: [u32; 256] = {
 /// per-piece dispatch (a log entry's checksum is six words, a key and a
 /// value).
 #[inline]
-pub fn crc32c_of(words: &[u64], parts: &[&[u8]]) -> u32 {
+pub(crate) fn crc32c_of(words: &[u64], parts: &[&[u8]]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     if hw() {
         // SAFETY: SSE4.2 was detected.
@@ -56,8 +56,9 @@ fn portable(words: &[u64], parts: &[&[u8]]) -> u32 {
     !c
 }
 
-/// CRC-32C of `b` in one call.
-pub fn crc32c(b: &[u8]) -> u32 {
+/// CRC-32C of `b` in one call (the tests' reference form).
+#[cfg(test)]
+fn crc32c(b: &[u8]) -> u32 {
     crc32c_of(&[], &[b])
 }
 

@@ -23,7 +23,8 @@ use crate::layout::LAYOUT;
 use crate::options::{CreateOptions, GcMode, IndexKind, OpenOptions, Options};
 use crate::store::Store;
 
-pub struct StoreEngine {
+/// The store as an [`Engine`](engine::Engine): what [`spec`] opens.
+pub(crate) struct StoreEngine {
     name: &'static str,
     store: Store,
     writes: AtomicU64,
@@ -31,6 +32,7 @@ pub struct StoreEngine {
     spread: bool,
 }
 
+/// The store's entry in the engine registry (layout [`LAYOUT`]).
 pub fn spec() -> EngineSpec {
     EngineSpec {
         name: "store",
@@ -140,10 +142,6 @@ pub fn open_with(
 }
 
 impl StoreEngine {
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     /// Runs a write, on a rotating node under small sizing, so that one
     /// thread's keys get entries on every node's log (the cross-node
     /// version order is then crash-checked too).

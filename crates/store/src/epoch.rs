@@ -19,13 +19,13 @@ const SHARED: usize = SLOTS - 1;
 #[derive(Default)]
 struct Slot(AtomicU64);
 
-pub struct Epochs {
+pub(crate) struct Epochs {
     global: AtomicU64,
     slots: [Slot; SLOTS],
 }
 
 /// Unpins on drop.
-pub struct Pin<'a> {
+pub(crate) struct Pin<'a> {
     epochs: &'a Epochs,
     slot: usize,
     owner: bool,
@@ -41,7 +41,7 @@ impl Default for Epochs {
 }
 
 impl Epochs {
-    pub fn pin(&self) -> Pin<'_> {
+    pub(crate) fn pin(&self) -> Pin<'_> {
         let i = thread_index().min(SHARED);
         if i == SHARED {
             self.slots[SHARED].0.fetch_add(1, Ordering::SeqCst);
@@ -71,7 +71,7 @@ impl Epochs {
     }
 
     /// Waits until every operation that started before this call is done.
-    pub fn synchronize(&self) {
+    pub(crate) fn synchronize(&self) {
         fence(Ordering::SeqCst);
         let e = self.global.fetch_add(1, Ordering::SeqCst) + 1;
         for (i, s) in self.slots.iter().enumerate() {
@@ -101,7 +101,7 @@ impl Pin<'_> {
     /// Whether this is a pin of `e` (a map that takes its caller's pin
     /// checks that it protects the map's own tables).
     #[inline]
-    pub fn belongs_to(&self, e: &Epochs) -> bool {
+    pub(crate) fn belongs_to(&self, e: &Epochs) -> bool {
         std::ptr::eq(self.epochs, e)
     }
 }

@@ -43,7 +43,7 @@ use engine::{Durability, Result};
 
 use crate::inner::Inner;
 use crate::layout::*;
-use crate::nlog::LogFile;
+use crate::nlog::{LogFile, NewEntry};
 use crate::options::GcMode;
 
 /// Files whose dead fraction reaches the threshold, most dead first.
@@ -201,9 +201,16 @@ fn reclaim(s: &Inner, f: &Arc<LogFile>) -> Result<()> {
             // freed. Its history is E (whose own history is marked
             // invalid before this file goes), so that E is marked with the
             // copy if a crash keeps this file alive past the copy.
-            let (va, nf) = log.append(
-                f.node, cluster, OP_INS, version, &key, &vbuf, here_va, f.seq, &s.numa,
-            )?;
+            let copy = NewEntry {
+                cluster,
+                op: OP_INS,
+                version,
+                key: &key,
+                value: &vbuf,
+                h_addr: here_va,
+                h_seq: f.seq,
+            };
+            let (va, nf) = log.append(f.node, &copy, &s.numa)?;
             s.index
                 .set(&key, hash, va, &vbuf, &mut |h, p| s.append_ovf(h, p))?;
             s.raf.relocate(&key, hash, here_va, va, f.node);
@@ -268,17 +275,16 @@ fn reclaim_ovf(
         {
             let version = s.versions[f.cluster as usize].fetch_add(1, Ordering::AcqRel);
             // persist: the copy before the slot names it (engine update).
-            let (va, nf) = s.log.append(
-                f.node,
-                f.cluster,
-                OP_INS,
+            let copy = NewEntry {
+                cluster: f.cluster,
+                op: OP_INS,
                 version,
-                b"",
-                payload,
-                h,
-                crate::pindex::OVF_MARK,
-                &s.numa,
-            )?;
+                key: b"",
+                value: payload,
+                h_addr: h,
+                h_seq: crate::pindex::OVF_MARK,
+            };
+            let (va, nf) = s.log.append(f.node, &copy, &s.numa)?;
             p.relocate_ovf(h, here_va, va)?;
             s.relocated.fetch_add(1, Ordering::Relaxed);
             if !touched.iter().any(|t| Arc::ptr_eq(t, &nf)) {

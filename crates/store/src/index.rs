@@ -44,13 +44,13 @@ const NUDGE: usize = 1 << 12;
 /// A key as the index holds it: up to 23 bytes inline (the 8-byte fast
 /// path allocates nothing), longer keys boxed.
 #[derive(Clone)]
-pub enum IKey {
+pub(crate) enum IKey {
     Inline { len: u8, bytes: [u8; INLINE] },
     Heap(Box<[u8]>),
 }
 
 impl IKey {
-    pub fn new(key: &[u8]) -> IKey {
+    pub(crate) fn new(key: &[u8]) -> IKey {
         if key.len() <= INLINE {
             let mut bytes = [0u8; INLINE];
             bytes[..key.len()].copy_from_slice(key);
@@ -64,7 +64,7 @@ impl IKey {
     }
 
     #[inline]
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         match self {
             IKey::Inline { len, bytes } => &bytes[..*len as usize],
             IKey::Heap(b) => b,
@@ -101,7 +101,7 @@ impl std::borrow::Borrow<[u8]> for IKey {
 }
 
 /// Where the DRAM point map's keys are: in the log entries it names.
-pub enum Keys {
+pub(crate) enum Keys {
     /// The store's log, read under its epochs (a file is freed only when
     /// no pinned reader can still hold an address in it).
     Log {
@@ -114,7 +114,7 @@ pub enum Keys {
 }
 
 /// Keeps the log's files mapped while held (see [`Keys::pin`]).
-pub enum KeysPin<'a> {
+pub(crate) enum KeysPin<'a> {
     Log(#[allow(dead_code)] crate::epoch::Pin<'a>),
     #[cfg(test)]
     None,
@@ -197,7 +197,7 @@ struct Queue {
 }
 
 /// Where point lookups go.
-pub enum Point {
+pub(crate) enum Point {
     /// A DRAM hash table, rebuilt at every open (option (a)), and where
     /// its keys are.
     Dram(PointMap, Keys),
@@ -207,7 +207,7 @@ pub enum Point {
 
 /// A write's hold on its key in the point index, from before its log
 /// entry is durable until the index names it: see [`Index::reserve`].
-pub enum Held<'a> {
+pub(crate) enum Held<'a> {
     /// The DRAM point map's slot, its shard locked.
     Dram(Reserved<'a>),
     /// The persistent index: the key's `v_addr` as read (the caller's
@@ -219,7 +219,7 @@ impl Held<'_> {
     /// The length of the key's current entry when the index knows it
     /// without reading the entry: an 8-byte key whose 8-byte value the
     /// DRAM point index holds inline.
-    pub fn current_len(&self) -> Option<u64> {
+    pub(crate) fn current_len(&self) -> Option<u64> {
         match self {
             Held::Dram(r) if r.current_is_val8() => Some(crate::layout::entry_len(8, 8)),
             _ => None,
@@ -227,7 +227,7 @@ impl Held<'_> {
     }
 
     /// The key's `v_addr` now (`None`: absent).
-    pub fn current(&self) -> Option<u64> {
+    pub(crate) fn current(&self) -> Option<u64> {
         match self {
             Held::Dram(r) => r.current(),
             Held::Engine(v) => *v,
@@ -236,9 +236,9 @@ impl Held<'_> {
 }
 
 /// Appends an OVF entry for a hash slot (see `pindex`).
-pub type OvfFn<'a> = &'a mut dyn FnMut(u64, &[u8]) -> engine::Result<u64>;
+pub(crate) type OvfFn<'a> = &'a mut dyn FnMut(u64, &[u8]) -> engine::Result<u64>;
 
-pub struct Index {
+pub(crate) struct Index {
     point: Point,
     /// Key locks by hash: writers of one key are serialised by its stripe,
     /// held from before the key's lookup until its index change (and its
@@ -263,10 +263,24 @@ pub struct Index {
     inline: bool,
 }
 
+/// One key's new newest version, as a write hands it to the index and
+/// the cache.
+#[derive(Clone, Copy)]
+pub(crate) struct KeyChange<'a> {
+    pub key: &'a [u8],
+    /// `key_hash(key)`.
+    pub hash: u64,
+    /// `v_addr` of the entry that makes the change (for a delete: the
+    /// `del` entry, or the entry marked invalid in place).
+    pub va: u64,
+    /// The new value, `None` for a delete.
+    pub value: Option<&'a [u8]>,
+}
+
 impl Index {
     /// A DRAM point index over `keys` (`engine` None) or a persistent one,
     /// with or without the ordered tree.
-    pub fn new(
+    pub(crate) fn new(
         engine: Option<crate::pindex::PIndex>,
         keys: Keys,
         ordered: bool,
@@ -298,14 +312,14 @@ impl Index {
         }
     }
 
-    pub fn point(&self) -> &Point {
+    pub(crate) fn point(&self) -> &Point {
         &self.point
     }
 
     /// The point index's structural changes, the nanoseconds spent in
     /// them, and its DRAM bytes: the DRAM map's table rebuilds and tables,
     /// or the persistent engine's own figures (`Stats`).
-    pub fn structural(&self) -> (u64, u64, u64) {
+    pub(crate) fn structural(&self) -> (u64, u64, u64) {
         match &self.point {
             Point::Dram(m, _) => {
                 let (n, ns) = m.structural();
@@ -318,17 +332,13 @@ impl Index {
         }
     }
 
-    pub fn is_persistent(&self) -> bool {
+    pub(crate) fn is_persistent(&self) -> bool {
         matches!(self.point, Point::Engine(_))
-    }
-
-    pub fn has_tree(&self) -> bool {
-        self.tree.is_some()
     }
 
     /// The `v_addr` of `key`'s newest entry.
     #[inline]
-    pub fn get(&self, key: &[u8]) -> Option<u64> {
+    pub(crate) fn get(&self, key: &[u8]) -> Option<u64> {
         self.get_hashed(key, key_hash(key))
     }
 
@@ -336,7 +346,7 @@ impl Index {
     /// index's slot that names no well-formed entry of its hash is an
     /// `Err(Corrupt)`, not a miss (see [`PIndex::lookup`](crate::pindex::PIndex::lookup)).
     #[inline]
-    pub fn lookup(&self, key: &[u8], hash: u64) -> engine::Result<Option<u64>> {
+    pub(crate) fn lookup(&self, key: &[u8], hash: u64) -> engine::Result<Option<u64>> {
         match &self.point {
             Point::Dram(..) => Ok(self.get_hashed(key, hash)),
             Point::Engine(p) => p.lookup(key, hash),
@@ -346,7 +356,7 @@ impl Index {
     /// Starts loading what a lookup of `hash` reads first (the DRAM point
     /// index's bucket), for a caller with other work to do before it.
     #[inline]
-    pub fn prefetch(&self, hash: u64) {
+    pub(crate) fn prefetch(&self, hash: u64) {
         if let Point::Dram(m, _) = &self.point {
             m.prefetch(hash);
         }
@@ -354,7 +364,7 @@ impl Index {
 
     /// [`get`](Self::get) for a caller that has `key_hash(key)`.
     #[inline]
-    pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<u64> {
+    pub(crate) fn get_hashed(&self, key: &[u8], hash: u64) -> Option<u64> {
         match &self.point {
             Point::Dram(m, keys) => {
                 let _p = keys.pin();
@@ -370,7 +380,7 @@ impl Index {
     /// batches: after [`prefetch`](Self::prefetch) of every key's bucket,
     /// before the lookups, so that the misses of the batch overlap.
     #[inline]
-    pub fn prefetch_candidates(&self, key: &[u8], hash: u64) {
+    pub(crate) fn prefetch_candidates(&self, key: &[u8], hash: u64) {
         if let Point::Dram(m, keys) = &self.point {
             if key.len() != 8 {
                 let _p = keys.pin();
@@ -388,7 +398,7 @@ impl Index {
     /// The newest entry of an 8-byte key, with its value when the DRAM
     /// point index holds it inline. The caller holds the log's epoch pin.
     #[inline]
-    pub fn get8(&self, key: &[u8], hash: u64, p: &Pin<'_>) -> Got {
+    pub(crate) fn get8(&self, key: &[u8], hash: u64, p: &Pin<'_>) -> Got {
         debug_assert_eq!(key.len(), 8);
         match &self.point {
             Point::Dram(m, _) => m.get8_pinned(hash, p),
@@ -439,7 +449,7 @@ impl Index {
     /// plain stores: a writer reserves before its entry's fence and
     /// commits after it, with no locked instruction after the fence to
     /// wait for the flush.
-    pub fn reserve(&self, key: &[u8], hash: u64) -> Held<'_> {
+    pub(crate) fn reserve(&self, key: &[u8], hash: u64) -> Held<'_> {
         match &self.point {
             Point::Dram(m, keys) => Held::Dram(m.reserve(hash, who(keys, key))),
             Point::Engine(p) => Held::Engine(p.get(key, hash)),
@@ -451,7 +461,7 @@ impl Index {
     /// the point index, so it skips the key until the commit. Only for the
     /// DRAM point index, whose commit cannot fail. Returns whether it
     /// queued (then `commit` does not queue again).
-    pub fn queue_insert_early(&self, held: &Held<'_>, key: &[u8], hash: u64) -> bool {
+    pub(crate) fn queue_insert_early(&self, held: &Held<'_>, key: &[u8], hash: u64) -> bool {
         if matches!(held, Held::Dram(_)) && held.current().is_none() {
             self.push(hash, key, true);
             true
@@ -461,21 +471,23 @@ impl Index {
     }
 
     /// Completes a write begun with [`reserve`](Self::reserve): sets the
-    /// key to `v` (`value` Some) or removes it, and queues the change of
-    /// the key set for the tree unless `queued`. Returns whether the key
+    /// key to `c.va` (`c.value` Some) or removes it, and queues the change
+    /// of the key set for the tree unless `queued`. Returns whether the key
     /// set changed (an insert of an absent key, a delete of a present
     /// one).
-    #[allow(clippy::too_many_arguments)]
-    pub fn commit(
+    pub(crate) fn commit(
         &self,
         held: Held<'_>,
-        key: &[u8],
-        hash: u64,
-        v: u64,
-        value: Option<&[u8]>,
+        c: &KeyChange<'_>,
         queued: bool,
         ovf: OvfFn<'_>,
     ) -> engine::Result<bool> {
+        let KeyChange {
+            key,
+            hash,
+            va: v,
+            value,
+        } = *c;
         let changed = match (held, value) {
             (Held::Dram(r), Some(val)) => r.commit(v, self.inline_of(key, Some(val))),
             (Held::Dram(r), None) => r.remove(),
@@ -496,7 +508,7 @@ impl Index {
 
     /// Sets `key` (hash `hash`) to `v`; the caller holds the key's stripe.
     /// Returns whether the key was new.
-    pub fn set(
+    pub(crate) fn set(
         &self,
         key: &[u8],
         hash: u64,
@@ -505,22 +517,34 @@ impl Index {
         ovf: OvfFn<'_>,
     ) -> engine::Result<bool> {
         let held = self.reserve(key, hash);
-        self.commit(held, key, hash, v, Some(value), false, ovf)
+        let c = KeyChange {
+            key,
+            hash,
+            va: v,
+            value: Some(value),
+        };
+        self.commit(held, &c, false, ovf)
     }
 
     /// Removes `key`; the caller holds the key's stripe.
-    pub fn remove(&self, key: &[u8], hash: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
+    pub(crate) fn remove(&self, key: &[u8], hash: u64, ovf: OvfFn<'_>) -> engine::Result<bool> {
         let held = self.reserve(key, hash);
         if held.current().is_none() {
             return Ok(false);
         }
-        self.commit(held, key, hash, 0, None, false, ovf)
+        let c = KeyChange {
+            key,
+            hash,
+            va: 0,
+            value: None,
+        };
+        self.commit(held, &c, false, ovf)
     }
 
     /// Fills the DRAM point index at open (no queueing: the tree is built
     /// from the point index afterwards). `value`: the entry's value, when
     /// the caller has it at hand (an 8-byte one is then kept inline).
-    pub fn load(&self, key: &[u8], v: u64, value: Option<&[u8]>) {
+    pub(crate) fn load(&self, key: &[u8], v: u64, value: Option<&[u8]>) {
         if let Point::Dram(m, keys) = &self.point {
             let _p = keys.pin();
             m.set(key_hash(key), v, self.inline_of(key, value), who(keys, key));
@@ -529,7 +553,7 @@ impl Index {
 
     /// Frees the DRAM point index's replaced tables that no reader can
     /// reach any more (the maintenance thread; never under a pin).
-    pub fn collect(&self) -> usize {
+    pub(crate) fn collect(&self) -> usize {
         match &self.point {
             Point::Dram(m, _) => m.collect(),
             Point::Engine(_) => 0,
@@ -537,14 +561,14 @@ impl Index {
     }
 
     /// Whether 8-byte values of 8-byte keys are kept inline.
-    pub fn inlines(&self) -> bool {
+    pub(crate) fn inlines(&self) -> bool {
         self.inline_map().is_some()
     }
 
     /// The DRAM point map, when it keeps 8-byte values of 8-byte keys
     /// inline (the 8-byte fast path of a get).
     #[inline]
-    pub fn inline_map(&self) -> Option<&PointMap> {
+    pub(crate) fn inline_map(&self) -> Option<&PointMap> {
         match &self.point {
             Point::Dram(m, _) if self.inline => Some(m),
             _ => None,
@@ -552,7 +576,7 @@ impl Index {
     }
 
     /// Builds the tree from the point index (once, after open).
-    pub fn build_tree(&self) {
+    pub(crate) fn build_tree(&self) {
         if self.built.load(Ordering::Acquire) {
             return;
         }
@@ -575,12 +599,12 @@ impl Index {
         self.built.store(true, Ordering::Release);
     }
 
-    pub fn is_built(&self) -> bool {
+    pub(crate) fn is_built(&self) -> bool {
         self.built.load(Ordering::Acquire)
     }
 
     /// Applies queued changes to the tree (no-op before it is built).
-    pub fn apply_pending(&self) {
+    pub(crate) fn apply_pending(&self) {
         let Some(tree) = &self.tree else { return };
         if !self.is_built() {
             return;
@@ -631,7 +655,7 @@ impl Index {
 
     /// Up to `limit` present keys with `start <= key < end` (`end` None: no
     /// bound), in key order, with their `v_addr`s.
-    pub fn range(
+    pub(crate) fn range(
         &self,
         start: &[u8],
         end: Option<&[u8]>,
@@ -664,7 +688,7 @@ impl Index {
     /// each key from its entry: one shard's pairs at a time, with the log
     /// pinned from before they are listed until `f` has seen them (`f`
     /// must not wait for GC).
-    pub fn for_each(&self, f: impl FnMut(&[u8], u64)) {
+    pub(crate) fn for_each(&self, f: impl FnMut(&[u8], u64)) {
         self.walk(f, false);
     }
 
@@ -673,7 +697,7 @@ impl Index {
     /// seen its pairs, so the index shrinks while the caller's image of it
     /// grows (at 10M keys the index is 512 MiB and the image 305). The
     /// caller must own the store: the index is empty afterwards.
-    pub fn drain_each(&self, f: impl FnMut(&[u8], u64)) {
+    pub(crate) fn drain_each(&self, f: impl FnMut(&[u8], u64)) {
         self.walk(f, true);
     }
 
@@ -713,7 +737,7 @@ impl Index {
     /// [`for_each`](Self::for_each) for a read that must not miss a key: a
     /// persistent index's slot that names no well-formed entry is an
     /// `Err(Corrupt)` (see [`PIndex::for_each_checked`](crate::pindex::PIndex::for_each_checked)).
-    pub fn for_each_checked(&self, mut f: impl FnMut(&[u8], u64)) -> engine::Result<()> {
+    pub(crate) fn for_each_checked(&self, mut f: impl FnMut(&[u8], u64)) -> engine::Result<()> {
         match &self.point {
             Point::Dram(..) => {
                 self.for_each(f);
@@ -725,7 +749,7 @@ impl Index {
 
     /// Number of keys (a persistent index walks its table: not for hot
     /// paths).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match &self.point {
             Point::Dram(m, _) => m.len(),
             Point::Engine(p) => {
@@ -734,10 +758,6 @@ impl Index {
                 n
             }
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -12,12 +12,12 @@ use engine::{Durability, Error, Result};
 use pmem::Pool;
 
 use crate::epoch::Epochs;
-use crate::index::Index;
+use crate::index::{Index, KeyChange};
 use crate::layout::*;
-use crate::nlog::{LogFile, NewEntry, Nlog};
+use crate::nlog::{LogFile, LogRoot, NewEntry, Nlog};
 use crate::numa::Numa;
 use crate::options::Options;
-use crate::raf::Raf;
+use crate::raf::{LogRead, Raf};
 use crate::stats::OpenedFrom;
 
 pub(crate) struct Inner {
@@ -55,19 +55,14 @@ pub(crate) struct Inner {
     pub(crate) in_place_deletes: bool,
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn new_inner(
     pool: Arc<Pool>,
-    root: u64,
+    log_root: &LogRoot,
     opts: Options,
     index: Index,
     epochs: Arc<Epochs>,
-    nodes: u32,
-    clusters: u32,
-    extent_size: u64,
-    table_len: u64,
-    next_seq: u64,
 ) -> Inner {
+    let (nodes, clusters) = (log_root.nodes, log_root.clusters);
     let numa = Numa::new(nodes, opts.open.numa_emulate, opts.open.remote_latency_ns);
     let readers = (opts.open.scan_readers > 0)
         .then(|| crate::readers::Readers::new(nodes, opts.open.scan_readers));
@@ -75,11 +70,7 @@ pub(crate) fn new_inner(
     Inner {
         log: Nlog::new(
             pool.clone(),
-            root,
-            nodes,
-            clusters,
-            extent_size,
-            table_len,
+            log_root,
             // With a persistent point index the log always fences: the
             // engine may persist a slot at any time (Relaxed), and a slot
             // must never name an entry that is not durable.
@@ -88,7 +79,6 @@ pub(crate) fn new_inner(
             } else {
                 opts.open.durability
             },
-            next_seq,
         ),
         pool,
         index,
@@ -168,9 +158,15 @@ impl Inner {
         // a write of the key holds it, this get offers nothing.
         if sampled {
             if let Some(_k) = self.index.stripes.try_lock(hash) {
-                self.raf.fill(key, hash, out, va, node, here, || {
-                    self.index.get_hashed(key, hash) == Some(va)
-                });
+                let read = LogRead {
+                    key,
+                    hash,
+                    value: out,
+                    vaddr: va,
+                    node,
+                };
+                self.raf
+                    .fill(&read, here, || self.index.get_hashed(key, hash) == Some(va));
             }
         }
         Ok(true)
@@ -254,18 +250,20 @@ impl Inner {
     /// Makes a durable entry (`va` in `file`) the key's newest: accounts
     /// the old entry dead, then updates the index and the cache. The caller
     /// holds the key's stripe.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn publish(
         &self,
-        key: &[u8],
-        hash: u64,
-        value: Option<&[u8]>,
+        c: &KeyChange<'_>,
         old: Option<u64>,
         old_file: Option<&LogFile>,
-        va: u64,
         file: &LogFile,
         here: u32,
     ) -> Result<()> {
+        let KeyChange {
+            key,
+            hash,
+            va,
+            value,
+        } = *c;
         if let (Some(f), Some(o)) = (old_file, old) {
             self.account_replaced(f, o, None);
         }
@@ -281,7 +279,7 @@ impl Inner {
                     .remove(key, hash, &mut |h, p| self.append_ovf(h, p))?
             }
         };
-        self.after_index(key, hash, value, va, here, changed, true);
+        self.after_index(c, here, changed, true);
         Ok(())
     }
 
@@ -333,17 +331,13 @@ impl Inner {
     /// What follows a write's index change (`changed`: the key set
     /// changed): the RAF cache, when `cache` says it may need the write,
     /// and the key count.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn after_index(
-        &self,
-        key: &[u8],
-        hash: u64,
-        value: Option<&[u8]>,
-        va: u64,
-        here: u32,
-        changed: bool,
-        cache: bool,
-    ) {
+    pub(crate) fn after_index(&self, c: &KeyChange<'_>, here: u32, changed: bool, cache: bool) {
+        let KeyChange {
+            key,
+            hash,
+            va,
+            value,
+        } = *c;
         match value {
             Some(val) => {
                 if cache {
@@ -371,17 +365,16 @@ impl Inner {
         let version = self.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
         // persist: the OVF entry is durable (inside append) before the
         // engine slot names it.
-        let (va, _) = self.log.append(
-            self.numa.current(),
+        let e = NewEntry {
             cluster,
-            OP_INS,
+            op: OP_INS,
             version,
-            b"",
-            payload,
-            h,
-            crate::pindex::OVF_MARK,
-            &self.numa,
-        )?;
+            key: b"",
+            value: payload,
+            h_addr: h,
+            h_seq: crate::pindex::OVF_MARK,
+        };
+        let (va, _) = self.log.append(self.numa.current(), &e, &self.numa)?;
         Ok(va)
     }
 

@@ -72,72 +72,65 @@ pub const LAYOUT: &str = "store";
 /// File name of the store's pool inside its directory.
 pub const POOL_FILE: &str = "store.pool";
 
-pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PMHSTOR1");
+pub(crate) const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"PMHSTOR1");
+/// The root block's format number this version writes and reads.
 pub const FORMAT: u64 = 3;
-pub const R_MAGIC: u64 = 0;
-pub const R_FORMAT: u64 = 8;
-pub const R_NODES: u64 = 16;
-pub const R_CLUSTERS: u64 = 24;
-pub const R_EXTENT: u64 = 32;
-pub const R_TABLE_LEN: u64 = 40;
-pub const R_INDEX: u64 = 48;
-pub const R_CHECK: u64 = 56;
-pub const R_NEXT_SEQ: u64 = 64;
-pub const R_IMAGE: u64 = 72;
-pub const R_IMAGE_LEN: u64 = 80;
-pub const R_VBASE: u64 = 88;
-pub const R_ENGINE: u64 = 96;
+pub(crate) const R_CHECK: u64 = 56;
+pub(crate) const R_NEXT_SEQ: u64 = 64;
+pub(crate) const R_IMAGE: u64 = 72;
+pub(crate) const R_IMAGE_LEN: u64 = 80;
+pub(crate) const R_VBASE: u64 = 88;
+pub(crate) const R_ENGINE: u64 = 96;
 /// Versions each open of a store without log scan reserves.
-pub const VBASE_STEP: u64 = 1 << 40;
-pub const R_TABLE: u64 = 128;
+pub(crate) const VBASE_STEP: u64 = 1 << 40;
+pub(crate) const R_TABLE: u64 = 128;
 
-pub const EXT_MAGIC: u64 = u64::from_le_bytes(*b"PMHNLOG1");
-pub const X_MAGIC: u64 = 0;
-pub const X_WHERE: u64 = 8;
-pub const X_SEQ: u64 = 16;
-pub const X_SLOT: u64 = 24;
-pub const X_CHECK: u64 = 32;
+pub(crate) const EXT_MAGIC: u64 = u64::from_le_bytes(*b"PMHNLOG1");
+pub(crate) const X_CHECK: u64 = 32;
 /// Entries start after the file's header line.
 pub const X_DATA: u64 = 64;
 
-pub const MAX_NODES: u64 = 64;
-pub const MAX_CLUSTERS: u64 = 1 << 16;
+pub(crate) const MAX_NODES: u64 = 64;
+pub(crate) const MAX_CLUSTERS: u64 = 1 << 16;
+/// Smallest Nlog file (extent) size in bytes, header line included.
 pub const MIN_EXTENT: u64 = 4096;
 
 /// Header bytes of an entry.
-pub const ENTRY_HEADER: u64 = 40;
+pub(crate) const ENTRY_HEADER: u64 = 40;
 /// Entries start and end on cache-line boundaries (format 2): an entry of
 /// up to 64 bytes (an 8-byte key with an 8-byte value is 56) is one line,
 /// written back with one flush and never shared with the next entry.
 /// With 8-byte alignment (format 1) seven of eight such entries spanned
 /// two lines.
-pub const ENTRY_ALIGN: u64 = 64;
+pub(crate) const ENTRY_ALIGN: u64 = 64;
+/// Longest key in bytes.
 pub const MAX_KEY: usize = 4096;
+/// Longest value in bytes.
 pub const MAX_VALUE: usize = 1 << 20;
 
-pub const OP_INV: u64 = 0;
-pub const OP_DEL: u64 = 1;
-pub const OP_UPD: u64 = 2;
-pub const OP_INS: u64 = 3;
-pub const OP_SHIFT: u32 = 62;
-pub const VERSION_MASK: u64 = (1 << OP_SHIFT) - 1;
+pub(crate) const OP_INV: u64 = 0;
+pub(crate) const OP_DEL: u64 = 1;
+pub(crate) const OP_UPD: u64 = 2;
+pub(crate) const OP_INS: u64 = 3;
+pub(crate) const OP_SHIFT: u32 = 62;
+pub(crate) const VERSION_MASK: u64 = (1 << OP_SHIFT) - 1;
 
 /// "No previous entry".
-pub const NONE: u64 = u64::MAX;
+pub(crate) const NONE: u64 = u64::MAX;
 const OFF_MASK: u64 = (1 << 56) - 1;
 
 #[inline]
-pub fn vaddr(node: u32, off: u64) -> u64 {
+pub(crate) fn vaddr(node: u32, off: u64) -> u64 {
     ((node as u64) << 56) | off
 }
 
 #[inline]
-pub fn vaddr_off(v: u64) -> u64 {
+pub(crate) fn vaddr_off(v: u64) -> u64 {
     v & OFF_MASK
 }
 
 #[inline]
-pub fn vaddr_node(v: u64) -> u32 {
+pub(crate) fn vaddr_node(v: u64) -> u32 {
     (v >> 56) as u32
 }
 
@@ -147,6 +140,7 @@ pub fn entry_len(klen: usize, vlen: usize) -> u64 {
     (ENTRY_HEADER + klen as u64 + vlen as u64).next_multiple_of(ENTRY_ALIGN)
 }
 
+/// An entry's lengths word (entry bytes 8..16): `klen | vlen << 16`.
 #[inline]
 pub fn lens_word(klen: usize, vlen: usize) -> u64 {
     klen as u64 | ((vlen as u64) << 16)
@@ -154,29 +148,36 @@ pub fn lens_word(klen: usize, vlen: usize) -> u64 {
 
 /// `(klen, vlen)` of a lengths word, `None` if out of range.
 #[inline]
-pub fn parse_lens(w: u64) -> Option<(usize, usize)> {
+pub(crate) fn parse_lens(w: u64) -> Option<(usize, usize)> {
     let klen = (w & 0xffff) as usize;
     let vlen = ((w >> 16) & 0xffff_ffff) as usize;
     (w >> 48 == 0 && klen <= MAX_KEY && vlen <= MAX_VALUE).then_some((klen, vlen))
 }
 
-/// The entry checksum (see the module doc for what it covers); `durable`
-/// in 64-byte units.
+/// The words an entry's checksum covers besides its key and value, in
+/// the order it covers them (see the module doc).
+#[derive(Clone, Copy)]
+pub(crate) struct CrcWords {
+    /// Sequence number of the entry's file.
+    pub seq: u64,
+    /// Pool offset of the entry.
+    pub off: u64,
+    pub version: u64,
+    /// The lengths word ([`lens_word`]).
+    pub lens: u64,
+    pub h_addr: u64,
+    pub h_seq: u64,
+    /// The durable mark, in 64-byte units.
+    pub durable: u64,
+}
+
+/// The entry checksum of `w`, `key` and `value`.
 #[inline]
-#[allow(clippy::too_many_arguments)]
-pub fn entry_crc(
-    seq: u64,
-    off: u64,
-    version: u64,
-    lens: u64,
-    h_addr: u64,
-    h_seq: u64,
-    durable: u64,
-    key: &[u8],
-    value: &[u8],
-) -> u32 {
+pub(crate) fn entry_crc(w: &CrcWords, key: &[u8], value: &[u8]) -> u32 {
     crate::crc::crc32c_of(
-        &[seq, off, version, lens, h_addr, h_seq, durable],
+        &[
+            w.seq, w.off, w.version, w.lens, w.h_addr, w.h_seq, w.durable,
+        ],
         &[key, value],
     )
 }
@@ -184,15 +185,15 @@ pub fn entry_crc(
 /// The checksum word of an entry: its crc and its durable mark (64-byte
 /// units of the file's durable prefix).
 #[inline]
-pub fn check_word(crc: u32, durable: u64) -> u64 {
+pub(crate) fn check_word(crc: u32, durable: u64) -> u64 {
     crc as u64 | (durable << 32)
 }
 
 /// Largest file the durable mark can describe (32 bits of 64-byte units).
-pub const MAX_EXTENT: u64 = 1 << 38;
+pub(crate) const MAX_EXTENT: u64 = 1 << 38;
 
 /// The root's checked words: bytes 0..56 and the engine name.
-pub fn root_check_words(pool: &pmem::Pool, root: u64) -> Vec<u64> {
+pub(crate) fn root_check_words(pool: &pmem::Pool, root: u64) -> Vec<u64> {
     let mut w: Vec<u64> = (0..7).map(|i| pool.load_u64(root + 8 * i)).collect();
     w.push(pool.load_u64(root + R_ENGINE));
     w.push(pool.load_u64(root + R_ENGINE + 8));
@@ -200,7 +201,7 @@ pub fn root_check_words(pool: &pmem::Pool, root: u64) -> Vec<u64> {
 }
 
 /// The 16-byte engine name as two words.
-pub fn name_words(name: &str) -> [u64; 2] {
+pub(crate) fn name_words(name: &str) -> [u64; 2] {
     let mut b = [0u8; 16];
     let n = name.len().min(16);
     b[..n].copy_from_slice(&name.as_bytes()[..n]);
@@ -211,7 +212,7 @@ pub fn name_words(name: &str) -> [u64; 2] {
 }
 
 /// crc32 of a run of words (root and file headers).
-pub fn words_crc(words: &[u64]) -> u32 {
+pub(crate) fn words_crc(words: &[u64]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     for w in words {
         h.update(&w.to_le_bytes());
@@ -220,7 +221,7 @@ pub fn words_crc(words: &[u64]) -> u32 {
 }
 
 /// Bytes of the root block for a table of `table_len` slots.
-pub fn root_len(table_len: u64) -> u64 {
+pub(crate) fn root_len(table_len: u64) -> u64 {
     R_TABLE + 8 * table_len
 }
 
@@ -252,7 +253,7 @@ pub fn key_hash(key: &[u8]) -> u64 {
 
 /// The cluster of a key hash among `clusters`.
 #[inline]
-pub fn cluster_of(hash: u64, clusters: u32) -> u32 {
+pub(crate) fn cluster_of(hash: u64, clusters: u32) -> u32 {
     (((hash as u128) * (clusters as u128)) >> 64) as u32
 }
 
@@ -292,22 +293,19 @@ mod tests {
 
     #[test]
     fn crc_covers_position_and_payload() {
-        let a = entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"v");
-        assert_ne!(
-            a,
-            entry_crc(2, 64, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"v")
-        );
-        assert_ne!(
-            a,
-            entry_crc(1, 72, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"v")
-        );
-        assert_ne!(
-            a,
-            entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, 1, b"k", b"w")
-        );
-        assert_ne!(
-            a,
-            entry_crc(1, 64, 5, lens_word(1, 1), NONE, 0, 2, b"k", b"v")
-        );
+        let w = CrcWords {
+            seq: 1,
+            off: 64,
+            version: 5,
+            lens: lens_word(1, 1),
+            h_addr: NONE,
+            h_seq: 0,
+            durable: 1,
+        };
+        let a = entry_crc(&w, b"k", b"v");
+        assert_ne!(a, entry_crc(&CrcWords { seq: 2, ..w }, b"k", b"v"));
+        assert_ne!(a, entry_crc(&CrcWords { off: 72, ..w }, b"k", b"v"));
+        assert_ne!(a, entry_crc(&w, b"k", b"w"));
+        assert_ne!(a, entry_crc(&CrcWords { durable: 2, ..w }, b"k", b"v"));
     }
 }

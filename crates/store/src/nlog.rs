@@ -18,7 +18,7 @@ use crate::layout::*;
 use crate::numa::Numa;
 
 /// One Nlog file, in DRAM.
-pub struct LogFile {
+pub(crate) struct LogFile {
     /// Pool offset of the file (its header line).
     pub off: u64,
     pub node: u32,
@@ -57,17 +57,17 @@ impl LogFile {
         )
     }
 
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.tail.load(Ordering::Acquire) - X_DATA
     }
-    pub fn contains(&self, off: u64) -> bool {
+    pub(crate) fn contains(&self, off: u64) -> bool {
         off >= self.off + X_DATA && off < self.off + self.size
     }
 }
 
 /// How the scan of a file ended (see [`Nlog::classify_end`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// Zeros to the end of the file.
     Clean,
     /// Entries in flight at a crash, from `at` (relative) on.
@@ -81,24 +81,23 @@ pub enum End {
 /// Whether the entry `e` (header parsed, key and value read into `key`
 /// and `value`) of the file numbered `seq` passes its checksum.
 #[inline]
-pub fn entry_checks(pool: &Pool, seq: u64, e: &Entry, key: &[u8], value: &[u8]) -> bool {
-    let crc = entry_crc(
+pub(crate) fn entry_checks(pool: &Pool, seq: u64, e: &Entry, key: &[u8], value: &[u8]) -> bool {
+    let w = CrcWords {
         seq,
-        e.off,
-        e.version,
-        lens_word(e.klen, e.vlen),
-        e.h_addr,
-        e.h_seq,
-        e.durable / ENTRY_ALIGN,
-        key,
-        value,
-    );
+        off: e.off,
+        version: e.version,
+        lens: lens_word(e.klen, e.vlen),
+        h_addr: e.h_addr,
+        h_seq: e.h_seq,
+        durable: e.durable / ENTRY_ALIGN,
+    };
+    let crc = entry_crc(&w, key, value);
     pool.load_u64(e.off + 32) as u32 == crc
 }
 
 /// An entry as read back from the log.
 #[derive(Clone, Debug)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub off: u64,
     pub op: u64,
     pub version: u64,
@@ -113,7 +112,7 @@ pub struct Entry {
 }
 
 /// An entry to append: everything but where it goes.
-pub struct NewEntry<'a> {
+pub(crate) struct NewEntry<'a> {
     pub cluster: u32,
     pub op: u64,
     pub version: u64,
@@ -141,7 +140,7 @@ const LINE: u64 = 64;
 
 /// An entry written and flushed by [`Nlog::append_flushed`], its file
 /// still locked.
-pub struct Staged<'a> {
+pub(crate) struct Staged<'a> {
     log: &'a Nlog,
     g: SpinGuard<'a, Option<Arc<LogFile>>>,
     /// The entry's `v_addr`.
@@ -153,12 +152,12 @@ impl Staged<'_> {
     /// the entry was written). An `Arc` clone is a locked instruction: take
     /// it before [`commit`](Self::commit), where it does not wait for the
     /// flush.
-    pub fn file(&self) -> Arc<LogFile> {
+    pub(crate) fn file(&self) -> Arc<LogFile> {
         self.g.clone().expect("active file after an append")
     }
 
     /// Fences the entry and unlocks its file; returns its `v_addr`.
-    pub fn commit(self) -> u64 {
+    pub(crate) fn commit(self) -> u64 {
         // persist: the entry, crc included, before the index names it (I1),
         // with the file lock held through the fence, so only the newest
         // entry of a file can be torn (F1, F10). The unlock after it is a
@@ -172,9 +171,9 @@ impl Staged<'_> {
 }
 
 /// The active file of a (node, cluster) pair, under its append lock.
-pub type ActiveFile = SpinMutex<Option<Arc<LogFile>>>;
+pub(crate) type ActiveFile = SpinMutex<Option<Arc<LogFile>>>;
 
-pub struct Nlog {
+pub(crate) struct Nlog {
     pub pool: Arc<Pool>,
     pub root: u64,
     pub nodes: u32,
@@ -206,20 +205,31 @@ pub struct Nlog {
 }
 
 /// Reclaimable files past which writers help GC (see [`Nlog::backlog`]).
-pub const GC_BACKLOG: u64 = 4;
+pub(crate) const GC_BACKLOG: u64 = 4;
+
+/// A store's root block as the log reads it: where it is and the words
+/// the log works from (its shape, fixed at create, and the next extent
+/// sequence number).
+pub(crate) struct LogRoot {
+    /// Pool offset of the root block.
+    pub root: u64,
+    pub nodes: u32,
+    pub clusters: u32,
+    pub extent_size: u64,
+    pub table_len: u64,
+    pub next_seq: u64,
+}
 
 impl Nlog {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        pool: Arc<Pool>,
-        root: u64,
-        nodes: u32,
-        clusters: u32,
-        extent_size: u64,
-        table_len: u64,
-        durability: Durability,
-        next_seq: u64,
-    ) -> Nlog {
+    pub(crate) fn new(pool: Arc<Pool>, r: &LogRoot, durability: Durability) -> Nlog {
+        let LogRoot {
+            root,
+            nodes,
+            clusters,
+            extent_size,
+            table_len,
+            next_seq,
+        } = *r;
         Nlog {
             pool,
             root,
@@ -245,7 +255,7 @@ impl Nlog {
     }
 
     #[inline]
-    pub fn pair(&self, node: u32, cluster: u32) -> usize {
+    pub(crate) fn pair(&self, node: u32, cluster: u32) -> usize {
         node as usize * self.clusters as usize + cluster as usize
     }
 
@@ -258,7 +268,7 @@ impl Nlog {
     /// lines may have moved on, or the file may be gone (a prefetch never
     /// faults).
     #[inline]
-    pub fn prefetch_tail(&self, node: u32, cluster: u32, len: u64) {
+    pub(crate) fn prefetch_tail(&self, node: u32, cluster: u32, len: u64) {
         if len == LINE && self.durability == Durability::Strict {
             return;
         }
@@ -270,7 +280,7 @@ impl Nlog {
     }
 
     /// Registers a file found at open; `free` lists the empty table slots.
-    pub fn install(&self, files: Vec<Arc<LogFile>>, free: Vec<u64>) {
+    pub(crate) fn install(&self, files: Vec<Arc<LogFile>>, free: Vec<u64>) {
         let mut map = self.files.write().expect("files lock");
         for f in files {
             map.insert(f.off, f);
@@ -279,13 +289,13 @@ impl Nlog {
     }
 
     /// Makes `f` the active file of its pair (at open).
-    pub fn set_active(&self, f: Arc<LogFile>) {
+    pub(crate) fn set_active(&self, f: Arc<LogFile>) {
         let i = self.pair(f.node, f.cluster);
         *self.active[i].lock() = Some(f);
     }
 
     /// The live file holding pool offset `off`.
-    pub fn file_at(&self, off: u64) -> Option<Arc<LogFile>> {
+    pub(crate) fn file_at(&self, off: u64) -> Option<Arc<LogFile>> {
         let map = self.files.read().expect("files lock");
         map.range(..=off)
             .next_back()
@@ -293,7 +303,7 @@ impl Nlog {
             .map(|(_, f)| f.clone())
     }
 
-    pub fn snapshot(&self) -> Vec<Arc<LogFile>> {
+    pub(crate) fn snapshot(&self) -> Vec<Arc<LogFile>> {
         self.files
             .read()
             .expect("files lock")
@@ -391,35 +401,9 @@ impl Nlog {
         Ok(f)
     }
 
-    /// Appends one entry to the active file of (node, cluster) and makes it
+    /// Appends entry `e` to the active file of (node, `e.cluster`) and makes it
     /// durable (under `Strict`). Returns its `v_addr` and file.
-    #[allow(clippy::too_many_arguments)]
-    pub fn append(
-        &self,
-        node: u32,
-        cluster: u32,
-        op: u64,
-        version: u64,
-        key: &[u8],
-        value: &[u8],
-        h_addr: u64,
-        h_seq: u64,
-        numa: &Numa,
-    ) -> Result<(u64, Arc<LogFile>)> {
-        let e = NewEntry {
-            cluster,
-            op,
-            version,
-            key,
-            value,
-            h_addr,
-            h_seq,
-        };
-        self.append_entry(node, &e, numa)
-    }
-
-    /// [`append`](Self::append) of an entry already assembled.
-    pub fn append_entry(
+    pub(crate) fn append(
         &self,
         node: u32,
         e: &NewEntry<'_>,
@@ -437,7 +421,12 @@ impl Nlog {
     /// Inline: its result, returned through memory, was read back with a
     /// load wider than the stores that wrote it (5% of a put's samples).
     #[inline]
-    pub fn append_flushed(&self, node: u32, e: &NewEntry<'_>, numa: &Numa) -> Result<Staged<'_>> {
+    pub(crate) fn append_flushed(
+        &self,
+        node: u32,
+        e: &NewEntry<'_>,
+        numa: &Numa,
+    ) -> Result<Staged<'_>> {
         let mut g = self.active[self.pair(node, e.cluster)].lock();
         let a = self.append_locked(&mut g, node, e, numa, &mut Vec::new())?;
         if !a.nt {
@@ -453,7 +442,7 @@ impl Nlog {
     /// Appends entries of one node (several clusters) with one fence for
     /// all. Pushes each appended entry's `v_addr` and file to `out`, in
     /// order; on an error the entries before it are appended (and fenced).
-    pub fn append_batch(
+    pub(crate) fn append_batch(
         &self,
         node: u32,
         entries: &[NewEntry<'_>],
@@ -573,9 +562,16 @@ impl Nlog {
         // (under `Strict` that is this entry's own position, unless an
         // earlier entry of the same batch precedes it).
         let durable = f.synced.load(Ordering::Relaxed) / ENTRY_ALIGN;
-        let crc = entry_crc(
-            f.seq, off, e.version, lens, e.h_addr, e.h_seq, durable, key, value,
-        );
+        let w = CrcWords {
+            seq: f.seq,
+            off,
+            version: e.version,
+            lens,
+            h_addr: e.h_addr,
+            h_seq: e.h_seq,
+            durable,
+        };
+        let crc = entry_crc(&w, key, value);
         let check = check_word(crc, durable);
         let w0 = (e.op << OP_SHIFT) | e.version;
         // Only under `Strict`: non-temporal stores are weakly ordered, and
@@ -608,7 +604,7 @@ impl Nlog {
         }
         // persist: the whole entry with one flush (none for a line written
         // non-temporally), by the caller, which fences while it still
-        // holds the file (`append_entry`, `append_batch`).
+        // holds the file (`append`, `append_batch`).
         numa.count_write(node, numa.current());
         f.tail.store(tail + len, Ordering::Release);
         self.next_at[self.pair(node, e.cluster)].store(off + len, Ordering::Relaxed);
@@ -622,7 +618,7 @@ impl Nlog {
     }
 
     /// The fence that makes flushed entries durable (none under `Relaxed`).
-    pub fn fence(&self) {
+    pub(crate) fn fence(&self) {
         if self.durability == Durability::Strict {
             self.pool.fence();
         }
@@ -632,7 +628,7 @@ impl Nlog {
     /// its whole written part is durable (the next entry's durable mark).
     /// A plain store: nothing locked after the fence.
     #[inline]
-    pub fn fenced(&self, f: Option<&LogFile>) {
+    pub(crate) fn fenced(&self, f: Option<&LogFile>) {
         if let (Some(f), Durability::Strict) = (f, self.durability) {
             f.synced
                 .store(f.tail.load(Ordering::Relaxed), Ordering::Release);
@@ -640,7 +636,7 @@ impl Nlog {
     }
 
     /// Flushes and fences what `Relaxed` appends left unfenced in `f`.
-    pub fn sync_file(&self, f: &LogFile) {
+    pub(crate) fn sync_file(&self, f: &LogFile) {
         let tail = f.tail.load(Ordering::Acquire);
         let from = f.synced.load(Ordering::Acquire);
         if tail > from {
@@ -652,7 +648,7 @@ impl Nlog {
 
     /// Reads the entry header at `off` (no validation beyond lengths).
     #[inline]
-    pub fn header(&self, off: u64) -> Option<Entry> {
+    pub(crate) fn header(&self, off: u64) -> Option<Entry> {
         let pool = &self.pool;
         let w0 = pool.load_u64(off);
         let (klen, vlen) = parse_lens(pool.load_u64(off + 8))?;
@@ -672,16 +668,16 @@ impl Nlog {
     /// Loads the first line of the entry at `off` into the cache (a
     /// prefetch: the value read is not used).
     #[inline]
-    pub fn touch(&self, off: u64) {
+    pub(crate) fn touch(&self, off: u64) {
         std::hint::black_box(self.pool.load_u64(off + 8));
     }
 
-    pub fn read_key(&self, e: &Entry, buf: &mut Vec<u8>) {
+    pub(crate) fn read_key(&self, e: &Entry, buf: &mut Vec<u8>) {
         buf.resize(e.klen, 0);
         self.pool.read(e.off + ENTRY_HEADER, buf);
     }
 
-    pub fn read_value(&self, e: &Entry, buf: &mut Vec<u8>) {
+    pub(crate) fn read_value(&self, e: &Entry, buf: &mut Vec<u8>) {
         buf.resize(e.vlen, 0);
         self.pool.read(e.off + ENTRY_HEADER + e.klen as u64, buf);
     }
@@ -689,7 +685,7 @@ impl Nlog {
     /// Parses and checks the entry at relative position `pos` of `f`:
     /// `None` at the end of the written part (zero word, bad lengths,
     /// overrun or bad checksum).
-    pub fn parse(
+    pub(crate) fn parse(
         &self,
         f: &LogFile,
         pos: u64,
@@ -726,7 +722,7 @@ impl Nlog {
     /// also in flight, is dropped with it: it was never synced). Anything
     /// else is corruption. Every line after `end` is looked at: entries
     /// are 64-aligned, so a valid one is found wherever it starts.
-    pub fn classify_end(&self, f: &LogFile, end: u64, newest: bool) -> End {
+    pub(crate) fn classify_end(&self, f: &LogFile, end: u64, newest: bool) -> End {
         let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
         let mut nonzero = None;
         let mut pos = end;
@@ -763,7 +759,7 @@ impl Nlog {
 
     /// Marks the entry at `off` invalid (op 00) and flushes the mark (the
     /// caller fences).
-    pub fn mark_invalid(&self, off: u64) {
+    pub(crate) fn mark_invalid(&self, off: u64) {
         let w = self.pool.atomic_u64(off);
         let v = w.load(Ordering::Acquire);
         w.store(v & VERSION_MASK, Ordering::Release);
@@ -775,7 +771,7 @@ impl Nlog {
 
     /// Unlinks and frees file `f` (already out of every DRAM map and past an
     /// epoch, so no reader holds an address into it).
-    pub fn free_file(&self, f: &LogFile) -> Result<()> {
+    pub(crate) fn free_file(&self, f: &LogFile) -> Result<()> {
         let owner = self.root + R_TABLE + 8 * f.slot;
         let t = self.pool.begin_free(f.off, Link::Pointer { owner })?;
         self.pool.store_u64(owner, 0);
@@ -789,12 +785,8 @@ impl Nlog {
     }
 
     /// Removes `f` from the DRAM maps (the first step of freeing it).
-    pub fn forget(&self, f: &LogFile) {
+    pub(crate) fn forget(&self, f: &LogFile) {
         self.files.write().expect("files lock").remove(&f.off);
-    }
-
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq.load(Ordering::Acquire)
     }
 }
 
@@ -802,7 +794,7 @@ impl Nlog {
 /// candidate with it; the caller keeps the file mapped). An 8-byte key,
 /// the fast path, is one word compare.
 #[inline]
-pub fn entry_key_is(pool: &Pool, off: u64, key: &[u8]) -> bool {
+pub(crate) fn entry_key_is(pool: &Pool, off: u64, key: &[u8]) -> bool {
     match parse_lens(pool.load_u64(off + 8)) {
         Some((klen, _)) if klen == key.len() => {}
         _ => return false,
@@ -820,7 +812,7 @@ pub fn entry_key_is(pool: &Pool, off: u64, key: &[u8]) -> bool {
 
 /// The key of the entry at `off` into `buf`; false if its lengths word is
 /// not an entry's (the caller keeps the file mapped).
-pub fn entry_key(pool: &Pool, off: u64, buf: &mut Vec<u8>) -> bool {
+pub(crate) fn entry_key(pool: &Pool, off: u64, buf: &mut Vec<u8>) -> bool {
     let Some((klen, _)) = parse_lens(pool.load_u64(off + 8)) else {
         return false;
     };

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use engine::sync::{thread_index, Counter};
 
 /// Node of each CPU, from sysfs; `[0; n]` when sysfs says nothing.
-pub fn cpu_nodes() -> Vec<u32> {
+pub(crate) fn cpu_nodes() -> Vec<u32> {
     let mut map: Vec<u32> = Vec::new();
     let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
         return map;
@@ -47,7 +47,7 @@ pub fn cpu_nodes() -> Vec<u32> {
 }
 
 /// `"0-3,8,10-11"` → the CPUs.
-pub fn parse_cpulist(s: &str) -> Vec<usize> {
+pub(crate) fn parse_cpulist(s: &str) -> Vec<usize> {
     let mut v = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
@@ -71,16 +71,29 @@ pub fn detect_nodes() -> u32 {
     cpu_nodes().iter().copied().max().map_or(1, |m| m + 1)
 }
 
-pub struct Numa {
+/// The node `numa_emulate: Some(nodes)` puts the calling thread on (a
+/// store with that many nodes writes the thread's entries to that node's
+/// log).
+pub fn emulated_node(nodes: u32) -> u32 {
+    Numa::new(nodes, Some(nodes), 0).current()
+}
+
+/// The node map of a store (real or emulated nodes) and its local/remote
+/// access counters.
+pub(crate) struct Numa {
     /// Nodes the log is split over (the pool's, fixed at create).
     pub nodes: u32,
     /// `Some(n)`: virtual nodes by thread index.
     emulate: Option<u32>,
     cpu_node: Vec<u32>,
     remote_latency: Duration,
+    /// Reads of an entry on the reader's own node.
     pub local_reads: Counter,
+    /// Reads of an entry on another node.
     pub remote_reads: Counter,
+    /// Writes to the writer's own node.
     pub local_writes: Counter,
+    /// Writes to another node.
     pub remote_writes: Counter,
 }
 
@@ -91,7 +104,10 @@ thread_local! {
 }
 
 impl Numa {
-    pub fn new(nodes: u32, emulate: Option<u32>, remote_latency_ns: u64) -> Numa {
+    /// `nodes` nodes (at least 1); `emulate: Some(n)` gives threads `n`
+    /// virtual nodes by thread index instead of the CPUs' real ones;
+    /// a remote access waits `remote_latency_ns` more.
+    pub(crate) fn new(nodes: u32, emulate: Option<u32>, remote_latency_ns: u64) -> Numa {
         Numa {
             nodes: nodes.max(1),
             emulate,
@@ -108,19 +124,20 @@ impl Numa {
         }
     }
 
-    pub fn is_emulated(&self) -> bool {
+    /// Whether the nodes are virtual (`numa_emulate`).
+    pub(crate) fn is_emulated(&self) -> bool {
         self.emulate.is_some()
     }
 
     /// Whether files and threads are really placed (several real nodes).
-    pub fn places(&self) -> bool {
+    pub(crate) fn places(&self) -> bool {
         self.emulate.is_none() && self.nodes > 1
     }
 
     /// Runs `f` as if the calling thread were on `node` (the crash
     /// checker's engine form uses it to spread one thread's writes over
     /// every node's log, so that a key's entries cross nodes).
-    pub fn as_node<R>(node: u32, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn as_node<R>(node: u32, f: impl FnOnce() -> R) -> R {
         let prev = FORCED.with(|c| c.replace(Some(node)));
         let r = f();
         FORCED.with(|c| c.set(prev));
@@ -129,7 +146,7 @@ impl Numa {
 
     /// The calling thread's node, in `0..nodes`.
     #[inline]
-    pub fn current(&self) -> u32 {
+    pub(crate) fn current(&self) -> u32 {
         if self.nodes == 1 {
             return 0;
         }
@@ -157,8 +174,10 @@ impl Numa {
         })
     }
 
+    /// Counts a read of an entry on `node` by a thread on `here`, local or
+    /// remote (a remote one waits the remote latency).
     #[inline]
-    pub fn count_read(&self, node: u32, here: u32) {
+    pub(crate) fn count_read(&self, node: u32, here: u32) {
         if node == here {
             self.local_reads.add(1);
         } else {
@@ -167,8 +186,10 @@ impl Numa {
         }
     }
 
+    /// Counts a write to `node` by a thread on `here`, local or remote (a
+    /// remote one waits the remote latency).
     #[inline]
-    pub fn count_write(&self, node: u32, here: u32) {
+    pub(crate) fn count_write(&self, node: u32, here: u32) {
         if node == here {
             self.local_writes.add(1);
         } else {
@@ -191,7 +212,7 @@ impl Numa {
     /// Binds `len` bytes at `addr` to `node` (preferred), on real
     /// multi-node machines; a no-op elsewhere. Best effort: placement is a
     /// performance hint, never a correctness matter.
-    pub fn place(&self, addr: *const u8, len: usize, node: u32) {
+    pub(crate) fn place(&self, addr: *const u8, len: usize, node: u32) {
         if !self.places() || node >= 64 {
             return;
         }
@@ -216,7 +237,7 @@ impl Numa {
     }
 
     /// Pins the calling thread to the CPUs of `node` (real nodes only).
-    pub fn pin_thread(&self, node: u32) {
+    pub(crate) fn pin_thread(&self, node: u32) {
         if !self.places() {
             return;
         }
@@ -238,7 +259,7 @@ impl Numa {
     }
 
     /// `(local_reads, remote_reads, local_writes, remote_writes)`.
-    pub fn counts(&self) -> (u64, u64, u64, u64) {
+    pub(crate) fn counts(&self) -> (u64, u64, u64, u64) {
         (
             self.local_reads.get().max(0) as u64,
             self.remote_reads.get().max(0) as u64,

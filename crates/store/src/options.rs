@@ -21,6 +21,7 @@ pub enum IndexKind {
 }
 
 impl IndexKind {
+    /// The root block's `index` word: 0 dram, 1 hash, 2 both.
     pub fn code(&self) -> u64 {
         match self {
             IndexKind::Dram => 0,
@@ -28,12 +29,14 @@ impl IndexKind {
             IndexKind::Both(_) => 2,
         }
     }
+    /// The persistent hash engine, `None` for the DRAM index.
     pub fn spec(&self) -> Option<EngineSpec> {
         match self {
             IndexKind::Dram => None,
             IndexKind::Hash(s) | IndexKind::Both(s) => Some(*s),
         }
     }
+    /// Whether there is an ordered index (scans are served).
     pub fn ordered(&self) -> bool {
         !matches!(self, IndexKind::Hash(_))
     }
@@ -58,7 +61,7 @@ impl std::fmt::Debug for IndexKind {
 pub enum GcMode {
     /// A background thread reclaims files past the threshold.
     Background,
-    /// Only [`Store::gc`] reclaims.
+    /// Only [`Store::gc`](crate::Store::gc) reclaims.
     Manual,
 }
 

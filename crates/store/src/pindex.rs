@@ -23,11 +23,11 @@ use pmem::Pool;
 use crate::layout::*;
 
 /// Tag bit of an engine value that names an OVF entry.
-pub const OVF_TAG: u64 = 1 << 63;
+pub(crate) const OVF_TAG: u64 = 1 << 63;
 /// `h_seq` of an OVF entry (real file numbers stay far below it).
-pub const OVF_MARK: u64 = u64::MAX;
+pub(crate) const OVF_MARK: u64 = u64::MAX;
 
-pub struct PIndex {
+pub(crate) struct PIndex {
     pub engine: Box<dyn Engine>,
     pool: std::sync::Arc<Pool>,
 }
@@ -42,7 +42,7 @@ enum Slot {
 }
 
 impl PIndex {
-    pub fn new(engine: Box<dyn Engine>, pool: std::sync::Arc<Pool>) -> PIndex {
+    pub(crate) fn new(engine: Box<dyn Engine>, pool: std::sync::Arc<Pool>) -> PIndex {
         PIndex { engine, pool }
     }
 
@@ -118,7 +118,7 @@ impl PIndex {
 
     /// The pairs an OVF entry lists; none if `va` names no well-formed
     /// overflow entry (`check` reports that case).
-    pub fn ovf_pairs(&self, va: u64) -> Vec<(Vec<u8>, u64)> {
+    pub(crate) fn ovf_pairs(&self, va: u64) -> Vec<(Vec<u8>, u64)> {
         self.ovf_pairs_checked(va).unwrap_or_default()
     }
 
@@ -148,7 +148,7 @@ impl PIndex {
     /// well-formed entry is a miss (for GC and recovery, which compare
     /// addresses; reads use [`lookup`](Self::lookup)).
     #[inline]
-    pub fn get(&self, key: &[u8], h: u64) -> Option<u64> {
+    pub(crate) fn get(&self, key: &[u8], h: u64) -> Option<u64> {
         self.lookup(key, h).unwrap_or(None)
     }
 
@@ -159,7 +159,7 @@ impl PIndex {
     /// belongs to another slot), so that a damaged slot is an error, never
     /// a key silently absent.
     #[inline]
-    pub fn lookup(&self, key: &[u8], h: u64) -> Result<Option<u64>> {
+    pub(crate) fn lookup(&self, key: &[u8], h: u64) -> Result<Option<u64>> {
         let bad = |va: u64, what: &str| {
             Error::Corrupt(format!(
                 "hash index slot {h:#x} names {va:#x}, {what}; run `pmhash check` on the pool"
@@ -194,7 +194,7 @@ impl PIndex {
     /// Points `key` at `va`. `ovf` appends an OVF entry for slot `h` with
     /// the given payload and returns its `v_addr`. The caller holds the
     /// slot's stripe. Returns whether the key was new.
-    pub fn set(
+    pub(crate) fn set(
         &self,
         key: &[u8],
         h: u64,
@@ -240,7 +240,7 @@ impl PIndex {
     }
 
     /// Removes `key`; returns whether it was present.
-    pub fn remove(
+    pub(crate) fn remove(
         &self,
         key: &[u8],
         h: u64,
@@ -271,7 +271,7 @@ impl PIndex {
 
     /// GC moved OVF entry `old` of slot `h` to `new`, if the slot still
     /// names `old`.
-    pub fn relocate_ovf(&self, h: u64, old: u64, new: u64) -> Result<bool> {
+    pub(crate) fn relocate_ovf(&self, h: u64, old: u64, new: u64) -> Result<bool> {
         if self.engine.get(h) != Some(old | OVF_TAG) {
             return Ok(false);
         }
@@ -279,14 +279,14 @@ impl PIndex {
     }
 
     /// Whether slot `h` names the OVF entry at `va`.
-    pub fn names_ovf(&self, h: u64, va: u64) -> bool {
+    pub(crate) fn names_ovf(&self, h: u64, va: u64) -> bool {
         self.engine.get(h) == Some(va | OVF_TAG)
     }
 
     /// Every (key, v_addr), in no order: only well-formed entries (a
     /// corrupt pool's other slot values are skipped here, and `check`
     /// reports them).
-    pub fn for_each(&self, f: &mut dyn FnMut(&[u8], u64)) {
+    pub(crate) fn for_each(&self, f: &mut dyn FnMut(&[u8], u64)) {
         let _ = self.walk(false, f);
     }
 
@@ -294,7 +294,7 @@ impl PIndex {
     /// the first slot that names no well-formed entry is an
     /// `Err(Corrupt)` (as [`lookup`](Self::lookup)'s), after the pairs
     /// before it were visited.
-    pub fn for_each_checked(&self, f: &mut dyn FnMut(&[u8], u64)) -> Result<()> {
+    pub(crate) fn for_each_checked(&self, f: &mut dyn FnMut(&[u8], u64)) -> Result<()> {
         self.walk(true, f)
     }
 
@@ -347,7 +347,7 @@ impl PIndex {
     /// [`SAMPLE`] keys never opens with a counted key silently missing, and
     /// a larger one never opens with a slot that names anything but an
     /// entry boundary in a live file.
-    pub fn check_slots(&self, files: &[(u64, u64)]) -> Result<()> {
+    pub(crate) fn check_slots(&self, files: &[(u64, u64)]) -> Result<()> {
         let files = Files::new(files);
         let stride = (self.engine.len() / SAMPLE).max(1);
         // The walk runs on the machine's threads, one part of the table
@@ -471,7 +471,7 @@ impl PIndex {
     }
 
     /// Every engine value (entries and tagged OVF entries).
-    pub fn values(&self) -> Vec<(u64, u64)> {
+    pub(crate) fn values(&self) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         self.engine.for_each(&mut |h, v| out.push((h, v)));
         out
@@ -484,7 +484,7 @@ impl PIndex {
 /// random read of its entry (about 1 µs on the AMD host of
 /// docs/benchmarks.md), so 8,192 cost about 8 ms; reading all 10M entries
 /// of a large store would cost seconds.
-pub const SAMPLE: u64 = 1 << 13;
+pub(crate) const SAMPLE: u64 = 1 << 13;
 
 /// The live log files, found by offset in O(1): `units[i]` holds the
 /// (at most two, as files do not overlap) files that touch unit `i` of the
@@ -577,7 +577,7 @@ pub(crate) fn check_unformatted(pool: &Pool) -> Result<()> {
     )))
 }
 
-pub fn encode_pairs(pairs: &[(Vec<u8>, u64)]) -> Vec<u8> {
+pub(crate) fn encode_pairs(pairs: &[(Vec<u8>, u64)]) -> Vec<u8> {
     let mut b = Vec::new();
     for (k, va) in pairs {
         b.extend_from_slice(&(k.len() as u16).to_le_bytes());
@@ -587,7 +587,7 @@ pub fn encode_pairs(pairs: &[(Vec<u8>, u64)]) -> Vec<u8> {
     b
 }
 
-pub fn decode_pairs(mut b: &[u8]) -> Vec<(Vec<u8>, u64)> {
+pub(crate) fn decode_pairs(mut b: &[u8]) -> Vec<(Vec<u8>, u64)> {
     let mut out = Vec::new();
     while b.len() >= 2 {
         let kl = u16::from_le_bytes([b[0], b[1]]) as usize;

@@ -90,22 +90,22 @@ use engine::sync::{SpinGuard, SpinMutex};
 use crate::epoch::{Epochs, Pin};
 
 /// A slot that was never used (the whole table starts zeroed).
-pub const EMPTY: u64 = 0;
+pub(crate) const EMPTY: u64 = 0;
 /// A deleted slot: skipped by lookups, reused by inserts.
-pub const TOMB: u64 = u64::MAX;
+pub(crate) const TOMB: u64 = u64::MAX;
 /// Slots per bucket.
-pub const SLOTS: usize = 2;
+pub(crate) const SLOTS: usize = 2;
 /// Tag in a slot's `v_addr` word: the key is 8 bytes long (its hash
 /// identifies it).
-pub const KEY8: u64 = 1 << 48;
+pub(crate) const KEY8: u64 = 1 << 48;
 /// Tag in a slot's `v_addr` word: the value is 8 bytes long and held in
 /// the slot's value word.
-pub const VAL8: u64 = 1 << 49;
+pub(crate) const VAL8: u64 = 1 << 49;
 /// Bits of a `v_addr` word that are tags, never address: a `v_addr` given
 /// to the map must have them clear.
-pub const TAG_BITS: u64 = 0xff << 48;
+pub(crate) const TAG_BITS: u64 = 0xff << 48;
 /// log2 of the shard count.
-pub const SHARD_BITS: u32 = 10;
+pub(crate) const SHARD_BITS: u32 = 10;
 const SHARDS: usize = 1 << SHARD_BITS;
 /// A table is rebuilt when an insert would take its used slots (live and
 /// tombstones) past this fraction of its slots.
@@ -145,7 +145,7 @@ struct Table {
 }
 /// How a caller names the key it looks for.
 #[derive(Clone, Copy)]
-pub enum Who<F> {
+pub(crate) enum Who<F> {
     /// An 8-byte key: its hash is enough.
     Key8,
     /// Any other key: candidates (their `v_addr`s) are confirmed by `F`.
@@ -154,7 +154,7 @@ pub enum Who<F> {
 
 /// What [`PointMap::get8`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Got {
+pub(crate) enum Got {
     Absent,
     /// The key's `v_addr`; its value is not inline.
     Addr(u64),
@@ -445,7 +445,7 @@ struct Writer {
 
 /// A key's slot in the point map, with its shard locked: see
 /// [`PointMap::reserve`].
-pub struct Reserved<'m> {
+pub(crate) struct Reserved<'m> {
     map: &'m PointMap,
     shard: usize,
     counts: SpinGuard<'m, Counts>,
@@ -458,7 +458,7 @@ pub struct Reserved<'m> {
 impl Reserved<'_> {
     /// The key's `v_addr` now (`None`: absent). It cannot change while
     /// this is held.
-    pub fn current(&self) -> Option<u64> {
+    pub(crate) fn current(&self) -> Option<u64> {
         match self.at {
             Probe::Found { word, .. } => Some(word & !TAG_BITS),
             Probe::Absent(_) => None,
@@ -467,14 +467,14 @@ impl Reserved<'_> {
 
     /// Whether the key's current value is 8 bytes, held inline (then its
     /// entry is an 8-byte key's with an 8-byte value).
-    pub fn current_is_val8(&self) -> bool {
+    pub(crate) fn current_is_val8(&self) -> bool {
         matches!(self.at, Probe::Found { word, .. } if word & VAL8 != 0)
     }
 
     /// Sets the key to `va`, with `inline` as its value word (8-byte keys
     /// only), and unlocks the shard. True if it was absent. Plain stores
     /// and a plain unlock, unless the table has to grow.
-    pub fn commit(mut self, va: u64, inline: Option<u64>) -> bool {
+    pub(crate) fn commit(mut self, va: u64, inline: Option<u64>) -> bool {
         assert!(
             va != EMPTY && va & TAG_BITS == 0,
             "v_addr {va:#x} is reserved or too large"
@@ -514,7 +514,7 @@ impl Reserved<'_> {
     }
 
     /// Removes the key and unlocks the shard. True if it was present.
-    pub fn remove(mut self) -> bool {
+    pub(crate) fn remove(mut self) -> bool {
         let Probe::Found { bucket, slot, .. } = self.at else {
             return false;
         };
@@ -530,7 +530,7 @@ impl Reserved<'_> {
 }
 
 /// A concurrent map from 64-bit hashes to `v_addr`s; see the module doc.
-pub struct PointMap {
+pub(crate) struct PointMap {
     /// Each shard's table: read by every lookup, written only when a table
     /// is replaced, so eight shards share a line. Never null.
     tables: Box<[AtomicPtr<Table>; SHARDS]>,
@@ -562,7 +562,7 @@ unsafe impl Send for Retired {}
 impl PointMap {
     /// A map sized for `capacity` keys without a resize, whose tables are
     /// read under pins of `epochs`.
-    pub fn with_capacity(capacity: usize, epochs: Arc<Epochs>) -> PointMap {
+    pub(crate) fn with_capacity(capacity: usize, epochs: Arc<Epochs>) -> PointMap {
         let per_shard = capacity.div_ceil(SHARDS);
         let n = ((per_shard as f64 / (MAX_USED * 0.9)) as usize)
             .div_ceil(SLOTS)
@@ -604,13 +604,13 @@ impl PointMap {
 
     /// Table rebuilds so far (a shard's table grown, or rebuilt without
     /// its tombstones) and the nanoseconds spent in them.
-    pub fn structural(&self) -> (u64, u64) {
+    pub(crate) fn structural(&self) -> (u64, u64) {
         (self.structural.changes(), self.structural.nanos())
     }
 
     /// Bytes of the shards' current tables (replaced tables waiting for
     /// [`collect`](Self::collect) not counted).
-    pub fn table_bytes(&self) -> u64 {
+    pub(crate) fn table_bytes(&self) -> u64 {
         let p = self.epochs.pin();
         (0..SHARDS)
             .map(|i| (self.table(i, &p).1.len() * BUCKET_WORDS * 8) as u64)
@@ -638,7 +638,7 @@ impl PointMap {
     /// Frees the tables replaced since the last call, once no pin can
     /// still reach them. Waits for every pinned operation: never call it
     /// while holding a pin. Returns how many it freed.
-    pub fn collect(&self) -> usize {
+    pub(crate) fn collect(&self) -> usize {
         let list = std::mem::take(&mut *self.retired.lock().expect("retired tables"));
         if list.is_empty() {
             return 0;
@@ -663,7 +663,7 @@ impl PointMap {
     /// The `v_addr` of the key (`h`, `who`); an [`Who::Other`] check gets
     /// each candidate `v_addr` of hash `h` and may see one more than once.
     #[inline]
-    pub fn get(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> Option<u64> {
+    pub(crate) fn get(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> Option<u64> {
         let i = Self::shard(h);
         let p = self.epochs.pin();
         loop {
@@ -684,8 +684,8 @@ impl PointMap {
 
     /// The 8-byte key of hash `h`: its `v_addr`, and its value when inline.
     /// The caller holds the log's epoch pin (see the module doc).
-    #[inline]
-    pub fn get8(&self, h: u64) -> Got {
+    #[cfg(test)]
+    pub(crate) fn get8(&self, h: u64) -> Got {
         self.get8_pinned(h, &self.epochs.pin())
     }
 
@@ -727,7 +727,7 @@ impl PointMap {
     /// full fence): a writer calls it before anything else, so the miss is
     /// in flight while the fence waits for the previous write's flush.
     #[inline]
-    pub fn prefetch(&self, h: u64) {
+    pub(crate) fn prefetch(&self, h: u64) {
         let hint = Hint(self.hints[Self::shard(h)].load(Ordering::Relaxed));
         // The table may have been freed since the hint: a prefetch of a
         // freed address is harmless.
@@ -736,7 +736,7 @@ impl PointMap {
 
     /// Sets the key (`h`, `who`) to `va`, with `inline` as its value word
     /// (8-byte keys only). True if it was absent.
-    pub fn set(
+    pub(crate) fn set(
         &self,
         h: u64,
         va: u64,
@@ -753,7 +753,7 @@ impl PointMap {
     /// stores and no locked instruction. The shard's writers wait until
     /// the [`Reserved`] is committed or dropped; its table cannot be
     /// replaced meanwhile (a rebuild needs the shard's lock).
-    pub fn reserve(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> Reserved<'_> {
+    pub(crate) fn reserve(&self, h: u64, mut who: Who<impl FnMut(u64) -> bool>) -> Reserved<'_> {
         let i = Self::shard(h);
         let counts = self.writers[i].counts.lock();
         let pin = self.epochs.pin();
@@ -803,13 +803,15 @@ impl PointMap {
         new
     }
 
-    /// Removes the key (`h`, `who`). True if it was present.
-    pub fn remove(&self, h: u64, who: Who<impl FnMut(u64) -> bool>) -> bool {
+    /// Removes the key (`h`, `who`). True if it was present (tests; the
+    /// store removes through [`reserve`](Self::reserve)).
+    #[cfg(test)]
+    pub(crate) fn remove(&self, h: u64, who: Who<impl FnMut(u64) -> bool>) -> bool {
         self.reserve(h, who).remove()
     }
 
     /// Number of shards (for [`for_shard`](Self::for_shard)).
-    pub fn shards(&self) -> usize {
+    pub(crate) fn shards(&self) -> usize {
         self.tables.len()
     }
 
@@ -818,7 +820,7 @@ impl PointMap {
     /// A pair present throughout the call is visited once; one written
     /// meanwhile may be visited with its old or its new `v_addr`, or not
     /// at all.
-    pub fn for_shard(&self, i: usize, mut f: impl FnMut(u64, u64)) {
+    pub(crate) fn for_shard(&self, i: usize, mut f: impl FnMut(u64, u64)) {
         let p = self.epochs.pin();
         let (_, tab) = self.table(i, &p);
         tab.for_each(&mut |h, word, _| f(h, word & !TAG_BITS));
@@ -830,7 +832,7 @@ impl PointMap {
     /// a pin). For a close that is done with the map (the index image
     /// written from this shard); a later get or put on the shard works on
     /// the empty table.
-    pub fn release_shard(&self, i: usize) {
+    pub(crate) fn release_shard(&self, i: usize) {
         let (words, from, to) = {
             let mut c = self.writers[i].counts.lock();
             let p = self.epochs.pin();
@@ -855,15 +857,11 @@ impl PointMap {
     }
 
     /// Live keys (a sum over the shards' counts: no walk).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.writers
             .iter()
             .map(|w| w.live.load(Ordering::Relaxed))
             .sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -906,20 +904,27 @@ mod tests {
         }
     }
 
+    /// The keys `load_stable` put in `m` (hashed with `h`, and as 8-byte
+    /// keys with `h8`), which stay present with the same values.
+    #[derive(Clone, Copy)]
+    struct Stable<'a> {
+        m: &'a PointMap,
+        h: fn(u64) -> u64,
+        h8: fn(u64) -> u64,
+        stable: &'a [u64],
+    }
+
     /// Two readers that look up the `stable` keys (reader `r` from index
     /// `r`, every `step`-th) until `done`, each expecting what
     /// `load_stable` set (both kinds of key); `reads` counts the lookups.
-    #[allow(clippy::too_many_arguments)]
     fn spawn_stable_readers<'scope>(
         sc: &'scope std::thread::Scope<'scope, '_>,
-        m: &'scope PointMap,
-        h: fn(u64) -> u64,
-        h8: fn(u64) -> u64,
-        stable: &'scope [u64],
+        keys: Stable<'scope>,
         step: usize,
         done: &'scope AtomicBool,
         reads: &'scope AtomicU64,
     ) {
+        let Stable { m, h, h8, stable } = keys;
         for r in 0..2 {
             sc.spawn(move || {
                 let mut i = r;
@@ -1037,16 +1042,13 @@ mod tests {
         let done = AtomicBool::new(false);
         let reads = AtomicU64::new(0);
         std::thread::scope(|sc| {
-            spawn_stable_readers(
-                sc,
-                &m,
-                hash,
-                engine::hash::fmix64,
-                &stable,
-                7,
-                &done,
-                &reads,
-            );
+            let keys = Stable {
+                m: &m,
+                h: hash,
+                h8: engine::hash::fmix64,
+                stable: &stable,
+            };
+            spawn_stable_readers(sc, keys, 7, &done, &reads);
             let writers: Vec<_> = (0..2u64)
                 .map(|w| {
                     let m = &m;
@@ -1253,7 +1255,13 @@ mod tests {
         let freed = AtomicU64::new(0);
         let reads = AtomicU64::new(0);
         std::thread::scope(|sc| {
-            spawn_stable_readers(sc, &m, h, h8, &stable, 1, &done, &reads);
+            let keys = Stable {
+                m: &m,
+                h,
+                h8,
+                stable: &stable,
+            };
+            spawn_stable_readers(sc, keys, 1, &done, &reads);
             {
                 let (m, done, freed) = (&m, &done, &freed);
                 sc.spawn(move || {

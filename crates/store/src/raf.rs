@@ -40,8 +40,8 @@ use std::sync::Mutex;
 
 use engine::sync::Counter;
 
-pub const WAYS: usize = 4;
-pub const MAX_ITEM: usize = 256;
+pub(crate) const WAYS: usize = 4;
+pub(crate) const MAX_ITEM: usize = 256;
 const SAMPLE: u32 = 32;
 const LOCAL_WEIGHT: u32 = 10;
 /// Estimated DRAM bytes per item (key and value boxes, fields, slack).
@@ -110,7 +110,7 @@ impl Bucket {
     }
 }
 
-pub struct Raf {
+pub(crate) struct Raf {
     /// Allocated at first use: 64 MiB of buckets cost an open ~12 ms of
     /// page faults otherwise.
     buckets: std::sync::OnceLock<Box<[Mutex<Bucket>]>>,
@@ -149,7 +149,7 @@ fn tick() -> bool {
 }
 
 /// What a probe found.
-pub enum Probe {
+pub(crate) enum Probe {
     /// The cached value (copied out).
     Hit(Vec<u8>),
     /// Not cached; `fill` after reading the log when `sampled`.
@@ -158,9 +158,22 @@ pub enum Probe {
     Off,
 }
 
+/// A key's value as a read found it in the log: what [`Raf::fill`] admits.
+#[derive(Clone, Copy)]
+pub(crate) struct LogRead<'a> {
+    pub key: &'a [u8],
+    /// `key_hash(key)`.
+    pub hash: u64,
+    pub value: &'a [u8],
+    /// `v_addr` of the entry the value was read from.
+    pub vaddr: u64,
+    /// The node whose log holds the entry.
+    pub node: u32,
+}
+
 impl Raf {
     /// `bytes` 0 makes a cache that is never used.
-    pub fn new(bytes: u64, remote_ratio: f64, window: u64) -> Raf {
+    pub(crate) fn new(bytes: u64, remote_ratio: f64, window: u64) -> Raf {
         let n = if bytes == 0 {
             0
         } else {
@@ -185,7 +198,7 @@ impl Raf {
         }
     }
 
-    pub fn exists(&self) -> bool {
+    pub(crate) fn exists(&self) -> bool {
         self.n > 0
     }
 
@@ -209,17 +222,17 @@ impl Raf {
     /// also exclude them, but in a write it comes right after the entry's
     /// flush and waits for its write-back.
     #[inline]
-    pub fn writes_may_skip(&self) -> bool {
+    pub(crate) fn writes_may_skip(&self) -> bool {
         !self.exists()
             || !self.filled.load(Ordering::Acquire)
             || !self.enabled.load(Ordering::Acquire)
     }
 
-    pub fn is_enabled(&self) -> bool {
+    pub(crate) fn is_enabled(&self) -> bool {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    pub fn capacity_items(&self) -> u64 {
+    pub(crate) fn capacity_items(&self) -> u64 {
         self.n as u64 * WAYS as u64
     }
 
@@ -244,7 +257,7 @@ impl Raf {
 
     /// Counts a non-get operation (for the write-heavy signal).
     #[inline]
-    pub fn note_op(&self) {
+    pub(crate) fn note_op(&self) {
         if self.exists() {
             self.ops.add(1);
             if tick() {
@@ -253,7 +266,7 @@ impl Raf {
         }
     }
 
-    pub fn probe(&self, key: &[u8], hash: u64, here: u32) -> Probe {
+    pub(crate) fn probe(&self, key: &[u8], hash: u64, here: u32) -> Probe {
         if !self.exists() {
             return Probe::Off;
         }
@@ -289,21 +302,18 @@ impl Raf {
         Probe::Hit(w.items[pos].as_ref().expect("found").value().to_vec())
     }
 
-    /// Admits an item read from the log at `vaddr` (after a sampled miss)
+    /// Admits an item read from the log at `r.vaddr` (after a sampled miss)
     /// if `still_current()` — the index still names `vaddr` — holds under
     /// the bucket lock. The caller holds the key's stripe (see
     /// [`writes_may_skip`](Self::writes_may_skip)).
-    #[allow(clippy::too_many_arguments)]
-    pub fn fill(
-        &self,
-        key: &[u8],
-        hash: u64,
-        value: &[u8],
-        vaddr: u64,
-        node: u32,
-        here: u32,
-        still_current: impl FnOnce() -> bool,
-    ) {
+    pub(crate) fn fill(&self, r: &LogRead<'_>, here: u32, still_current: impl FnOnce() -> bool) {
+        let LogRead {
+            key,
+            hash,
+            value,
+            vaddr,
+            node,
+        } = *r;
         if !self.exists() || key.len() + value.len() > MAX_ITEM {
             return;
         }
@@ -349,14 +359,14 @@ impl Raf {
     /// tags), so that a batch overlaps those misses; nothing when writes
     /// skip the cache (before the first fill, or while it is off).
     #[inline]
-    pub fn prefetch(&self, hash: u64) {
+    pub(crate) fn prefetch(&self, hash: u64) {
         if self.exists() && self.filled.load(Ordering::Relaxed) && self.is_enabled() {
             engine::sync::prefetch(self.bucket(hash));
         }
     }
 
     /// A write made `vaddr` (on `node`) the key's newest entry with `value`.
-    pub fn update(&self, key: &[u8], hash: u64, value: &[u8], vaddr: u64, node: u32) {
+    pub(crate) fn update(&self, key: &[u8], hash: u64, value: &[u8], vaddr: u64, node: u32) {
         if self.writes_may_skip() {
             return;
         }
@@ -374,7 +384,7 @@ impl Raf {
     }
 
     /// Drops `key` (deleted, or relocated by GC when `vaddr` matches).
-    pub fn remove(&self, key: &[u8], hash: u64) {
+    pub(crate) fn remove(&self, key: &[u8], hash: u64) {
         if self.writes_may_skip() {
             return;
         }
@@ -385,7 +395,7 @@ impl Raf {
     }
 
     /// GC moved the key's entry from `old` to `new` (same value).
-    pub fn relocate(&self, key: &[u8], hash: u64, old: u64, new: u64, node: u32) {
+    pub(crate) fn relocate(&self, key: &[u8], hash: u64, old: u64, new: u64, node: u32) {
         if self.writes_may_skip() {
             return;
         }
@@ -463,7 +473,7 @@ impl Raf {
         full >= 8
     }
 
-    pub fn stats(&self) -> (u64, u64) {
+    pub(crate) fn stats(&self) -> (u64, u64) {
         (self.hits.get().max(0) as u64, self.capacity_items())
     }
 }
@@ -484,11 +494,22 @@ fn bump(items: &mut [Option<Item>; WAYS], pos: usize, add: u32) {
 mod tests {
     use super::*;
 
+    /// `value` of `key` (hash `hash`) read from `vaddr` on `node`.
+    fn read<'a>(key: &'a [u8], hash: u64, value: &'a [u8], vaddr: u64, node: u32) -> LogRead<'a> {
+        LogRead {
+            key,
+            hash,
+            value,
+            vaddr,
+            node,
+        }
+    }
+
     #[test]
     fn fill_hit_update_remove() {
         let r = Raf::new(1 << 20, 1.59, 1 << 20);
         assert!(matches!(r.probe(b"k", 7, 0), Probe::Miss { .. }));
-        r.fill(b"k", 7, b"v1", 100, 1, 0, || true);
+        r.fill(&read(b"k", 7, b"v1", 100, 1), 0, || true);
         match r.probe(b"k", 7, 0) {
             Probe::Hit(v) => assert_eq!(v, b"v1"),
             _ => panic!("expected a hit"),
@@ -501,7 +522,7 @@ mod tests {
         r.remove(b"k", 7);
         assert!(matches!(r.probe(b"k", 7, 0), Probe::Miss { .. }));
         // A fill whose v_addr is no longer current is refused.
-        r.fill(b"k", 7, b"old", 100, 0, 0, || false);
+        r.fill(&read(b"k", 7, b"old", 100, 0), 0, || false);
         assert!(matches!(r.probe(b"k", 7, 0), Probe::Miss { .. }));
     }
 
@@ -512,9 +533,9 @@ mod tests {
         for i in 0..WAYS as u8 {
             // Node 1 while the reader is on node 0: remote, weight 16.
             let node = if i == 0 { 0 } else { 1 };
-            r.fill(&[i], 1, b"v", i as u64, node, 0, || true);
+            r.fill(&read(&[i], 1, b"v", i as u64, node), 0, || true);
         }
-        r.fill(b"new", 1, b"v", 99, 0, 0, || true);
+        r.fill(&read(b"new", 1, b"v", 99, 0), 0, || true);
         // The local item (TF 10) went, the remote ones (TF 16) stayed.
         assert!(matches!(r.probe(&[0], 1, 0), Probe::Miss { .. }));
         assert!(matches!(r.probe(&[1], 1, 0), Probe::Hit(_)));
@@ -544,7 +565,7 @@ mod tests {
         for _ in 0..4096 {
             match r.probe(k, 9, 0) {
                 Probe::Hit(got) => assert_eq!(got, v, "a stale value was served"),
-                Probe::Miss { sampled: true } => r.fill(k, 9, v, 200, 0, 0, || true),
+                Probe::Miss { sampled: true } => r.fill(&read(k, 9, v, 200, 0), 0, || true),
                 _ => {}
             }
         }
@@ -553,7 +574,7 @@ mod tests {
     #[test]
     fn writes_skip_an_off_cache_and_what_they_skipped_is_never_served() {
         let r = Raf::new(1 << 20, 1.59, 1024);
-        r.fill(b"k", 9, b"v1", 100, 0, 0, || true);
+        r.fill(&read(b"k", 9, b"v1", 100, 0), 0, || true);
         assert!(matches!(r.probe(b"k", 9, 0), Probe::Hit(v) if v == b"v1"));
         // A write-only window turns the cache off (writes end windows too).
         for _ in 0..4096 {

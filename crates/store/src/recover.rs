@@ -30,7 +30,7 @@ use pmem::{Link, Pool};
 use crate::index::{IKey, Index};
 use crate::inner::{new_inner, Inner};
 use crate::layout::*;
-use crate::nlog::{End, LogFile};
+use crate::nlog::{End, LogFile, LogRoot};
 use crate::options::Options;
 use crate::pindex::PIndex;
 use crate::stats::OpenedFrom;
@@ -54,6 +54,20 @@ struct RootInfo {
     next_seq: u64,
     index: u64,
     engine: [u64; 2],
+}
+
+impl RootInfo {
+    /// What the log works from, of the root block at `root`.
+    fn log_root(&self, root: u64) -> LogRoot {
+        LogRoot {
+            root,
+            nodes: self.nodes,
+            clusters: self.clusters,
+            extent_size: self.extent,
+            table_len: self.table_len,
+            next_seq: self.next_seq,
+        }
+    }
 }
 
 fn read_root(pool: &Pool, root: u64) -> Result<RootInfo> {
@@ -298,18 +312,7 @@ pub(crate) fn open(
             .min(1 << 26) as usize,
         opts.open.inline_values,
     );
-    let s = new_inner(
-        pool.clone(),
-        root,
-        opts,
-        index,
-        epochs,
-        ri.nodes,
-        ri.clusters,
-        ri.extent,
-        ri.table_len,
-        ri.next_seq,
-    );
+    let s = new_inner(pool.clone(), &ri.log_root(root), opts, index, epochs);
     if fresh {
         s.log.install(files, free);
         return Ok((s, OpenedFrom::Created, 0));
@@ -1306,15 +1309,18 @@ impl Hasher for KeyHasherState {
     }
 }
 
-/// What [`repair`] dropped: a run of bytes of one Nlog file.
+/// What [`Store::repair`](crate::Store::repair) dropped: a run of bytes of one Nlog file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dropped {
     /// The file's sequence number, node and cluster.
     pub file_seq: u64,
+    /// The file's node.
     pub node: u32,
+    /// The file's hash cluster.
     pub cluster: u32,
     /// Pool offset and length of the bytes dropped.
     pub offset: u64,
+    /// Bytes dropped.
     pub len: u64,
     /// What the first entry there claimed to be, when its header still
     /// parses (its key and version may be the corrupt part).
@@ -1383,7 +1389,16 @@ fn fill(s: &crate::nlog::Nlog, f: &LogFile, mut pos: u64, end: u64) {
         let mut value = vec![0u8; vlen];
         pool.read(off + ENTRY_HEADER, &mut value);
         let durable = pos / ENTRY_ALIGN;
-        let crc = entry_crc(f.seq, off, 1, lens, NONE, 0, durable, b"", &value);
+        let w = CrcWords {
+            seq: f.seq,
+            off,
+            version: 1,
+            lens,
+            h_addr: NONE,
+            h_seq: 0,
+            durable,
+        };
+        let crc = entry_crc(&w, b"", &value);
         pool.store_u64(off + 8, lens);
         pool.store_u64(off + 16, NONE);
         pool.store_u64(off + 24, 0);
@@ -1413,16 +1428,7 @@ pub(crate) fn repair(pool: Arc<Pool>, dry: bool) -> Result<Vec<Dropped>> {
     }
     let ri = read_root(&pool, root)?;
     let (files, _) = read_files(&pool, root, &ri)?;
-    let log = crate::nlog::Nlog::new(
-        pool.clone(),
-        root,
-        ri.nodes,
-        ri.clusters,
-        ri.extent,
-        ri.table_len,
-        engine::Durability::Strict,
-        ri.next_seq,
-    );
+    let log = crate::nlog::Nlog::new(pool.clone(), &ri.log_root(root), engine::Durability::Strict);
     let newest = newest_files(&files);
     let mut dropped = Vec::new();
     let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());

@@ -38,7 +38,9 @@ impl std::fmt::Display for OpenedFrom {
 /// Figures for `inspect`, the benchmark and tests.
 #[derive(Clone, Debug, Default)]
 pub struct StoreStats {
+    /// Keys present.
     pub keys: u64,
+    /// Nlog files (extents) in use.
     pub files: u64,
     /// Bytes of entries written and not yet reclaimed.
     pub log_bytes: u64,
@@ -47,19 +49,33 @@ pub struct StoreStats {
     /// `log_bytes / live_bytes`: 1.0 for an empty log, infinite when the log
     /// holds only dead entries (JSON writes it as null).
     pub space_amplification: f64,
+    /// Bytes of the pool.
     pub pm_bytes: u64,
+    /// GC passes run.
     pub gc_runs: u64,
+    /// Nlog files GC freed.
     pub files_reclaimed: u64,
+    /// Live entries GC copied out of files it freed.
     pub entries_relocated: u64,
+    /// Entries GC marked invalid in place.
     pub entries_marked: u64,
+    /// Whether the RAF cache is on now.
     pub raf_enabled: bool,
+    /// Gets served by the RAF cache.
     pub raf_hits: u64,
+    /// Items in the RAF cache.
     pub raf_items: u64,
+    /// Entry reads on the reader's own node.
     pub local_reads: u64,
+    /// Entry reads on another node.
     pub remote_reads: u64,
+    /// Writes to the writer's own node.
     pub local_writes: u64,
+    /// Writes to another node.
     pub remote_writes: u64,
+    /// NUMA nodes the log is split over.
     pub nodes: u32,
+    /// Hash clusters per node.
     pub clusters: u32,
     /// How the last open found the index.
     pub opened_from: OpenedFrom,

@@ -182,6 +182,7 @@ impl Store {
         crate::recover::repair(Arc::new(Pool::open(path, &o)?), false)
     }
 
+    /// The store's directory, `None` for a store on a pool opened directly.
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
     }
@@ -191,6 +192,7 @@ impl Store {
         self.inner.opts.open.durability
     }
 
+    /// The pool the store lives in.
     pub fn pool(&self) -> &Arc<Pool> {
         &self.inner.pool
     }
@@ -323,14 +325,17 @@ impl Store {
         Ok(())
     }
 
+    /// Keys present.
     pub fn len(&self) -> u64 {
         self.inner.keys.get().max(0) as u64
     }
 
+    /// Whether no key is present.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// The store's figures now.
     pub fn stats(&self) -> StoreStats {
         let s = &*self.inner;
         let files = s.log.snapshot();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use engine::{Error, Result};
 
+use crate::index::KeyChange;
 use crate::layout::*;
 use crate::nlog::LogFile;
 use crate::store::{check_key, check_value, Store};
@@ -112,12 +113,16 @@ impl Store {
                 // (acknowledged => durable); the one fence orders it.
                 s.log.mark_invalid(vaddr_off(o));
                 s.log.pool.fence();
+                let c = KeyChange {
+                    key,
+                    hash,
+                    va: o,
+                    value: None,
+                };
                 let changed = s
                     .index
-                    .commit(held, key, hash, o, None, false, &mut |h, p| {
-                        s.append_ovf(h, p)
-                    })?;
-                s.after_index(key, hash, None, o, here, changed, cache);
+                    .commit(held, &c, false, &mut |h, p| s.append_ovf(h, p))?;
+                s.after_index(&c, here, changed, cache);
                 return Ok(true);
             }
         }
@@ -142,12 +147,16 @@ impl Store {
         // and the cache name it, so a reader never returns a value a crash
         // could take back (I1, CRASH-PATTERNS #6); the commit fences it.
         let va = staged.commit();
+        let c = KeyChange {
+            key,
+            hash,
+            va,
+            value,
+        };
         let changed = s
             .index
-            .commit(held, key, hash, va, value, queued, &mut |h, p| {
-                s.append_ovf(h, p)
-            })?;
-        s.after_index(key, hash, value, va, here, changed, cache);
+            .commit(held, &c, queued, &mut |h, p| s.append_ovf(h, p))?;
+        s.after_index(&c, here, changed, cache);
         Ok(true)
     }
 
@@ -292,7 +301,13 @@ impl Store {
         };
         for (i, old, old_file, va, file) in done {
             let (k, v) = pairs[i];
-            s.publish(k, hashes[i], v, old, old_file.as_deref(), va, &file, here)
+            let c = KeyChange {
+                key: k,
+                hash: hashes[i],
+                va,
+                value: v,
+            };
+            s.publish(&c, old, old_file.as_deref(), &file, here)
                 .map_err(|error| BatchError { done: i, error })?;
         }
         r.map_err(|error| BatchError { done: n, error })
@@ -307,7 +322,9 @@ type Unpublished = (usize, Option<u64>, Option<Arc<LogFile>>, u64, Arc<LogFile>)
 /// the rest are not.
 #[derive(Debug)]
 pub struct BatchError {
+    /// Pairs put, from the batch's start.
     pub done: usize,
+    /// Why the next pair was not.
     pub error: Error,
 }
 

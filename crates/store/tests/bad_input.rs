@@ -215,8 +215,7 @@ fn shape(b: &[u8]) -> (u64, Vec<(u64, u64)>, u64) {
     let roots: Vec<u64> = (pmem::header::HEADER_LEN as u64..b.len() as u64 - 16)
         .step_by(64)
         .filter(|&o| {
-            word(b, o) == u64::from_le_bytes(*b"PMHSTOR1")
-                && word(b, o + 8) == store::layout::FORMAT
+            word(b, o) == u64::from_le_bytes(*b"PMHSTOR1") && word(b, o + 8) == store::FORMAT
         })
         .collect();
     assert_eq!(roots.len(), 1, "store root blocks found at {roots:#x?}");

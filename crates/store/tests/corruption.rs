@@ -95,8 +95,7 @@ fn entries(b: &[u8]) -> Vec<Vec<At>> {
     let root = (pmem::header::HEADER_LEN..b.len() - 16)
         .step_by(64)
         .find(|&o| {
-            word(b, o) == u64::from_le_bytes(*b"PMHSTOR1")
-                && word(b, o + 8) == store::layout::FORMAT
+            word(b, o) == u64::from_le_bytes(*b"PMHSTOR1") && word(b, o + 8) == store::FORMAT
         })
         .expect("a store root");
     let table_len = word(b, root + 40) as usize;
@@ -115,7 +114,7 @@ fn entries(b: &[u8]) -> Vec<Vec<At>> {
                 (lens & 0xffff) as usize,
                 ((lens >> 16) & 0xffff_ffff) as usize,
             );
-            let len = store::layout::entry_len(klen, vlen) as usize;
+            let len = store::entry_len(klen, vlen) as usize;
             let key = b[f + pos + 40..f + pos + 40 + klen].to_vec();
             v.push(At {
                 off: f + pos,

@@ -151,21 +151,27 @@ struct Done {
     reclaimed: u64,
 }
 
-/// `n` random operations on `s`, mirrored in `m` and checked op by op.
-/// `max_v`: the longest value; `too_big`: a key/value pair whose entry
-/// exceeds a file (or `None` if the files are big enough for anything).
-#[allow(clippy::too_many_arguments)]
-fn run_ops(
-    s: &Store,
-    m: &mut Model,
-    keys: &[Vec<u8>],
-    rng: &mut Rng,
+/// A run of random operations.
+struct Run {
+    /// How many.
     n: usize,
+    /// The longest value.
     max_v: usize,
+    /// A key/value pair whose entry exceeds a file (or `None` if the files
+    /// are big enough for anything).
     too_big: Option<(usize, usize)>,
+    /// The first operation's number (values are made from it).
     op0: u64,
-    done: &mut Done,
-) {
+}
+
+/// The operations of `run` on `s`, mirrored in `m` and checked op by op.
+fn run_ops(s: &Store, m: &mut Model, keys: &[Vec<u8>], rng: &mut Rng, run: &Run, done: &mut Done) {
+    let Run {
+        n,
+        max_v,
+        too_big,
+        op0,
+    } = *run;
     for i in 0..n {
         let op = op0 + i as u64;
         let k = &keys[rng.below(keys.len() as u64) as usize];
@@ -282,17 +288,13 @@ fn random_ops_match_the_model_with_gc() {
         let mut m = Model::new();
         let mut done = Done::default();
         for phase in 0..6 {
-            run_ops(
-                &s,
-                &mut m,
-                &keys,
-                &mut rng,
-                1500,
-                2000,
-                Some((1000, 3100)),
-                seed << 32 | phase << 16,
-                &mut done,
-            );
+            let run = Run {
+                n: 1500,
+                max_v: 2000,
+                too_big: Some((1000, 3100)),
+                op0: seed << 32 | phase << 16,
+            };
+            run_ops(&s, &mut m, &keys, &mut rng, &run, &mut done);
             verify(&s, &m, &format!("seed {seed} phase {phase}"));
             done.reclaimed += s.gc(usize::MAX).unwrap() as u64;
             verify(&s, &m, &format!("seed {seed} phase {phase} after gc"));
@@ -366,8 +368,8 @@ fn colliding_keys(n: u64) -> Vec<Vec<u8>> {
             [a.to_le_bytes(), b.to_le_bytes()].concat()
         })
         .collect();
-    let h = store::layout::key_hash(&keys[0]);
-    assert!(keys.iter().all(|k| store::layout::key_hash(k) == h));
+    let h = store::key_hash(&keys[0]);
+    assert!(keys.iter().all(|k| store::key_hash(k) == h));
     keys
 }
 
@@ -437,9 +439,13 @@ fn reopen_clean_and_after_drop() {
                 }
             }
             verify(&s, &m, &format!("seed {seed} round {round} after open"));
-            run_ops(
-                &s, &mut m, &keys, &mut rng, 1500, 1500, None, op0, &mut done,
-            );
+            let run = Run {
+                n: 1500,
+                max_v: 1500,
+                too_big: None,
+                op0,
+            };
+            run_ops(&s, &mut m, &keys, &mut rng, &run, &mut done);
             op0 += 1 << 20;
             verify(&s, &m, &format!("seed {seed} round {round} after ops"));
             if round % 2 == 0 {
@@ -484,7 +490,13 @@ fn recovery_thread_count_does_not_change_the_content() {
     let mut done = Done::default();
     {
         let s = Store::open(dir.path(), opts.clone()).unwrap();
-        run_ops(&s, &mut m, &keys, &mut rng, 5000, 1500, None, 0, &mut done);
+        let run = Run {
+            n: 5000,
+            max_v: 1500,
+            too_big: None,
+            op0: 0,
+        };
+        run_ops(&s, &mut m, &keys, &mut rng, &run, &mut done);
         verify(&s, &m, "before the drop");
     }
     let content = |threads: usize| -> (Pairs, store::OpenedFrom, u64) {
@@ -994,17 +1006,13 @@ fn relaxed_writes_survive_a_crash_after_sync() {
     let mut m = Model::new();
     let mut done = Done::default();
     for phase in 0..3u64 {
-        run_ops(
-            &s,
-            &mut m,
-            &keys,
-            &mut rng,
-            800,
-            1000,
-            None,
-            phase << 20,
-            &mut done,
-        );
+        let run = Run {
+            n: 800,
+            max_v: 1000,
+            too_big: None,
+            op0: phase << 20,
+        };
+        run_ops(&s, &mut m, &keys, &mut rng, &run, &mut done);
         s.sync().unwrap();
         let img = pool.crash_image(CrashChoice::Persisted).unwrap();
         let p = Arc::new(Pool::from_image(img, Mode::Volatile).unwrap());

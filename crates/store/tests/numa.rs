@@ -11,8 +11,10 @@ use std::thread::JoinHandle;
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::Mode;
-use store::numa::Numa;
-use store::{CreateOptions, GcMode, OpenOptions, Options, Store, StoreStats, LAYOUT};
+
+use store::{
+    emulated_node, CreateOptions, GcMode, OpenOptions, Options, Store, StoreStats, LAYOUT,
+};
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -29,7 +31,7 @@ impl Worker {
         let (ntx, nrx) = channel();
         let handle = std::thread::spawn(move || {
             // The store computes the emulated node the same way.
-            ntx.send(Numa::new(2, Some(2), 0).current()).unwrap();
+            ntx.send(emulated_node(2)).unwrap();
             for job in rx {
                 job();
             }

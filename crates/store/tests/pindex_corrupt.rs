@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use engine::testkit::TempDir;
 use pmem::{Mode, Pool, PoolOptions};
-use store::layout::{key_hash, lens_word};
+use store::{key_hash, lens_word};
 use store::{CreateOptions, GcMode, IndexKind, OpenOptions, Options, Store, POOL_FILE};
 
 const VICTIM: &[u8] = b"victim-key-0042";

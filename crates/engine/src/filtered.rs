@@ -53,7 +53,9 @@ use crate::cuckoo::{self, CuckooFilter, FilterCell};
 use crate::gate::{Inside, WriterGate};
 use crate::hash::fmix64;
 use crate::sync::Stripes;
-use crate::{CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Error, Result, Stats};
+use crate::{
+    CheckReport, Engine, EngineConfig, EngineKind, EngineSpec, Error, Fixed, Result, Stats,
+};
 
 /// Stripe locks serialising the writers of one key.
 const STRIPES: usize = 1024;
@@ -83,6 +85,35 @@ pub struct Filtered {
     /// Engine removes whose key had no fingerprint (0 unless exactness was
     /// broken).
     lost: AtomicU64,
+}
+
+crate::tallies! {
+    /// The filter's figures ([`Filtered::filter_tallies`]).
+    pub struct FilterTallies {
+        /// Buckets of the filter now.
+        buckets: u64 => "filter buckets",
+        /// Fingerprints it holds (one per key of the engine).
+        fingerprints: u64 => "filter fingerprints",
+        /// Fingerprints per slot.
+        load: Fixed<4> => "filter load",
+        /// The false-positive rate its load and fingerprint width predict.
+        expected_fpr: Fixed<6> => "filter expected fpr",
+        /// DRAM the filter takes.
+        bytes: u64 => "filter bytes",
+        /// Cuckoo kicks made by inserts.
+        kicks: u64 => "filter kicks",
+        /// Filters installed by growth since this handle was made.
+        growths: u64 => "filter growths",
+        /// Growths forced by a full filter (the rest were load-triggered).
+        full_growths: u64 => "filter full growths",
+        /// Time to build the filter from the engine's keys at open.
+        rebuild_ms: Fixed<3> => "filter rebuild ms",
+        /// Time spent growing the filter.
+        grow_ms: Fixed<3> => "filter grow ms",
+        /// Engine removes whose key had no fingerprint (0 unless exactness
+        /// was broken).
+        lost_removes: u64 => "filter lost removes",
+    }
 }
 
 /// The registry entry of a filtered engine: the inner engine's layout (the
@@ -144,30 +175,50 @@ fn constructors(inner: fn() -> EngineSpec) -> Result<(PoolFn, PoolFn)> {
 impl Filtered {
     /// Formats `pool` with `inner`'s engine and puts an empty filter sized
     /// for `cfg.initial_capacity` (at most what the pool can hold) in front.
+    pub fn create(
+        inner: fn() -> EngineSpec,
+        name: &'static str,
+        pool: Arc<Pool>,
+        cfg: &EngineConfig,
+    ) -> Result<Filtered> {
+        let (create, _) = constructors(inner)?;
+        let most = pool.max_size().max(pool.size()) / MIN_PAIR_BYTES;
+        let e = create(pool, cfg)?;
+        let f = CuckooFilter::with_capacity(cfg.initial_capacity.min(most))
+            .seeded(cuckoo::random_seed());
+        Ok(Filtered::from_parts(e, f, name, 0))
+    }
+
+    /// Opens (and recovers) `pool` with `inner`'s engine and builds the
+    /// filter from its keys.
+    pub fn open(
+        inner: fn() -> EngineSpec,
+        name: &'static str,
+        pool: Arc<Pool>,
+        cfg: &EngineConfig,
+    ) -> Result<Filtered> {
+        let (_, open) = constructors(inner)?;
+        Ok(Filtered::wrap(open(pool, cfg)?, name))
+    }
+
+    /// [`Filtered::create`], boxed (a registry entry's `create`).
     pub fn create_boxed(
         inner: fn() -> EngineSpec,
         name: &'static str,
         pool: Arc<Pool>,
         cfg: &EngineConfig,
     ) -> Result<Box<dyn Engine>> {
-        let (create, _) = constructors(inner)?;
-        let most = pool.max_size().max(pool.size()) / MIN_PAIR_BYTES;
-        let e = create(pool, cfg)?;
-        let f = CuckooFilter::with_capacity(cfg.initial_capacity.min(most))
-            .seeded(cuckoo::random_seed());
-        Ok(Box::new(Filtered::from_parts(e, f, name, 0)))
+        Ok(Box::new(Filtered::create(inner, name, pool, cfg)?))
     }
 
-    /// Opens (and recovers) `pool` with `inner`'s engine and builds the
-    /// filter from its keys.
+    /// [`Filtered::open`], boxed (a registry entry's `open`).
     pub fn open_boxed(
         inner: fn() -> EngineSpec,
         name: &'static str,
         pool: Arc<Pool>,
         cfg: &EngineConfig,
     ) -> Result<Box<dyn Engine>> {
-        let (_, open) = constructors(inner)?;
-        Ok(Box::new(Filtered::wrap(open(pool, cfg)?, name)))
+        Ok(Box::new(Filtered::open(inner, name, pool, cfg)?))
     }
 
     /// Puts a filter in front of `inner`, built from the keys it holds.
@@ -213,6 +264,26 @@ impl Filtered {
     /// Filters installed by growth since this handle was made.
     pub fn growths(&self) -> u64 {
         self.generation.load(Ordering::Relaxed)
+    }
+
+    /// The filter's own figures now (the inner engine's are its
+    /// `tallies()`); `Stats::detail` lists them after the engine's.
+    pub fn filter_tallies(&self) -> FilterTallies {
+        let f = self.filter.get();
+        let ms = |ns: u64| Fixed(ns as f64 / 1e6);
+        FilterTallies {
+            buckets: f.buckets() as u64,
+            fingerprints: f.len(),
+            load: Fixed(f.load()),
+            expected_fpr: Fixed(f.expected_fpr()),
+            bytes: f.bytes(),
+            kicks: f.kicks(),
+            growths: self.growths(),
+            full_growths: self.full_growths.load(Ordering::Relaxed),
+            rebuild_ms: ms(self.open_rebuild_ns),
+            grow_ms: ms(self.grow_ns.load(Ordering::Relaxed)),
+            lost_removes: self.lost.load(Ordering::Relaxed),
+        }
     }
 
     fn stripe(key: u64) -> u64 {
@@ -340,32 +411,7 @@ impl Engine for Filtered {
         // The engine's own changes plus the filter's doublings (rebuilds).
         s.structural_changes += self.growths();
         s.structural_nanos += self.grow_ns.load(Ordering::Relaxed);
-        let ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6);
-        s.detail.extend([
-            ("filter buckets".to_string(), f.buckets().to_string()),
-            ("filter fingerprints".to_string(), f.len().to_string()),
-            ("filter load".to_string(), format!("{:.4}", f.load())),
-            (
-                "filter expected fpr".to_string(),
-                format!("{:.6}", f.expected_fpr()),
-            ),
-            ("filter bytes".to_string(), f.bytes().to_string()),
-            ("filter kicks".to_string(), f.kicks().to_string()),
-            ("filter growths".to_string(), self.growths().to_string()),
-            (
-                "filter full growths".to_string(),
-                self.full_growths.load(Ordering::Relaxed).to_string(),
-            ),
-            ("filter rebuild ms".to_string(), ms(self.open_rebuild_ns)),
-            (
-                "filter grow ms".to_string(),
-                ms(self.grow_ns.load(Ordering::Relaxed)),
-            ),
-            (
-                "filter lost removes".to_string(),
-                self.lost.load(Ordering::Relaxed).to_string(),
-            ),
-        ]);
+        s.detail.extend(self.filter_tallies().detail());
         s
     }
 

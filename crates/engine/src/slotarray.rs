@@ -140,7 +140,23 @@ enum Probe {
     Absent(Option<u64>),
 }
 
+crate::tallies! {
+    /// The slot array's figures ([`SlotArray::tallies`]).
+    pub struct Tallies {
+        /// Slots freed by removes and not yet reused.
+        tombstones: u64 => "tombstones",
+    }
+}
+
 impl SlotArray {
+    /// The slot array's figures now.
+    pub fn tallies(&self) -> Tallies {
+        let inner = self.inner.lock().expect("slotarray lock");
+        Tallies {
+            tombstones: inner.used - inner.len,
+        }
+    }
+
     fn name_for(misordered: bool) -> &'static str {
         if misordered {
             "slotarray-misordered"
@@ -408,7 +424,10 @@ impl Engine for SlotArray {
             dram_bytes: std::mem::size_of::<Self>() as u64,
             structural_changes: self.structural.changes(),
             structural_nanos: self.structural.nanos(),
-            detail: vec![("tombstones".into(), (inner.used - inner.len).to_string())],
+            detail: Tallies {
+                tombstones: inner.used - inner.len,
+            }
+            .detail(),
         }
     }
 

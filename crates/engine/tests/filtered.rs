@@ -8,19 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use engine::filtered::Filtered;
-use engine::testkit::detail;
-use engine::{filtered_spec, slotarray, Engine, EngineConfig, EngineKind, EngineSpec};
+use engine::{slotarray, Engine, EngineConfig};
 use pmem::{Mode, Pool, PoolOptions};
 
-fn spec() -> EngineSpec {
-    filtered_spec!(slotarray::spec, "slotarray+filter")
-}
-
-fn engine(initial_capacity: u64) -> (Arc<Pool>, Box<dyn Engine>) {
-    let s = spec();
-    let EngineKind::Persistent { layout, create, .. } = s.kind else {
-        unreachable!()
-    };
+fn engine(initial_capacity: u64) -> (Arc<Pool>, Filtered) {
+    let layout = slotarray::LAYOUT;
     let pool = Arc::new(
         Pool::create(
             Path::new(""),
@@ -33,7 +25,9 @@ fn engine(initial_capacity: u64) -> (Arc<Pool>, Box<dyn Engine>) {
         )
         .unwrap(),
     );
-    let e = create(
+    let e = Filtered::create(
+        slotarray::spec,
+        "slotarray+filter",
         pool.clone(),
         &EngineConfig {
             initial_capacity,
@@ -48,18 +42,18 @@ fn engine(initial_capacity: u64) -> (Arc<Pool>, Box<dyn Engine>) {
 fn load_growth_doubles_and_keeps_every_key() {
     let (_pool, e) = engine(4);
     // 2 buckets: the 8th fingerprint is over 0.9 · 8 slots.
-    let mut growths = 0.0;
+    let mut growths = 0;
     for k in 0..200u64 {
         assert!(e.insert(k, k).unwrap());
-        let g = detail(&*e, "filter growths");
-        assert!(g >= growths);
-        growths = g;
-        let load = detail(&*e, "filter load");
+        let t = e.filter_tallies();
+        assert!(t.growths >= growths);
+        growths = t.growths;
+        let load = t.load.0;
         assert!(load <= 0.9, "after insert {k}: load {load}");
     }
     // 200 keys need 200 / 3.6 -> 64 buckets: 2 -> 4 -> ... -> 64 is 5 doublings.
-    assert_eq!(detail(&*e, "filter buckets"), 64.0);
-    assert!(growths >= 5.0, "{growths} growths");
+    assert_eq!(e.filter_tallies().buckets, 64);
+    assert!(growths >= 5, "{growths} growths");
     for k in 0..200u64 {
         assert_eq!(e.get(k), Some(k));
     }
@@ -116,13 +110,13 @@ fn absent_keys_rarely_reach_the_engine() {
     let gets = Arc::new(AtomicU64::new(0));
     let e = Filtered::wrap(
         Box::new(Counting {
-            inner: plain,
+            inner: Box::new(plain),
             gets: gets.clone(),
         }),
         "counting+filter",
     );
     assert_eq!(e.name(), "counting+filter");
-    assert_eq!(detail(&e, "filter fingerprints"), 3000.0);
+    assert_eq!(e.filter_tallies().fingerprints, 3000);
     for k in 0..3000u64 {
         assert_eq!(e.get(k), Some(k));
     }
@@ -133,7 +127,7 @@ fn absent_keys_rarely_reach_the_engine() {
         assert_eq!(e.get(k), None);
     }
     let reached = gets.load(Ordering::Relaxed) as f64 / n as f64;
-    let expected = detail(&e, "filter expected fpr");
+    let expected = e.filter_tallies().expected_fpr.0;
     assert!(
         reached < 2.0 * expected + 1e-4,
         "{reached} of absent gets reached the engine (expected fpr {expected})"

@@ -68,18 +68,6 @@ pub fn pool_opts<S: Subject>(
     test_pool_options(S::LAYOUT, &S::UUID_TAG, mode, size, max_size, seed)
 }
 
-/// A figure from `stats().detail`, parsed (panics if absent or not a number).
-pub fn detail(e: &dyn Engine, name: &str) -> f64 {
-    e.stats()
-        .detail
-        .iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("stats().detail has no {name:?}"))
-        .1
-        .parse()
-        .unwrap_or_else(|_| panic!("detail {name:?} is not a number"))
-}
-
 /// A uuid made of a 16-byte tag with `seed` in its first 8 bytes: a test
 /// pool's identity, hence its engine's hash seed, repeats run to run.
 pub fn test_uuid(tag: &[u8; 16], seed: u64) -> [u8; 16] {

@@ -135,9 +135,13 @@ fn reclaim(s: &Inner, f: &Arc<LogFile>) -> Result<()> {
     let tail = f.tail.load(Ordering::Acquire);
     let persistent = s.index.is_persistent();
     let mut touched: Vec<Arc<LogFile>> = Vec::new();
-    // The file's valid entries, grouped by key: (version, entry), in file
-    // order. One pass reads and checks them without any stripe held.
-    let mut by_key: HashMap<Vec<u8>, Vec<crate::nlog::Entry>> = HashMap::new();
+    // The file's valid entries, grouped by key in the order each key first
+    // appears in the file (so a reclaim's relocations, hence its writes
+    // and fences, follow the file and not a hash map's random order: a
+    // seeded crash-checker run repeats exactly). One pass reads and checks
+    // them without any stripe held.
+    let mut by_key: Vec<(Vec<u8>, Vec<crate::nlog::Entry>)> = Vec::new();
+    let mut slot_of: HashMap<Vec<u8>, usize> = HashMap::new();
     while pos < tail {
         let Some(e) = log.parse(f, pos, &mut kbuf, &mut vbuf) else {
             // Below the file's known tail: corruption. Freeing the file
@@ -158,15 +162,17 @@ fn reclaim(s: &Inner, f: &Arc<LogFile>) -> Result<()> {
             reclaim_ovf(s, f, &e, &vbuf, &mut touched)?;
             continue;
         }
-        match by_key.get_mut(kbuf.as_slice()) {
-            Some(v) => v.push(e),
+        match slot_of.get(kbuf.as_slice()) {
+            Some(&i) => by_key[i].1.push(e),
             None => {
-                by_key.insert(kbuf.clone(), vec![e]);
+                slot_of.insert(kbuf.clone(), by_key.len());
+                by_key.push((kbuf.clone(), vec![e]));
             }
         }
     }
     // levels[i]: the i-th oldest entry of every history to mark.
     let mut levels: Vec<Vec<u64>> = Vec::new();
+    drop(slot_of);
     for (key, mut entries) in by_key {
         if s.stopping.load(Ordering::Acquire) {
             // Nothing is marked or freed yet: the file stays as it is.

@@ -63,6 +63,12 @@ struct Run<'a> {
     seen: &'a mut Seen,
 }
 
+impl<'a> Run<'a> {
+    fn of(model: &'a mut HashMap<u64, u64>, rng: &'a mut Rng, seen: &'a mut Seen) -> Self {
+        Run { model, rng, seen }
+    }
+}
+
 /// One random operation, its return value checked against the model.
 /// Some refused calls also compare the whole pool image before and after
 /// (a refused call writes nothing).
@@ -187,11 +193,7 @@ fn run(seed: u64, space: u64, ops: u64, every: u64, min_resizes: u64) {
         op(
             &e,
             &pool,
-            Run {
-                model: &mut model,
-                rng: &mut rng,
-                seen: &mut seen,
-            },
+            Run::of(&mut model, &mut rng, &mut seen),
             k,
             mix,
             &ctx,
@@ -318,11 +320,7 @@ fn clean_close_and_file_reopen_keep_every_key() {
             op(
                 &e,
                 &pool,
-                Run {
-                    model: &mut model,
-                    rng: &mut rng,
-                    seen: &mut seen,
-                },
+                Run::of(&mut model, &mut rng, &mut seen),
                 k,
                 GROW,
                 &ctx,
@@ -334,11 +332,7 @@ fn clean_close_and_file_reopen_keep_every_key() {
             op(
                 &e,
                 &pool,
-                Run {
-                    model: &mut model,
-                    rng: &mut rng,
-                    seen: &mut seen,
-                },
+                Run::of(&mut model, &mut rng, &mut seen),
                 k,
                 SHRINK,
                 &ctx,
@@ -394,11 +388,7 @@ fn crash_reopen_from_live_image_keeps_every_key() {
             op(
                 &e,
                 &pool,
-                Run {
-                    model: &mut model,
-                    rng: &mut rng,
-                    seen: &mut seen,
-                },
+                Run::of(&mut model, &mut rng, &mut seen),
                 k,
                 GROW,
                 &format!("crash round {round} op {i}"),
@@ -409,11 +399,7 @@ fn crash_reopen_from_live_image_keeps_every_key() {
             op(
                 &e,
                 &pool,
-                Run {
-                    model: &mut model,
-                    rng: &mut rng,
-                    seen: &mut seen,
-                },
+                Run::of(&mut model, &mut rng, &mut seen),
                 k,
                 SHRINK,
                 &format!("crash round {round} shrink {i}"),
@@ -458,11 +444,7 @@ fn persisted_crash_images_hold_every_acknowledged_write() {
             op(
                 &e,
                 &pool,
-                Run {
-                    model: &mut model,
-                    rng: &mut rng,
-                    seen: &mut seen,
-                },
+                Run::of(&mut model, &mut rng, &mut seen),
                 k,
                 mix,
                 &format!("sim round {round} op {i}"),
@@ -484,11 +466,7 @@ fn persisted_crash_images_hold_every_acknowledged_write() {
             op(
                 &e2,
                 &p2,
-                Run {
-                    model: &mut m2,
-                    rng: &mut r2,
-                    seen: &mut seen,
-                },
+                Run::of(&mut m2, &mut r2, &mut seen),
                 k,
                 GROW,
                 &format!("recovered copy {round} op {i}"),

@@ -26,47 +26,42 @@
 //!         ("min load factor at failure".to_string(), "none".to_string()),
 //!     ]
 //! );
+//! let back = Tallies::from_detail(&t.detail()).unwrap();
+//! assert_eq!(back, t);
+//! assert!(Tallies::from_detail(&[]).is_none(), "a missing figure");
 //! ```
 //!
 //! Each field's type says how it prints ([`Figure`]): counts as integers,
 //! [`Fixed`] to a number of decimal places, [`Pow2`] as `2^k`, an absent
 //! `Option` as `none`, text as itself.
 
-/// A value in a tallies snapshot, printed the way `inspect` shows it.
-pub trait Figure {
+/// A value in a tallies snapshot, printed the way `inspect` shows it and
+/// read back from that form (a report that carries `Stats::detail`, such
+/// as the crash checker's, is read into the engine's `Tallies`).
+pub trait Figure: Sized {
     /// The value as `Stats::detail` lists it.
     fn show(&self) -> String;
+    /// The value `show` printed as `s`, or `None` if `s` is not one.
+    fn read(s: &str) -> Option<Self>;
 }
 
-impl Figure for u64 {
-    fn show(&self) -> String {
-        self.to_string()
-    }
+/// Figures printed by `Display` and read back by `FromStr`.
+macro_rules! plain_figure {
+    ($($t:ty),*) => {
+        $(
+            impl Figure for $t {
+                fn show(&self) -> String {
+                    self.to_string()
+                }
+                fn read(s: &str) -> Option<Self> {
+                    s.parse().ok()
+                }
+            }
+        )*
+    };
 }
 
-impl Figure for u32 {
-    fn show(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl Figure for bool {
-    fn show(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl Figure for &'static str {
-    fn show(&self) -> String {
-        (*self).to_string()
-    }
-}
-
-impl Figure for String {
-    fn show(&self) -> String {
-        self.clone()
-    }
-}
+plain_figure!(u64, u32, i64, bool, String);
 
 /// A figure that may not exist yet (no split has happened, no insert has
 /// failed): printed as `none` when absent.
@@ -75,6 +70,12 @@ impl<T: Figure> Figure for Option<T> {
         match self {
             Some(v) => v.show(),
             None => "none".to_string(),
+        }
+    }
+    fn read(s: &str) -> Option<Self> {
+        match s {
+            "none" => Some(None),
+            _ => T::read(s).map(Some),
         }
     }
 }
@@ -87,6 +88,9 @@ pub struct Fixed<const P: usize>(pub f64);
 impl<const P: usize> Figure for Fixed<P> {
     fn show(&self) -> String {
         format!("{:.*}", P, self.0)
+    }
+    fn read(s: &str) -> Option<Self> {
+        s.parse().ok().map(Fixed)
     }
 }
 
@@ -104,6 +108,9 @@ impl Pow2 {
 impl Figure for Pow2 {
     fn show(&self) -> String {
         format!("2^{}", self.0)
+    }
+    fn read(s: &str) -> Option<Self> {
+        s.strip_prefix("2^")?.parse().ok().map(Pow2)
     }
 }
 
@@ -143,6 +150,25 @@ macro_rules! tallies {
                         ),
                     )*
                 ]
+            }
+
+            /// The snapshot that `detail` listed as `detail` (extra
+            /// figures, such as a filter's after an engine's, are
+            /// ignored), or `None` if a figure is missing or unreadable.
+            pub fn from_detail(
+                detail: &[(::std::string::String, ::std::string::String)],
+            ) -> ::std::option::Option<Self> {
+                let find = |label: &str| {
+                    detail
+                        .iter()
+                        .find(|(name, _)| name == label)
+                        .map(|(_, value)| value.as_str())
+                };
+                ::std::option::Option::Some($name {
+                    $(
+                        $field: $crate::Figure::read(find($label)?)?,
+                    )*
+                })
             }
         }
     };

@@ -13,16 +13,11 @@ use engine::Durability;
 
 const MIB: u64 = 1 << 20;
 
-/// A figure of the checker's dry run (`Report::detail`, the engine's
-/// `stats().detail` after the workload).
-fn detail(r: &Report, name: &str) -> u64 {
-    r.detail
-        .iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("report detail has no {name:?}: {:?}", r.detail))
-        .1
-        .parse()
-        .unwrap_or_else(|_| panic!("detail {name:?} is not an integer"))
+/// The engine's tallies after the checker's dry run (`Report::detail` is
+/// its `stats().detail`).
+fn tallies(r: &Report) -> hmeh::Tallies {
+    hmeh::Tallies::from_detail(&r.detail)
+        .unwrap_or_else(|| panic!("the report's detail is not hmeh's tallies: {:?}", r.detail))
 }
 
 fn config(durability: Durability, seed: u64, key_space: u64, ops: u64, states: u64) -> Config {
@@ -88,10 +83,10 @@ fn checker_strict() {
     let mut merges = 0;
     for seed in [1u64, 2, 3] {
         let r = assert_clean(&config(Durability::Strict, seed, 600, 2000, 2000));
-        splits += detail(&r, "splits");
-        node_splits += detail(&r, "node splits");
-        merges += detail(&r, "merges");
-        assert_eq!(detail(&r, "backups made"), 0, "strict mode made a backup");
+        splits += tallies(&r).splits;
+        node_splits += tallies(&r).node_splits;
+        merges += tallies(&r).merges;
+        assert_eq!(tallies(&r).backups_made, 0, "strict mode made a backup");
     }
     assert!(splits > 0, "no split in any strict run");
     assert!(node_splits > 0, "no node-creating split in any strict run");
@@ -107,9 +102,9 @@ fn checker_relaxed() {
     let mut merges = 0;
     for seed in [1u64, 2, 3] {
         let r = assert_clean(&config(Durability::Relaxed, seed, 600, 2000, 2000));
-        backups += detail(&r, "backups made");
-        splits += detail(&r, "splits");
-        merges += detail(&r, "merges");
+        backups += tallies(&r).backups_made;
+        splits += tallies(&r).splits;
+        merges += tallies(&r).merges;
     }
     assert!(splits > 0, "no split in any relaxed run");
     assert!(backups > 0, "no backup made in any relaxed run");
@@ -123,7 +118,7 @@ fn checker_small_key_space_both_durabilities() {
     for d in [Durability::Strict, Durability::Relaxed] {
         let r = assert_clean(&config(d, 7, 40, 3000, 2000));
         assert!(
-            detail(&r, "in-place updates") + detail(&r, "same-line updates") > 0,
+            tallies(&r).inplace_updates + tallies(&r).same_line_updates > 0,
             "{}: no update took the in-line paths",
             d.name()
         );

@@ -16,6 +16,9 @@ impl Figure for Items {
     fn show(&self) -> String {
         self.0.to_string()
     }
+    fn read(s: &str) -> Option<Self> {
+        s.parse().ok().map(Items)
+    }
 }
 
 engine::tallies! {

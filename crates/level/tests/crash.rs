@@ -84,25 +84,18 @@ fn apply(e: &dyn Engine, op: &Op, model: &mut HashMap<u64, u64>) {
     }
 }
 
-/// A figure of the checker's dry run (`Report::detail`).
-fn report_detail(r: &crashtest::Report, name: &str) -> u64 {
-    r.detail
-        .iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("report detail has no {name:?}: {:?}", r.detail))
-        .1
-        .parse()
-        .unwrap()
-}
-
+/// The paths the checker's dry run took, from the engine's tallies after
+/// it (`Report::detail` is its `stats().detail`).
 fn report_paths(r: &crashtest::Report) -> Paths {
+    let t = level::Tallies::from_detail(&r.detail)
+        .unwrap_or_else(|| panic!("the report's detail is not level's tallies: {:?}", r.detail));
     Paths {
-        expansions: report_detail(r, "expansions"),
-        shrinks: report_detail(r, "shrinks"),
-        movements: report_detail(r, "movements"),
-        b2t: report_detail(r, "b2t movements"),
-        logfree: report_detail(r, "log-free updates"),
-        logged: report_detail(r, "logged updates"),
+        expansions: t.expansions,
+        shrinks: t.shrinks,
+        movements: t.movements,
+        b2t: t.b2t_movements,
+        logfree: t.logfree_updates,
+        logged: t.logged_updates,
     }
 }
 

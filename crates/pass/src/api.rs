@@ -39,9 +39,9 @@ impl Pass {
             table_cells_per_octave: Pow2(sn.k),
             table_bytes: tables,
             key_mode: if self.geo.bytes_keys {
-                "bytes"
+                crate::KeyMode::Bytes
             } else {
-                "inline"
+                crate::KeyMode::Inline
             },
             stored_keys: stored,
             split_load: Fixed(self.split_load),

@@ -205,6 +205,39 @@ impl engine::Figure for Buckets {
     fn show(&self) -> String {
         format!("{} normal + {} stash", self.normal, self.stash)
     }
+    fn read(s: &str) -> Option<Self> {
+        let (normal, stash) = s.strip_suffix(" stash")?.split_once(" normal + ")?;
+        Some(Buckets {
+            normal: normal.parse().ok()?,
+            stash: stash.parse().ok()?,
+        })
+    }
+}
+
+/// How a table stores its keys, printed `inline` or `bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyMode {
+    /// 8-byte keys stored inline as their hash.
+    Inline,
+    /// Keys stored out of line in key blocks.
+    Bytes,
+}
+
+impl engine::Figure for KeyMode {
+    fn show(&self) -> String {
+        match self {
+            KeyMode::Inline => "inline",
+            KeyMode::Bytes => "bytes",
+        }
+        .to_string()
+    }
+    fn read(s: &str) -> Option<Self> {
+        match s {
+            "inline" => Some(KeyMode::Inline),
+            "bytes" => Some(KeyMode::Bytes),
+            _ => None,
+        }
+    }
 }
 
 engine::tallies! {
@@ -222,7 +255,7 @@ engine::tallies! {
         /// Bytes of the mapping table's octave blocks.
         table_bytes: u64 => "table bytes",
         /// `bytes` (keys out of line) or `inline`.
-        key_mode: &'static str => "key mode",
+        key_mode: KeyMode => "key mode",
         /// Every stored key (in bytes mode, the ones not of a u64 key too).
         stored_keys: u64 => "stored keys",
         /// The load factor a split is made at.

@@ -825,18 +825,6 @@ fn read_only_open_of_a_pool_cut_mid_resize_reads_and_checks() {
 
 // ----- the generic crash checker ------------------------------------------------------------
 
-/// A figure of the checker's dry run (`Report::detail`, the engine's
-/// `stats().detail` after the workload).
-fn report_detail(r: &engine::crashtest::Report, name: &str) -> u64 {
-    r.detail
-        .iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("report detail has no {name:?}: {:?}", r.detail))
-        .1
-        .parse()
-        .unwrap_or_else(|_| panic!("detail {name:?} is not an integer"))
-}
-
 /// The crash checker (`engine::crashtest::run`) on ROPHI: random
 /// insert / update / remove workloads from a 16-head table over small key
 /// spaces, crash states sampled at fences (and during recovery): zero
@@ -873,7 +861,9 @@ fn crash_checker_finds_no_violation() {
             r.states,
             c.states
         );
-        resizes += report_detail(&r, "resizes");
+        resizes += rophi::Tallies::from_detail(&r.detail)
+            .unwrap_or_else(|| panic!("the report's detail is not rophi's tallies: {:?}", r.detail))
+            .resizes;
     }
     assert!(resizes > 0, "no resize in the checker's workloads");
 }

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-200000}
 runs=${2:-5}
-cargo build --release -q -p pmhash
+cargo build --release -q -p pmhash-cli
 work=$(mktemp -d /dev/shm/pmhash-serve-bench.XXXXXX)
 # The AOF goes to disk (/var/tmp): on tmpfs an fsync costs nothing and
 # would make "always" meaningless.

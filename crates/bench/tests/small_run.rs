@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use bench::{baselines, run_cli, BenchArgs, Report};
 use engine::EngineSpec;
+use pmhash_bench::{baselines, run_cli, BenchArgs, Report};
 
 /// A scratch directory removed at the end of the test.
 struct Scratch(PathBuf);

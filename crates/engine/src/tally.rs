@@ -5,18 +5,18 @@
 //! An engine declares its snapshot once with [`tallies!`](crate::tallies):
 //!
 //! ```
-//! engine::tallies! {
+//! pmhash_engine::tallies! {
 //!     /// What a toy table did.
 //!     pub struct Tallies {
 //!         /// Splits made.
 //!         splits: u64 => "splits",
 //!         /// The highest load seen.
-//!         max_load: engine::Fixed<4> => "max load factor",
+//!         max_load: pmhash_engine::Fixed<4> => "max load factor",
 //!         /// The load at the first failed insert, if one failed.
-//!         load_at_failure: Option<engine::Fixed<4>> => "min load factor at failure",
+//!         load_at_failure: Option<pmhash_engine::Fixed<4>> => "min load factor at failure",
 //!     }
 //! }
-//! let t = Tallies { splits: 3, max_load: engine::Fixed(0.5), load_at_failure: None };
+//! let t = Tallies { splits: 3, max_load: pmhash_engine::Fixed(0.5), load_at_failure: None };
 //! assert_eq!(t.splits, 3);
 //! assert_eq!(
 //!     t.detail(),

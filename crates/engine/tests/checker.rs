@@ -1,8 +1,8 @@
 //! The crash checker must pass a correct structure and catch a broken one.
 //! A checker that never fails is no evidence, so both directions are tested.
 
-use engine::crashtest::{self, Config};
-use engine::{slotarray, Durability};
+use pmhash_engine::crashtest::{self, Config};
+use pmhash_engine::{slotarray, Durability};
 
 fn cfg(seed: u64, durability: Durability) -> Config {
     Config {

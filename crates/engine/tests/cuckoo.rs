@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use engine::cuckoo::{self, CuckooFilter, FilterCell, Full, MAX_LOAD};
-use engine::testkit::Rng;
+use pmhash_engine::cuckoo::{self, CuckooFilter, FilterCell, Full, MAX_LOAD};
+use pmhash_engine::testkit::Rng;
 
 /// `n` distinct random keys (0 and `u64::MAX` among them).
 fn keys(seed: u64, n: usize) -> Vec<u64> {
@@ -47,7 +47,7 @@ fn fill(f: &CuckooFilter, seed: u64, load: f64) -> Vec<u64> {
 
 #[test]
 fn sizing_follows_the_formula() {
-    use engine::cuckoo::SIZE_LOAD;
+    use pmhash_engine::cuckoo::SIZE_LOAD;
     assert_eq!(CuckooFilter::with_capacity(0).buckets(), 2);
     assert_eq!(CuckooFilter::with_capacity(1).buckets(), 2);
     // Any bucket count works ((h - i) mod n is an involution): 3400 keys
@@ -534,7 +534,7 @@ fn colliding_keys(f: &CuckooFilter, n: u64) -> Vec<u64> {
     let seed = f.seed() ^ 0x6a09_e667_f3bc_c909;
     let low = 0x0abc_def1_2345u64 & ((1 << 44) - 1);
     let keys: Vec<u64> = (1..=n)
-        .map(|j| engine::hash::unfmix64(j << 44 | low) ^ seed)
+        .map(|j| pmhash_engine::hash::unfmix64(j << 44 | low) ^ seed)
         .collect();
     let p0 = f.probe(keys[0]);
     for &k in &keys {
@@ -550,12 +550,12 @@ fn colliding_keys(f: &CuckooFilter, n: u64) -> Vec<u64> {
 #[test]
 fn colliding_keys_go_to_the_exact_stash() {
     let f = CuckooFilter::with_buckets(1 << 10);
-    let keys = colliding_keys(&f, 8 + engine::cuckoo::STASH as u64 + 1);
+    let keys = colliding_keys(&f, 8 + pmhash_engine::cuckoo::STASH as u64 + 1);
     let (fit, over) = keys.split_at(keys.len() - 1);
     for &k in fit {
         assert!(f.insert(k).is_ok());
     }
-    assert_eq!(f.stashed(), engine::cuckoo::STASH as u64);
+    assert_eq!(f.stashed(), pmhash_engine::cuckoo::STASH as u64);
     assert_eq!(f.len(), fit.len() as u64);
     assert!(fit.iter().all(|&k| f.contains(k)));
     assert_eq!(f.insert(over[0]), Err(cuckoo::Full));
@@ -604,7 +604,7 @@ fn seeding_changes_the_hash() {
 #[test]
 fn a_build_that_cannot_place_a_key_saturates() {
     let key = 42u64;
-    let times = 8 + engine::cuckoo::STASH + 1;
+    let times = 8 + pmhash_engine::cuckoo::STASH + 1;
     let feed = |_t: usize, sink: &mut dyn FnMut(u64)| {
         for _ in 0..times {
             sink(key);

@@ -1,5 +1,5 @@
 //! Faults at open for `slotarray` (the shared check in
-//! `engine::testkit::faults`), and its clean-open cross-check: a clean
+//! `pmhash_engine::testkit::faults`), and its clean-open cross-check: a clean
 //! pool whose valid slots no longer match the count its close recorded is
 //! refused, the file untouched, with an error that points at `pmhash
 //! check`; a table with no recorded count (made before the count word
@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use engine::slotarray;
-use engine::testkit::{faults, strict_config, test_pool_options, TempPath};
-use engine::{open_file, EngineKind};
 use pmem::{Mode, Pool, PoolOptions};
+use pmhash_engine::slotarray;
+use pmhash_engine::testkit::{faults, strict_config, test_pool_options, TempPath};
+use pmhash_engine::{open_file, EngineKind};
 
 #[test]
 fn refused_opens_leave_the_file_untouched() {
@@ -45,7 +45,7 @@ fn closed_pool(n: u64) -> (TempPath, PoolOptions, Vec<u8>, usize) {
     (tmp, popts, bytes, table)
 }
 
-fn open(path: &std::path::Path, popts: &PoolOptions) -> engine::Result<u64> {
+fn open(path: &std::path::Path, popts: &PoolOptions) -> pmhash_engine::Result<u64> {
     let EngineKind::Persistent { open, .. } = slotarray::spec().kind else {
         unreachable!("slotarray is persistent")
     };

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use engine::filtered::Filtered;
-use engine::{slotarray, Engine, EngineConfig};
 use pmem::{Mode, Pool, PoolOptions};
+use pmhash_engine::filtered::Filtered;
+use pmhash_engine::{slotarray, Engine, EngineConfig};
 
 fn engine(initial_capacity: u64) -> (Arc<Pool>, Filtered) {
     let layout = slotarray::LAYOUT;
@@ -73,29 +73,29 @@ impl Engine for Counting {
     fn name(&self) -> &str {
         "counting"
     }
-    fn insert(&self, key: u64, value: u64) -> engine::Result<bool> {
+    fn insert(&self, key: u64, value: u64) -> pmhash_engine::Result<bool> {
         self.inner.insert(key, value)
     }
     fn get(&self, key: u64) -> Option<u64> {
         self.gets.fetch_add(1, Ordering::Relaxed);
         self.inner.get(key)
     }
-    fn update(&self, key: u64, value: u64) -> engine::Result<bool> {
+    fn update(&self, key: u64, value: u64) -> pmhash_engine::Result<bool> {
         self.inner.update(key, value)
     }
-    fn remove(&self, key: u64) -> engine::Result<bool> {
+    fn remove(&self, key: u64) -> pmhash_engine::Result<bool> {
         self.inner.remove(key)
     }
     fn len(&self) -> u64 {
         self.inner.len()
     }
-    fn stats(&self) -> engine::Stats {
+    fn stats(&self) -> pmhash_engine::Stats {
         self.inner.stats()
     }
     fn for_each(&self, f: &mut dyn FnMut(u64, u64)) {
         self.inner.for_each(f)
     }
-    fn check(&self) -> engine::Result<engine::CheckReport> {
+    fn check(&self) -> pmhash_engine::Result<pmhash_engine::CheckReport> {
         self.inner.check()
     }
 }

@@ -1,15 +1,15 @@
-//! The conformance suite (`engine::testkit::suite`) on the crash
+//! The conformance suite (`pmhash_engine::testkit::suite`) on the crash
 //! checker's reference structure, and the suite catching a subject whose
 //! "corruption" damages nothing the engine reads (an open that accepts a
 //! pool the suite expects refused must fail the suite).
 
 use std::sync::Arc;
 
-use engine::slotarray::SlotArray;
-use engine::testkit::image::patch_byte;
-use engine::testkit::Subject;
-use engine::{EngineConfig, Result};
 use pmem::Pool;
+use pmhash_engine::slotarray::SlotArray;
+use pmhash_engine::testkit::image::patch_byte;
+use pmhash_engine::testkit::Subject;
+use pmhash_engine::{EngineConfig, Result};
 
 /// The slot array as the suite sees it (a fixed-size table: opened with
 /// room for every key the suite puts).
@@ -18,7 +18,7 @@ struct SlotArraySubject;
 impl Subject for SlotArraySubject {
     type E = SlotArray;
     const NAME: &'static str = "SlotArray";
-    const LAYOUT: &'static str = engine::slotarray::LAYOUT;
+    const LAYOUT: &'static str = pmhash_engine::slotarray::LAYOUT;
     const UUID_TAG: [u8; 16] = *b"slotarray-tests!";
     const TEMP_PREFIX: &'static str = "slotarray-test";
     const OPEN_CAPACITY: u64 = 1 << 15;
@@ -40,7 +40,7 @@ impl Subject for SlotArraySubject {
     }
 }
 
-engine::conformance_suite!(SlotArraySubject);
+pmhash_engine::conformance_suite!(SlotArraySubject);
 
 /// The slot array with a corruption list whose entry changes a byte of
 /// the file's free tail, which no open reads.
@@ -49,7 +49,7 @@ struct HarmlessDamage;
 impl Subject for HarmlessDamage {
     type E = SlotArray;
     const NAME: &'static str = "SlotArray";
-    const LAYOUT: &'static str = engine::slotarray::LAYOUT;
+    const LAYOUT: &'static str = pmhash_engine::slotarray::LAYOUT;
     const UUID_TAG: [u8; 16] = *b"slotarray-tests!";
     const TEMP_PREFIX: &'static str = "slotarray-test";
     const OPEN_CAPACITY: u64 = 1 << 15;
@@ -74,5 +74,5 @@ impl Subject for HarmlessDamage {
 #[test]
 #[should_panic(expected = "open accepted it")]
 fn the_suite_fails_a_pool_the_engine_accepts() {
-    engine::testkit::suite::corruptions_are_refused_untouched::<HarmlessDamage>();
+    pmhash_engine::testkit::suite::corruptions_are_refused_untouched::<HarmlessDamage>();
 }

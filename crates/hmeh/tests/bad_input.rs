@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use engine::{Durability, Engine, EngineConfig, EngineKind, Error};
-use hmeh::{Hmeh, Options};
 use pmem::{CrashChoice, Mode, Pool, PoolOptions};
+use pmhash_hmeh::{Hmeh, Options};
 mod common;
 use common::off::*;
 use common::{
@@ -45,7 +45,7 @@ fn pool_opts(mode: Mode, size: u64, max_size: u64, read_only: bool) -> PoolOptio
         mode,
         size,
         max_size,
-        layout: hmeh::LAYOUT.into(),
+        layout: pmhash_hmeh::LAYOUT.into(),
         read_only,
         ..PoolOptions::default()
     }

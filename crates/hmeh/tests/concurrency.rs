@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use engine::testkit::{val, version_of};
 use engine::{Durability, Engine};
-use hmeh::{Hmeh, Options};
 use pmem::Mode;
+use pmhash_hmeh::{Hmeh, Options};
 
 /// Each reader reads at least this often (on after the writers if need be).
 const MIN_READS: u64 = 20_000;

@@ -15,8 +15,8 @@ const MIB: u64 = 1 << 20;
 
 /// The engine's tallies after the checker's dry run (`Report::detail` is
 /// its `stats().detail`).
-fn tallies(r: &Report) -> hmeh::Tallies {
-    hmeh::Tallies::from_detail(&r.detail)
+fn tallies(r: &Report) -> pmhash_hmeh::Tallies {
+    pmhash_hmeh::Tallies::from_detail(&r.detail)
         .unwrap_or_else(|| panic!("the report's detail is not hmeh's tallies: {:?}", r.detail))
 }
 
@@ -36,7 +36,7 @@ fn config(durability: Durability, seed: u64, key_space: u64, ops: u64, states: u
 /// Runs the checker and asserts a clean report.
 fn assert_clean(c: &Config) -> Report {
     let t = std::time::Instant::now();
-    let r = crashtest::run(&hmeh::spec(), c).expect("the crash test runs");
+    let r = crashtest::run(&pmhash_hmeh::spec(), c).expect("the crash test runs");
     eprintln!(
         "hmeh {} seed {} key space {}: {} states ({} during recovery), {} fences, {:.1}s; {:?}",
         c.durability.name(),

@@ -13,13 +13,13 @@ use std::sync::Arc;
 
 use common::{cfg, open_guarded, temp, word, HmehSubject, TempPath, MIB};
 use engine::{Durability, Engine, EngineKind};
-use hmeh::{HashKind, Hmeh, Options};
 use pmem::{Mode, Pool, PoolOptions};
+use pmhash_hmeh::{HashKind, Hmeh, Options};
 
 /// As the tools open a pool file (`engine::open_file`: every check
 /// read-only first, so that a refused open writes nothing).
 fn tool_open(path: &std::path::Path, read_only: bool) -> Result<Box<dyn Engine>, String> {
-    let EngineKind::Persistent { open, .. } = hmeh::spec().kind else {
+    let EngineKind::Persistent { open, .. } = pmhash_hmeh::spec().kind else {
         unreachable!("hmeh is persistent")
     };
     let o = PoolOptions {

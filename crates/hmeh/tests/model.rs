@@ -11,8 +11,8 @@ use std::collections::{HashMap, HashSet};
 
 use common::*;
 use engine::{Durability, Engine};
-use hmeh::{HashKind, Hmeh, Options};
 use pmem::Mode;
+use pmhash_hmeh::{HashKind, Hmeh, Options};
 
 /// How a run draws its keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,8 +24,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use engine::{Durability, Engine, EngineConfig};
-use hmeh::{HashKind, Hmeh, Options};
 use pmem::{CrashChoice, Link, Mode, Pool, PoolOptions};
+use pmhash_hmeh::{HashKind, Hmeh, Options};
 /// The segment identity magic ("HS", bits 48..64).
 mod common;
 use common::off::*;
@@ -48,7 +48,7 @@ fn cfg(d: Durability, initial_capacity: u64) -> EngineConfig {
 fn opts(segment_bytes: u64, hash: HashKind) -> Options {
     Options {
         segment_bytes: Some(segment_bytes),
-        max_depth: hmeh::DEFAULT_MAX_DEPTH,
+        max_depth: pmhash_hmeh::DEFAULT_MAX_DEPTH,
         hash,
         stash_before_split: false,
     }
@@ -59,7 +59,7 @@ fn pool_opts(mode: Mode, size: u64, max_size: u64, read_only: bool) -> PoolOptio
         mode,
         size,
         max_size,
-        layout: hmeh::LAYOUT.into(),
+        layout: pmhash_hmeh::LAYOUT.into(),
         read_only,
         ..PoolOptions::default()
     }

@@ -12,10 +12,10 @@ use common::*;
 use engine::{Engine, EngineConfig, EngineKind, Error};
 use pmem::{CrashChoice, Mode, Pool, PoolOptions};
 
-fn open_result(img: Vec<u8>) -> Result<level::Level, Error> {
+fn open_result(img: Vec<u8>) -> Result<pmhash_level::Level, Error> {
     let pool = Arc::new(Pool::from_image(img, Mode::Simulated).expect("the pool layer accepts it"));
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        level::Level::open(pool, &strict_config(16, 1))
+        pmhash_level::Level::open(pool, &strict_config(16, 1))
     }))
     .unwrap_or_else(|_| panic!("Level::open panicked"))
 }
@@ -39,7 +39,7 @@ fn open_refuses_another_engines_pool() {
         }
         // Straight on the live pool.
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            level::Level::open(pool.clone(), &strict_config(16, 1))
+            pmhash_level::Level::open(pool.clone(), &strict_config(16, 1))
         }))
         .expect("Level::open panicked on a slotarray pool");
         assert!(r.is_err(), "Level::open accepted a slotarray pool");
@@ -48,20 +48,20 @@ fn open_refuses_another_engines_pool() {
         assert!(open_result(img).is_err());
         // Level::create on a pool that holds another table refuses too.
         assert!(matches!(
-            level::Level::create(pool.clone(), &strict_config(16, 1)),
+            pmhash_level::Level::create(pool.clone(), &strict_config(16, 1)),
             Err(Error::InvalidArgument(_))
         ));
     }
     // A pool with no root at all.
     let pool = Arc::new(Pool::create(Path::new(""), &opts(Mode::Simulated, 2 * MIB, 0)).unwrap());
     assert!(matches!(
-        level::Level::open(pool, &strict_config(16, 1)),
+        pmhash_level::Level::open(pool, &strict_config(16, 1)),
         Err(Error::Corrupt(_))
     ));
     // A level pool refuses a second create.
     let (pool, _e) = mem_engine(&opts(Mode::Volatile, 2 * MIB, 0), &strict_config(16, 1));
     assert!(matches!(
-        level::Level::create(pool, &strict_config(16, 1)),
+        pmhash_level::Level::create(pool, &strict_config(16, 1)),
         Err(Error::InvalidArgument(_))
     ));
 }
@@ -145,7 +145,7 @@ fn corrupt_seeds_or_tokens_are_found_by_check() {
     // of the top level.
     let (pool, e) = {
         let p = Arc::new(Pool::from_image(img.clone(), Mode::Simulated).unwrap());
-        let e = level::Level::open(p.clone(), &strict_config(16, 1)).unwrap();
+        let e = pmhash_level::Level::open(p.clone(), &strict_config(16, 1)).unwrap();
         (p, e)
     };
     verify_full(&e, &pool, &model, "reopened image");
@@ -305,7 +305,7 @@ fn odd_configurations() {
         let pool =
             Arc::new(Pool::create(Path::new(""), &opts(Mode::Volatile, 2 * MIB, 2 * MIB)).unwrap());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            level::Level::create(pool.clone(), &c)
+            pmhash_level::Level::create(pool.clone(), &c)
         }))
         .unwrap_or_else(|_| panic!("create panicked for initial {initial}"));
         match r {
@@ -345,7 +345,7 @@ fn writes_after_close_are_refused() {
     let img = pool.crash_image(CrashChoice::Persisted).unwrap();
     let p2 = Arc::new(Pool::from_image(img, Mode::Simulated).unwrap());
     assert!(p2.was_clean());
-    let e2 = level::Level::open(p2, &strict_config(64, 1)).unwrap();
+    let e2 = pmhash_level::Level::open(p2, &strict_config(64, 1)).unwrap();
     assert_eq!(e2.len(), 50);
     assert_eq!(e2.get(3), Some(4));
 }

@@ -17,7 +17,7 @@ fn engine_in(
     mode: Mode,
     initial: u64,
     threads: usize,
-) -> (Option<TempPath>, Arc<Pool>, level::Level) {
+) -> (Option<TempPath>, Arc<Pool>, pmhash_level::Level) {
     let o = opts(mode, 4 * MIB, 64 * MIB);
     let (path, pool) = if mode == Mode::Mapped {
         let p = temp_path("conc");
@@ -29,7 +29,7 @@ fn engine_in(
             Arc::new(Pool::create(std::path::Path::new(""), &o).unwrap()),
         )
     };
-    let e = level::Level::create(pool.clone(), &strict_config(initial, threads)).unwrap();
+    let e = pmhash_level::Level::create(pool.clone(), &strict_config(initial, threads)).unwrap();
     (path, pool, e)
 }
 

@@ -48,7 +48,7 @@ struct Paths {
     logged: u64,
 }
 
-fn paths(e: &level::Level) -> Paths {
+fn paths(e: &pmhash_level::Level) -> Paths {
     Paths {
         expansions: e.tallies().expansions,
         shrinks: e.tallies().shrinks,
@@ -87,7 +87,7 @@ fn apply(e: &dyn Engine, op: &Op, model: &mut HashMap<u64, u64>) {
 /// The paths the checker's dry run took, from the engine's tallies after
 /// it (`Report::detail` is its `stats().detail`).
 fn report_paths(r: &crashtest::Report) -> Paths {
-    let t = level::Tallies::from_detail(&r.detail)
+    let t = pmhash_level::Tallies::from_detail(&r.detail)
         .unwrap_or_else(|| panic!("the report's detail is not level's tallies: {:?}", r.detail));
     Paths {
         expansions: t.expansions,
@@ -113,7 +113,7 @@ fn checker_cfg(seed: u64, key_space: u64, ops: u64, states: u64) -> Config {
 }
 
 fn assert_clean(c: &Config) -> crashtest::Report {
-    let r = crashtest::run(&level::spec(), c).expect("the crash test runs");
+    let r = crashtest::run(&pmhash_level::spec(), c).expect("the crash test runs");
     assert_eq!(
         r.violations, 0,
         "seed {} key space {}: {:#?}",
@@ -208,7 +208,7 @@ fn after(before: Option<u64>, op: &Op) -> Option<u64> {
 /// violation.
 fn verify_image(img: Vec<u8>, m: &Model, c: &EngineConfig) -> Result<(), String> {
     let pool = Arc::new(Pool::from_image(img, Mode::Simulated).map_err(|e| format!("pool: {e}"))?);
-    let e = level::Level::open(pool.clone(), c).map_err(|e| format!("open: {e}"))?;
+    let e = pmhash_level::Level::open(pool.clone(), c).map_err(|e| format!("open: {e}"))?;
     let mut found = HashMap::new();
     let mut twice = None;
     e.for_each(&mut |k, v| {
@@ -281,7 +281,7 @@ fn phased_check(
         ..opts(Mode::Simulated, MIB, 8 * MIB)
     };
     let pool = Arc::new(Pool::create(Path::new(""), &o).unwrap());
-    let e = level::Level::create(pool.clone(), &c).unwrap();
+    let e = pmhash_level::Level::create(pool.clone(), &c).unwrap();
     let model = Arc::new(Mutex::new(Model::default()));
     let out = Arc::new(Mutex::new(CheckOut::default()));
     let cur_op = Arc::new(Mutex::new(0usize));

@@ -8,10 +8,10 @@ use engine::testkit::faults;
 
 #[test]
 fn refused_opens_leave_the_file_untouched() {
-    faults::refused_opens_leave_the_file_untouched(&level::spec());
+    faults::refused_opens_leave_the_file_untouched(&pmhash_level::spec());
 }
 
 #[test]
 fn full_file_system_is_out_of_space() {
-    faults::full_file_system_is_out_of_space(&level::spec());
+    faults::full_file_system_is_out_of_space(&pmhash_level::spec());
 }

@@ -49,7 +49,7 @@ struct Seen {
 }
 
 impl Seen {
-    fn absorb(&mut self, e: &level::Level) {
+    fn absorb(&mut self, e: &pmhash_level::Level) {
         self.expansions += e.tallies().expansions;
         self.shrinks += e.tallies().shrinks;
         self.movements += e.tallies().movements;
@@ -61,7 +61,7 @@ impl Seen {
 
 struct Harness {
     pool_slot: Option<Arc<Pool>>,
-    e_slot: Option<level::Level>,
+    e_slot: Option<pmhash_level::Level>,
     path: Option<TempPath>,
     run_opts: pmem::PoolOptions,
     model: HashMap<u64, u64>,
@@ -72,7 +72,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn e(&self) -> &level::Level {
+    fn e(&self) -> &pmhash_level::Level {
         self.e_slot.as_ref().expect("engine")
     }
 
@@ -84,7 +84,7 @@ impl Harness {
         let cfg = strict_config(r.initial_capacity, 1);
         // A uuid from the seed: the hash seeds, hence every path, repeat.
         let run_opts = engine::testkit::test_pool_options(
-            level::LAYOUT,
+            pmhash_level::LAYOUT,
             b"level-model-test",
             r.mode,
             r.size,
@@ -98,7 +98,7 @@ impl Harness {
         } else {
             (None, engine::testkit::mem_pool(&run_opts))
         };
-        let e = level::Level::create(pool.clone(), &cfg).unwrap();
+        let e = pmhash_level::Level::create(pool.clone(), &cfg).unwrap();
         let mut rng = Rng::new(r.seed);
         let mut keys = vec![0, 1, u64::MAX, u64::MAX - 1];
         let mut set: std::collections::HashSet<u64> = keys.iter().copied().collect();

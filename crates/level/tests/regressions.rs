@@ -119,7 +119,7 @@ fn a_crash_during_create_leaks_nothing() {
                     }
                     continue;
                 }
-                match level::Level::open(p.clone(), &strict_config(16, 1)) {
+                match pmhash_level::Level::open(p.clone(), &strict_config(16, 1)) {
                     Ok(e) => match e.check() {
                         Ok(r) if r.reachable_bytes == in_use => {}
                         other => bad.lock().unwrap().push(format!(
@@ -135,7 +135,7 @@ fn a_crash_during_create_leaks_nothing() {
         })))
         .unwrap();
     }
-    let e = level::Level::create(pool.clone(), &strict_config(16, 1)).unwrap();
+    let e = pmhash_level::Level::create(pool.clone(), &strict_config(16, 1)).unwrap();
     pool.set_fence_hook(None).unwrap();
     assert!(e.insert(1, 2).unwrap());
     assert!(states.load(Ordering::Relaxed) > 0);
@@ -157,7 +157,7 @@ fn a_crash_during_create_leaks_nothing() {
 /// the engine and the stored keys.
 fn unshrinkable() -> (
     Arc<pmem::Pool>,
-    level::Level,
+    pmhash_level::Level,
     std::collections::HashMap<u64, u64>,
 ) {
     let uuid = *b"failed-shrink-01";
@@ -237,7 +237,7 @@ fn a_table_that_could_not_shrink_reopens() {
     let img = pool.crash_image(pmem::CrashChoice::Persisted).unwrap();
     let p2 = Arc::new(pmem::Pool::from_image(img, Mode::Simulated).unwrap());
     assert!(p2.was_clean());
-    match level::Level::open(p2.clone(), &strict_config(16, 1)) {
+    match pmhash_level::Level::open(p2.clone(), &strict_config(16, 1)) {
         Ok(e2) => verify_full(&e2, &p2, &model, "reopened"),
         Err(err) => panic!(
             "a cleanly closed pool with {} keys cannot be opened: {err}",
@@ -267,7 +267,7 @@ fn a_huge_initial_capacity_is_refused_not_a_panic() {
             initial_capacity: u64::MAX / 2,
             ..engine::EngineConfig::default()
         };
-        match level::Level::create(pool.clone(), &c) {
+        match pmhash_level::Level::create(pool.clone(), &c) {
             Err(_) => return,
             Ok(e) => (pool, e),
         }
@@ -324,7 +324,7 @@ fn a_checksummed_but_absurd_geometry_is_err_not_a_panic() {
     }
     let p2 = Arc::new(pmem::Pool::from_image(img, Mode::Simulated).unwrap());
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        level::Level::open(p2, &strict_config(16, 1)).map(|_| ())
+        pmhash_level::Level::open(p2, &strict_config(16, 1)).map(|_| ())
     }));
     match r {
         Ok(Err(err)) => eprintln!("absurd geometry: {err}"),
@@ -363,7 +363,7 @@ fn removes_racing_resizes_keep_the_level_counts() {
         } else {
             pmem::Pool::create(std::path::Path::new(""), &o).unwrap()
         });
-        let e = level::Level::create(pool.clone(), &strict_config(1, 4)).unwrap();
+        let e = pmhash_level::Level::create(pool.clone(), &strict_config(1, 4)).unwrap();
         for round in 0..3u64 {
             // Keys to remove, inserted first; then one thread removes them
             // while the other inserts enough new keys to expand the table

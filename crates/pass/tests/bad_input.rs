@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use common::*;
 use engine::{Engine, Error};
-use pass::layout::*;
-use pass::{Options, Pass};
 use pmem::{Mode, Pool, PoolOptions};
+use pmhash_pass::layout::*;
+use pmhash_pass::{Options, Pass};
 
 /// Offsets of a built table, read from the pool.
 #[derive(Clone, Debug)]
@@ -152,7 +152,7 @@ fn accepted(path: &Path, good: &[u8], model: &HashMap<u64, u64>, what: &str) {
 /// `3·(k mod 2) + o mod 3` (layout.rs); the window starts at fine position
 /// `fine_log2(first)` and is `2^FINE` wide.
 fn live_octaves(first: u64, k: u64) -> Vec<(u64, u64)> {
-    use pass::table::{fine_log2, FINE};
+    use pmhash_pass::table::{fine_log2, FINE};
     let cf = fine_log2(first);
     let (lo, hi) = (cf >> FINE, (cf + (1 << FINE) - 1) >> FINE);
     (lo..=hi).map(|o| (o, 3 * (k % 2) + o % 3)).collect()
@@ -474,7 +474,7 @@ fn corrupt_key_pointers_are_refused_untouched() {
         ("length zero", vec![(kb, 0)]),
         (
             "length over the maximum",
-            vec![(kb, pass::MAX_KEY_BYTES as u64 + 1)],
+            vec![(kb, pmhash_pass::MAX_KEY_BYTES as u64 + 1)],
         ),
         ("length u64::MAX", vec![(kb, u64::MAX)]),
     ] {
@@ -906,7 +906,7 @@ fn empty_and_oversized_byte_keys_are_refused_and_change_nothing() {
         assert!(e.insert_bytes(&k, i).unwrap());
         model.insert(k, i);
     }
-    let max = vec![b'm'; pass::MAX_KEY_BYTES];
+    let max = vec![b'm'; pmhash_pass::MAX_KEY_BYTES];
     assert!(e.insert_bytes(&max, 1).unwrap(), "a key of MAX_KEY_BYTES");
     model.insert(max.clone(), 1);
     let before = pool.image();
@@ -943,7 +943,7 @@ fn byte_key_calls_on_an_inline_table_are_refused() {
     }
     let before = pool.image();
     let k8 = 5u64.to_le_bytes();
-    for k in [&b"abc"[..], &k8[..], &pass::wide_key(5)[..]] {
+    for k in [&b"abc"[..], &k8[..], &pmhash_pass::wide_key(5)[..]] {
         assert_invalid(e.insert_bytes(k, 1), "insert_bytes on inline");
         assert_invalid(e.get_bytes(k), "get_bytes on inline");
         assert_invalid(e.update_bytes(k, 1), "update_bytes on inline");
@@ -1090,8 +1090,8 @@ fn writes_after_close_are_refused() {
         assert!(e.upsert(7, 1).is_err(), "upsert after close");
         if bytes {
             assert!(e.insert_bytes(b"x", 1).is_err(), "insert_bytes after close");
-            assert!(e.update_bytes(&pass::wide_key(7), 1).is_err());
-            assert!(e.remove_bytes(&pass::wide_key(7)).is_err());
+            assert!(e.update_bytes(&pmhash_pass::wide_key(7), 1).is_err());
+            assert!(e.remove_bytes(&pmhash_pass::wide_key(7)).is_err());
         }
         assert!(e.close().is_ok(), "a second close");
     }

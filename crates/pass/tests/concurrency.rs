@@ -14,8 +14,8 @@ use std::time::Instant;
 use common::*;
 use engine::testkit::{val, version_of};
 use engine::Engine;
-use pass::{Options, Pass};
 use pmem::{Mode, Pool};
+use pmhash_pass::{Options, Pass};
 
 /// Each reader reads at least this often (on after the writers if need be).
 const MIN_READS: u64 = 20_000;

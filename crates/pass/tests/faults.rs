@@ -8,10 +8,10 @@ use engine::testkit::faults;
 
 #[test]
 fn refused_opens_leave_the_file_untouched() {
-    faults::refused_opens_leave_the_file_untouched(&pass::spec());
+    faults::refused_opens_leave_the_file_untouched(&pmhash_pass::spec());
 }
 
 #[test]
 fn full_file_system_is_out_of_space() {
-    faults::full_file_system_is_out_of_space(&pass::spec());
+    faults::full_file_system_is_out_of_space(&pmhash_pass::spec());
 }

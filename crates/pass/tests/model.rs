@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use common::*;
 use engine::Engine;
-use pass::{Options, Pass};
 use pmem::{Mode, Pool};
+use pmhash_pass::{Options, Pass};
 
 /// Structural counters summed over the engine handles of a run.
 #[derive(Default, Debug, Clone, Copy)]
@@ -299,7 +299,7 @@ fn bytes_op(
             0 => EDGE_KEYS[rng.below(EDGE_KEYS.len() as u64) as usize],
             _ => rng.below(600),
         };
-        let wk = pass::wide_key(k).to_vec();
+        let wk = pmhash_pass::wide_key(k).to_vec();
         if r < ins {
             let fresh = !model.contains_key(&wk);
             assert_eq!(e.insert(k, v).unwrap(), fresh, "{ctx}: insert({k:#x})");
@@ -458,11 +458,11 @@ fn bytes_keys_differing_only_in_trailing_zeros_are_distinct() {
         }
     }
     // The longest key allowed.
-    let big = vec![7u8; pass::MAX_KEY_BYTES];
+    let big = vec![7u8; pmhash_pass::MAX_KEY_BYTES];
     assert!(e.insert_bytes(&big, 42).unwrap());
     model.insert(big.clone(), 42);
     let mut big2 = big.clone();
-    big2[pass::MAX_KEY_BYTES - 1] = 8;
+    big2[pmhash_pass::MAX_KEY_BYTES - 1] = 8;
     assert_eq!(e.get_bytes(&big2).unwrap(), None);
     verify_bytes(&e, &pool, &model, &keys, "after removes");
 }
@@ -751,7 +751,7 @@ fn growth(split_load: f64, seed: u64) -> Growth {
 /// never passes it by more than the keys of one split.
 #[test]
 fn growth_to_200k_keys_tracks_the_default_split_load() {
-    let sl = pass::DEFAULT_SPLIT_LOAD;
+    let sl = pmhash_pass::DEFAULT_SPLIT_LOAD;
     let g = growth(sl, 8);
     assert!(
         g.lowest_sampled >= 0.95 * sl && g.load_factor >= 0.95 * sl,

@@ -7,8 +7,8 @@ mod common;
 
 use common::{cfg, fmix, pool_opts, PassBytesSubject, PassSubject, Rng, TempPath, MIB};
 use engine::testkit::Subject;
-use pass::Pass;
 use pmem::Mode;
+use pmhash_pass::Pass;
 
 /// The segments walked by a read-only open of a cleanly closed pool of
 /// `S` with 5000 keys, by the writable open of `open_file` after it,

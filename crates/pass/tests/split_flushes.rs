@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use engine::Engine;
-use pass::Pass;
 use pmem::{persist, Mode};
+use pmhash_pass::Pass;
 
 #[test]
 fn a_split_flushes_each_dirty_line_once() {
@@ -63,8 +63,8 @@ fn a_new_array_in_fresh_space_is_not_zeroed_again() {
         i += 1;
         assert!(i < 1_000_000, "first stuck at {}", e.first_segment());
         let f = e.first_segment();
-        let (entry, at) = pass::layout::dir_pos(f);
-        let starts_array = at == 0 && pass::layout::entry_segments(entry) >= 8;
+        let (entry, at) = pmhash_pass::layout::dir_pos(f);
+        let starts_array = at == 0 && pmhash_pass::layout::entry_segments(entry) >= 8;
         let before = persist::counters();
         assert!(e.insert(fmix(rng.next() | 1), i).unwrap());
         if starts_array && e.first_segment() == f + 1 {

@@ -1,6 +1,6 @@
 //! The u64 view of a bytes-mode table (`pass-var`): `Engine::len()` counts
 //! exactly the keys `Engine::for_each` visits, the stored keys in the
-//! 16-byte form of a u64 key (`pass::wide_key`), whatever else the table
+//! 16-byte form of a u64 key (`pmhash_pass::wide_key`), whatever else the table
 //! holds: byte keys of other shapes inserted with `insert_bytes`, and
 //! after a crash a stored key damaged into another shape that recovery
 //! (or the read-only view of the crashed pool) keeps because nothing can
@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use common::*;
 use engine::Engine;
-use pass::{wide_key, Pass};
 use pmem::{Mode, Pool};
+use pmhash_pass::{wide_key, Pass};
 
 /// Keys `Engine::for_each` visits (each once: duplicates fail).
 fn visited(e: &Pass) -> u64 {

@@ -8,8 +8,8 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use pmem::CLASSES;
-use pmem::{Error, Link, Pool, PoolOptions, CHUNK};
+use pmhash_pmem::CLASSES;
+use pmhash_pmem::{Error, Link, Pool, PoolOptions, CHUNK};
 
 const LAYOUT: &str = "alloctest";
 
@@ -70,7 +70,7 @@ fn check_contents(pool: &Pool, b: &Live) {
 
 /// The full protocol: reserve (pointer link) → fill → persist → link →
 /// persist → commit.
-fn alloc(pool: &Pool, req: u64, owner: u64, tag: u64) -> pmem::Result<Live> {
+fn alloc(pool: &Pool, req: u64, owner: u64, tag: u64) -> pmhash_pmem::Result<Live> {
     let r = pool.reserve(req, Link::Pointer { owner })?;
     let b = Live {
         off: r.offset(),
@@ -671,13 +671,13 @@ fn space_freed_by_one_size_class_serves_another() {
     let tp = common::TempPath::new("classes");
     let pool = Pool::create(tp.path(), &common::mapped(2 * common::MIB, 0, "classes")).unwrap();
     let mut blocks = Vec::new();
-    while let Ok(r) = pool.reserve(32 * common::KIB, pmem::Link::Nothing) {
+    while let Ok(r) = pool.reserve(32 * common::KIB, pmhash_pmem::Link::Nothing) {
         blocks.push(r.offset());
         pool.commit(r);
     }
     assert!(blocks.len() >= 6 * 7, "only {} blocks fit", blocks.len());
     assert!(
-        pool.reserve(64, pmem::Link::Nothing).is_err(),
+        pool.reserve(64, pmhash_pmem::Link::Nothing).is_err(),
         "the pool should be full"
     );
     for off in blocks {
@@ -690,11 +690,11 @@ fn space_freed_by_one_size_class_serves_another() {
         pool.stats().free_chunks
     );
     let small = pool
-        .reserve(64, pmem::Link::Nothing)
+        .reserve(64, pmhash_pmem::Link::Nothing)
         .expect("a 64-byte block after the frees");
     pool.commit(small);
     let big = pool
-        .reserve(700 * common::KIB, pmem::Link::Nothing)
+        .reserve(700 * common::KIB, pmhash_pmem::Link::Nothing)
         .expect("an extent after the frees");
     pool.commit(big);
     drop(pool);

@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use pmem::testfs::SmallFs;
-use pmem::{Error, Link, Pool, PoolLock, PoolOptions};
+use pmhash_pmem::testfs::SmallFs;
+use pmhash_pmem::{Error, Link, Pool, PoolLock, PoolOptions};
 
 const LAYOUT: &str = "faults";
 

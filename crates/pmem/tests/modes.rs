@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use pmem::persist::counters;
-use pmem::{CrashChoice, Error, Mode, Pool, PoolOptions};
+use pmhash_pmem::persist::counters;
+use pmhash_pmem::{CrashChoice, Error, Mode, Pool, PoolOptions};
 
 fn temp(name: &str) -> PathBuf {
     let dir = if Path::new("/dev/shm").is_dir() {
@@ -139,7 +139,7 @@ fn non_temporal_writes_are_durable_only_after_a_fence_in_the_simulator() {
 #[test]
 fn volatile_pool_works_and_mode_names_round_trip() {
     let pool = Pool::create(Path::new(""), &opts(Mode::Volatile)).unwrap();
-    let r = pool.reserve(100, pmem::Link::Nothing).unwrap();
+    let r = pool.reserve(100, pmhash_pmem::Link::Nothing).unwrap();
     pool.store_u64(r.offset(), 5);
     assert_eq!(pool.load_u64(r.offset()), 5);
     pool.commit(r);

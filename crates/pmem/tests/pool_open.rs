@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use pmem::header::{State, HEADER_LEN, SLOT_LEN, SLOT_OFFSET};
-use pmem::{Error, Link, Pool, PoolOptions, CHUNK};
+use pmhash_pmem::header::{State, HEADER_LEN, SLOT_LEN, SLOT_OFFSET};
+use pmhash_pmem::{Error, Link, Pool, PoolOptions, CHUNK};
 
 const LAYOUT: &str = "pooltest";
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use pmem::{CrashChoice, CrashSite, Error, Link, Mode, Pool, CHUNK};
+use pmhash_pmem::{CrashChoice, CrashSite, Error, Link, Mode, Pool, CHUNK};
 
 const LAYOUT: &str = "simtest";
 const LINE: u64 = 64;

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use engine::{Engine, EngineKind, EngineSpec, Error};
 use pmem::{CrashChoice, Link, Mode, Pool, PoolOptions};
-use rophi::layout::*;
-use rophi::Rophi;
+use pmhash_rophi::layout::*;
+use pmhash_rophi::Rophi;
 
 /// A cleanly closed 2 MiB file pool with `n` keys in a table grown from 16
 /// heads, so that it has chains. Returns the path, the file's bytes, the
@@ -150,7 +150,7 @@ fn pools_of_other_engines_are_refused_untouched() {
             tmp.path(),
             &PoolOptions {
                 mode: Mode::Mapped,
-                layout: rophi::LAYOUT.into(),
+                layout: pmhash_rophi::LAYOUT.into(),
                 ..PoolOptions::default()
             },
         );

@@ -17,7 +17,7 @@ use std::time::Instant;
 use common::*;
 use engine::Engine;
 use pmem::{Mode, Pool};
-use rophi::Rophi;
+use pmhash_rophi::Rophi;
 
 /// Each reader reads at least this often (on after the writers if need be).
 const MIN_READS: u64 = 20_000;

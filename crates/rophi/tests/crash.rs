@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use engine::Engine;
 use pmem::{CrashChoice, Link, Mode, Pool};
-use rophi::layout::*;
-use rophi::Rophi;
+use pmhash_rophi::layout::*;
+use pmhash_rophi::Rophi;
 
 /// Pool size of the crash runs: every crash image is a copy of it, so it
 /// is small (the allocator's size classes each take a 256 KiB chunk).
@@ -844,7 +844,7 @@ fn crash_checker_finds_no_violation() {
             ..Config::default()
         };
         let t = std::time::Instant::now();
-        let r = crashtest::run(&rophi::spec(), &c).expect("the crash checker runs");
+        let r = crashtest::run(&pmhash_rophi::spec(), &c).expect("the crash checker runs");
         eprintln!(
             "rophi seed {seed} key space {key_space}: {} states ({} during recovery), {} fences, {:.1}s; {:?}",
             r.states,
@@ -861,7 +861,7 @@ fn crash_checker_finds_no_violation() {
             r.states,
             c.states
         );
-        resizes += rophi::Tallies::from_detail(&r.detail)
+        resizes += pmhash_rophi::Tallies::from_detail(&r.detail)
             .unwrap_or_else(|| panic!("the report's detail is not rophi's tallies: {:?}", r.detail))
             .resizes;
     }

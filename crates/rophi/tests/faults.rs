@@ -8,10 +8,10 @@ use engine::testkit::faults;
 
 #[test]
 fn refused_opens_leave_the_file_untouched() {
-    faults::refused_opens_leave_the_file_untouched(&rophi::spec());
+    faults::refused_opens_leave_the_file_untouched(&pmhash_rophi::spec());
 }
 
 #[test]
 fn full_file_system_is_out_of_space() {
-    faults::full_file_system_is_out_of_space(&rophi::spec());
+    faults::full_file_system_is_out_of_space(&pmhash_rophi::spec());
 }

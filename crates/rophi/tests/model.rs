@@ -16,7 +16,7 @@ use std::sync::Arc;
 use common::*;
 use engine::Engine;
 use pmem::{Mode, Pool};
-use rophi::Rophi;
+use pmhash_rophi::Rophi;
 
 const EDGE_KEYS: [u64; 6] = [0, 1, u64::MAX, u64::MAX - 1, 1 << 63, (1 << 63) - 1];
 

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use engine::testkit::TempDir;
-use server::{Config, Server};
+use pmhash_server::{Config, Server};
 use store::{CreateOptions, GcMode, OpenOptions, Options, Store};
 
 fn options() -> Options {
@@ -310,7 +310,11 @@ fn hello_3_switches_to_resp3_and_auth_gates_everything() {
 /// and with loops that poll a while first (the two ways a loop waits).
 #[test]
 fn pipelines_are_answered_in_order() {
-    for busy_poll in [Duration::ZERO, server::BUSY_POLL, Duration::from_millis(5)] {
+    for busy_poll in [
+        Duration::ZERO,
+        pmhash_server::BUSY_POLL,
+        Duration::from_millis(5),
+    ] {
         let dir = TempDir::new("srv", "pipe");
         let srv = start_cfg(
             &dir,
@@ -353,7 +357,7 @@ fn pipelines_are_answered_in_order() {
 fn busy_poll_is_automatic_unless_set() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let auto_one_loop = if cpus > 1 {
-        server::BUSY_POLL
+        pmhash_server::BUSY_POLL
     } else {
         Duration::ZERO
     };
@@ -399,7 +403,7 @@ fn an_overlong_busy_poll_is_refused() {
         st,
         Config {
             addr: "127.0.0.1:0".into(),
-            busy_poll: Some(server::MAX_BUSY_POLL + Duration::from_micros(1)),
+            busy_poll: Some(pmhash_server::MAX_BUSY_POLL + Duration::from_micros(1)),
             ..Config::default()
         },
     );

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use engine::Error;
 use pmem::{Mode, Pool, PoolOptions};
-use store::{
+use pmhash_store::{
     CreateOptions, GcMode, OpenOptions, Options, Store, LAYOUT, MAX_KEY, MAX_VALUE, POOL_FILE,
 };
 
@@ -215,7 +215,7 @@ fn shape(b: &[u8]) -> (u64, Vec<(u64, u64)>, u64) {
     let roots: Vec<u64> = (pmem::header::HEADER_LEN as u64..b.len() as u64 - 16)
         .step_by(64)
         .filter(|&o| {
-            word(b, o) == u64::from_le_bytes(*b"PMHSTOR1") && word(b, o + 8) == store::FORMAT
+            word(b, o) == u64::from_le_bytes(*b"PMHSTOR1") && word(b, o + 8) == pmhash_store::FORMAT
         })
         .collect();
     assert_eq!(roots.len(), 1, "store root blocks found at {roots:#x?}");
@@ -509,7 +509,7 @@ fn pools_of_other_layouts_are_refused_untouched() {
         "read-only open wrote"
     );
     let s = Store::open(dir.path(), opts()).unwrap();
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::Created);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::Created);
     s.put(b"k", b"v").unwrap();
     s.close().unwrap();
     drop(s);
@@ -654,7 +654,7 @@ fn crashed_store_opens_read_only_without_writing() {
     let dir = temp_dir("ro-crash");
     let (good, m) = built(&dir, 600, false);
     let s = Store::open(dir.path(), ro_opts()).unwrap();
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::LogScan);
     assert!(contents(&s) == m);
     s.check().unwrap();
     for (what, r) in [
@@ -696,7 +696,7 @@ fn writes_after_close_are_refused() {
     drop(s);
     let bytes = std::fs::read(pool_file(&dir)).unwrap();
     let s = Store::open(dir.path(), ro_opts()).unwrap();
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::Image);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::Image);
     let mut want = BTreeMap::new();
     want.insert(b"a".to_vec(), b"1".to_vec());
     want.insert(b"b".to_vec(), b"2".to_vec());

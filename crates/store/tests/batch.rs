@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use common::{contents, crash_then_clean_reopen, small_opts, verify, Model};
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::{CrashChoice, Mode, Pool};
-use store::{Store, LAYOUT};
+use pmhash_store::{Store, LAYOUT};
 
 fn store(mode: Mode, seed: u64) -> (Arc<Pool>, Store) {
     let o = small_opts();
@@ -140,8 +140,8 @@ fn a_bad_pair_fails_the_batch_before_anything_is_written() {
     let (pool, s) = store(Mode::Volatile, 2);
     s.put(b"a", b"1").unwrap();
     let before = pool.image();
-    let big_key = vec![b'k'; store::MAX_KEY + 1];
-    let big_value = vec![b'v'; store::MAX_VALUE + 1];
+    let big_key = vec![b'k'; pmhash_store::MAX_KEY + 1];
+    let big_value = vec![b'v'; pmhash_store::MAX_VALUE + 1];
     for bad in [
         vec![(&b"a"[..], &b"2"[..]), (&big_key[..], &b"x"[..])],
         vec![(&b"b"[..], &b"2"[..]), (&b"c"[..], &big_value[..])],
@@ -307,7 +307,7 @@ fn get_many_answers_as_get_does() {
     for k in (0..80).step_by(9) {
         s.delete(&key(k)).unwrap();
     }
-    let huge = vec![b'k'; store::MAX_KEY + 1];
+    let huge = vec![b'k'; pmhash_store::MAX_KEY + 1];
     let mut out = Vec::new();
     // Many rounds, so sampled gets fill the RAF cache and later ones hit.
     for round in 0..200 {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::{Mode, Pool};
-use store::{CreateOptions, GcMode, OpenOptions, Options, Store, LAYOUT};
+use pmhash_store::{CreateOptions, GcMode, OpenOptions, Options, Store, LAYOUT};
 
 const WRITERS: u32 = 3;
 
@@ -275,7 +275,7 @@ fn mixed_run(seed: u64, min_ops: u64) {
         },
     };
     let s2 = Store::open(dir.path(), o2.clone()).unwrap();
-    assert_eq!(s2.stats().opened_from, store::OpenedFrom::LogScan);
+    assert_eq!(s2.stats().opened_from, pmhash_store::OpenedFrom::LogScan);
     assert!(
         contents(&s2) == m,
         "log scan after the concurrent run differs"
@@ -302,7 +302,7 @@ fn mixed_run(seed: u64, min_ops: u64) {
     s2.close().unwrap();
     drop(s2);
     let s3 = Store::open(dir.path(), o2).unwrap();
-    assert_eq!(s3.stats().opened_from, store::OpenedFrom::Image);
+    assert_eq!(s3.stats().opened_from, pmhash_store::OpenedFrom::Image);
     assert!(contents(&s3) == m, "clean reopen differs");
     assert_eq!(
         s3.stats().live_bytes,

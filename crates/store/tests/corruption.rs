@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use engine::testkit::{Rng, TempDir};
 use engine::Durability;
 use pmem::Mode;
-use store::{CreateOptions, GcMode, OpenOptions, Options, Store, POOL_FILE};
+use pmhash_store::{CreateOptions, GcMode, OpenOptions, Options, Store, POOL_FILE};
 
 /// The pool header's state slots, which a writable pool open rewrites
 /// before the store looks at its log.
@@ -95,7 +95,7 @@ fn entries(b: &[u8]) -> Vec<Vec<At>> {
     let root = (pmem::header::HEADER_LEN..b.len() - 16)
         .step_by(64)
         .find(|&o| {
-            word(b, o) == u64::from_le_bytes(*b"PMHSTOR1") && word(b, o + 8) == store::FORMAT
+            word(b, o) == u64::from_le_bytes(*b"PMHSTOR1") && word(b, o + 8) == pmhash_store::FORMAT
         })
         .expect("a store root");
     let table_len = word(b, root + 40) as usize;
@@ -114,7 +114,7 @@ fn entries(b: &[u8]) -> Vec<Vec<At>> {
                 (lens & 0xffff) as usize,
                 ((lens >> 16) & 0xffff_ffff) as usize,
             );
-            let len = store::entry_len(klen, vlen) as usize;
+            let len = pmhash_store::entry_len(klen, vlen) as usize;
             let key = b[f + pos + 40..f + pos + 40 + klen].to_vec();
             v.push(At {
                 off: f + pos,
@@ -356,7 +356,7 @@ fn reads_of_a_corrupt_entry_are_errors_never_wrong_bytes() {
     let s = Store::open(dir.path(), opts()).unwrap();
     assert_eq!(
         s.stats().opened_from,
-        store::OpenedFrom::Image,
+        pmhash_store::OpenedFrom::Image,
         "a clean open: no log scan"
     );
     let e = s.get(&key).unwrap_err().to_string();
@@ -370,7 +370,7 @@ fn reads_of_a_corrupt_entry_are_errors_never_wrong_bytes() {
     assert!(e.contains(&format!("{:#x}", at.off)), "scan: {e}");
     let mut after = key.clone();
     after.push(0);
-    if after.len() <= store::MAX_KEY {
+    if after.len() <= pmhash_store::MAX_KEY {
         for (k, v) in s.scan(&after, None, 4).unwrap() {
             assert_eq!(m.get(&k), Some(&v), "scan past the bad key");
         }
@@ -398,7 +398,7 @@ fn for_each_over_a_corrupt_entry_is_an_error_never_wrong_bytes() {
     let s = Store::open(dir.path(), opts()).unwrap();
     assert_eq!(
         s.stats().opened_from,
-        store::OpenedFrom::Image,
+        pmhash_store::OpenedFrom::Image,
         "a clean open: no log scan"
     );
     let mut seen = Model::new();

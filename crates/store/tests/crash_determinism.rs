@@ -13,7 +13,7 @@ fn once(seed: u64) -> (u64, u64, u64, u64) {
         seed,
         ..Config::default()
     };
-    let r = run(&store::spec(), &cfg).expect("crash checker run");
+    let r = run(&pmhash_store::spec(), &cfg).expect("crash checker run");
     assert_eq!(r.violations, 0, "{:?}", r.messages);
     (r.fences, r.states, r.recovery_crashes, r.leaked_bytes)
 }

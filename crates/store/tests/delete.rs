@@ -9,8 +9,8 @@ mod common;
 use common::{small_opts, verify, Model};
 use engine::testkit::{mem_pool, test_pool_options};
 use pmem::{persist, Mode, Pool};
+use pmhash_store::{Options, Store, LAYOUT};
 use std::sync::Arc;
-use store::{Options, Store, LAYOUT};
 
 fn mem_store(opts: &Options) -> (Arc<Pool>, Store) {
     let pool = mem_pool(&test_pool_options(
@@ -30,7 +30,7 @@ fn mem_store(opts: &Options) -> (Arc<Pool>, Store) {
 fn crash_reopen(pool: &Pool, opts: &Options) -> (Arc<Pool>, Store) {
     let p = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
     let s = Store::open_pool(p.clone(), opts.clone()).unwrap();
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::LogScan);
     (p, s)
 }
 

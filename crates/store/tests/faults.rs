@@ -7,7 +7,7 @@
 use engine::testkit::TempDir;
 use engine::Error;
 use pmem::testfs::SmallFs;
-use store::{CreateOptions, GcMode, OpenOptions, Options, Store, POOL_FILE};
+use pmhash_store::{CreateOptions, GcMode, OpenOptions, Options, Store, POOL_FILE};
 
 fn opts() -> Options {
     Options {

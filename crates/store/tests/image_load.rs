@@ -8,8 +8,8 @@ mod common;
 use common::{small_opts, verify, Model};
 use engine::testkit::{mem_pool, test_pool_options};
 use pmem::{Mode, Pool};
+use pmhash_store::{Store, LAYOUT};
 use std::sync::Arc;
-use store::{Store, LAYOUT};
 
 #[test]
 fn a_clean_reopen_loads_the_image_without_growing_the_index() {
@@ -45,7 +45,7 @@ fn a_clean_reopen_loads_the_image_without_growing_the_index() {
     let p2 = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
     let s2 = Store::open_pool(p2, opts).unwrap();
     let st = s2.stats();
-    assert_eq!(st.opened_from, store::OpenedFrom::Image);
+    assert_eq!(st.opened_from, pmhash_store::OpenedFrom::Image);
     // Sized for the image's count, a shard that draws more than its share
     // of the keys may still grow once (39 of 1,024 here); grown from
     // nothing, the shards were rebuilt 4,046 times.

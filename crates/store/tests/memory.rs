@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use store::{CreateOptions, GcMode, OpenOptions, Options, Store};
+use pmhash_store::{CreateOptions, GcMode, OpenOptions, Options, Store};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -129,7 +129,7 @@ fn a_new_log_file_takes_no_pages_until_written() {
     // ends, and every key.
     drop(s); // no close: the next open scans the log
     let s = Store::open(&dir.0, opts(8 * MIB, 1024)).expect("crash open");
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::LogScan);
     for j in 0..i {
         assert_eq!(s.get(&key(j)).expect("get"), Some(j.to_le_bytes().to_vec()));
     }
@@ -161,7 +161,7 @@ fn a_log_file_from_never_used_pool_space_is_not_zeroed_again() {
     );
     drop(s); // no close: a crash open reads every file's unwritten rest
     let s = Store::open(&dir.0, o.clone()).expect("crash open");
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::LogScan);
     assert_eq!(s.len(), i);
     let free_at_open = s.pool().stats().free_chunks * pmem::CHUNK;
     assert!(
@@ -223,7 +223,7 @@ fn a_reused_log_block_is_zero_past_its_entries() {
     );
     drop(s); // no close: the next open scans every file to its end
     let s = Store::open(&dir.0, o).expect("crash open");
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::LogScan);
     assert_eq!(s.len(), 500);
     for i in 0..500u64 {
         assert_eq!(s.get(&key(i)).expect("get").as_deref(), Some(&v[..]));
@@ -261,7 +261,7 @@ fn the_close_holds_the_image_once() {
     );
     drop(s);
     let s = Store::open(&dir.0, opts(4 * MIB, n)).expect("reopen");
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::Image);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::Image);
     assert_eq!(s.len(), n);
     for i in (0..n).step_by(997) {
         assert_eq!(s.get(&key(i)).expect("get"), Some(i.to_le_bytes().to_vec()));
@@ -283,7 +283,7 @@ fn the_open_unmaps_its_check_before_loading() {
     let s = Store::open(&dir.0, opts(4 * MIB, n)).expect("reopen");
     let rise = status_bytes("VmHWM:").saturating_sub(base);
     let after = status_bytes("VmRSS:").saturating_sub(base);
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::Image);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::Image);
     // The read-only check reads the image and every key's log entry; left
     // mapped through the writable open's load, its pages were resident
     // beside the loaded index and the writable mapping's image.
@@ -300,7 +300,7 @@ fn the_open_unmaps_its_check_before_loading() {
 /// and hold the `n` keys `fill` put (every `step`-th one is read back).
 fn reopen_from_image(dir: &Path, n: u64, step: usize) -> Store {
     let s = Store::open(dir, opts(4 * MIB, 1024)).expect("reopen");
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::Image);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::Image);
     assert_eq!(s.len(), n);
     for i in (0..n).step_by(step) {
         assert_eq!(s.get(&key(i)).expect("get"), Some(i.to_le_bytes().to_vec()));

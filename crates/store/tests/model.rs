@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::{CrashChoice, Mode, Pool};
-use store::{CreateOptions, OpenOptions, Options, Store, LAYOUT};
+use pmhash_store::{CreateOptions, OpenOptions, Options, Store, LAYOUT};
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -37,7 +37,7 @@ fn mem_store(opts: &Options, seed: u64) -> (Arc<Pool>, Store) {
         seed,
     ));
     let s = Store::open_pool(pool.clone(), opts.clone()).expect("open a fresh store");
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::Created);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::Created);
     (pool, s)
 }
 
@@ -368,8 +368,8 @@ fn colliding_keys(n: u64) -> Vec<Vec<u8>> {
             [a.to_le_bytes(), b.to_le_bytes()].concat()
         })
         .collect();
-    let h = store::key_hash(&keys[0]);
-    assert!(keys.iter().all(|k| store::key_hash(k) == h));
+    let h = pmhash_store::key_hash(&keys[0]);
+    assert!(keys.iter().all(|k| pmhash_store::key_hash(k) == h));
     keys
 }
 
@@ -420,21 +420,21 @@ fn reopen_clean_and_after_drop() {
             let s = Store::open(dir.path(), opts.clone()).unwrap();
             let from = s.stats().opened_from;
             match round {
-                0 => assert_eq!(from, store::OpenedFrom::Created),
+                0 => assert_eq!(from, pmhash_store::OpenedFrom::Created),
                 1 | 3 => assert_eq!(
                     from,
-                    store::OpenedFrom::Image,
+                    pmhash_store::OpenedFrom::Image,
                     "round {round}: after a clean close"
                 ),
                 _ => assert_eq!(
                     from,
-                    store::OpenedFrom::LogScan,
+                    pmhash_store::OpenedFrom::LogScan,
                     "round {round}: after a drop without close"
                 ),
             }
             if round > 0 {
                 assert!(s.stats().open_ms >= 0.0);
-                if from == store::OpenedFrom::LogScan {
+                if from == pmhash_store::OpenedFrom::LogScan {
                     assert!(s.stats().recovered_entries > 0);
                 }
             }
@@ -463,7 +463,7 @@ fn reopen_clean_and_after_drop() {
             drop(s);
         }
         let s = Store::open(dir.path(), opts.clone()).unwrap();
-        assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
+        assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::LogScan);
         verify(&s, &m, &format!("seed {seed} final"));
         assert!(done.reclaimed > 0 || s.stats().files > 1);
     }
@@ -499,7 +499,7 @@ fn recovery_thread_count_does_not_change_the_content() {
         run_ops(&s, &mut m, &keys, &mut rng, &run, &mut done);
         verify(&s, &m, "before the drop");
     }
-    let content = |threads: usize| -> (Pairs, store::OpenedFrom, u64) {
+    let content = |threads: usize| -> (Pairs, pmhash_store::OpenedFrom, u64) {
         let s = Store::open(
             dir.path(),
             Options {
@@ -522,7 +522,10 @@ fn recovery_thread_count_does_not_change_the_content() {
     let (b, fb, rb) = content(3);
     assert_eq!(
         (fa, fb),
-        (store::OpenedFrom::LogScan, store::OpenedFrom::LogScan)
+        (
+            pmhash_store::OpenedFrom::LogScan,
+            pmhash_store::OpenedFrom::LogScan
+        )
     );
     assert!(a == b, "1 and 3 recovery threads disagree");
     assert_eq!(ra, rb);
@@ -531,7 +534,7 @@ fn recovery_thread_count_does_not_change_the_content() {
     s.close().unwrap();
     drop(s);
     let (c, fc, _) = content(3);
-    assert_eq!(fc, store::OpenedFrom::Image);
+    assert_eq!(fc, pmhash_store::OpenedFrom::Image);
     assert!(
         a == c,
         "image open with 3 threads disagrees with the log scan"
@@ -540,7 +543,7 @@ fn recovery_thread_count_does_not_change_the_content() {
     s.close().unwrap();
     drop(s);
     let (d, fd, _) = content(1);
-    assert_eq!(fd, store::OpenedFrom::Image);
+    assert_eq!(fd, pmhash_store::OpenedFrom::Image);
     assert!(a == d, "image open with 1 thread disagrees");
 }
 
@@ -565,8 +568,8 @@ fn largest_keys_and_values() {
     let mut m = Model::new();
     {
         let s = Store::open(dir.path(), opts.clone()).unwrap();
-        let big_key = vec![0x7fu8; store::MAX_KEY];
-        let big_val = value(1, store::MAX_VALUE);
+        let big_key = vec![0x7fu8; pmhash_store::MAX_KEY];
+        let big_val = value(1, pmhash_store::MAX_VALUE);
         s.put(&big_key, &big_val).unwrap();
         m.insert(big_key.clone(), big_val);
         for (i, kl) in [0usize, 1, 8, 23, 24, 4095, 4096].into_iter().enumerate() {
@@ -582,7 +585,7 @@ fn largest_keys_and_values() {
             }
         }
         // Overwrite the biggest pair with another 1 MiB value.
-        let v2 = value(2, store::MAX_VALUE);
+        let v2 = value(2, pmhash_store::MAX_VALUE);
         assert!(s.update(&big_key, &v2).unwrap());
         m.insert(big_key.clone(), v2);
         verify(&s, &m, "large, live");
@@ -591,16 +594,16 @@ fn largest_keys_and_values() {
         s.close().unwrap();
     }
     let s = Store::open(dir.path(), opts.clone()).unwrap();
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::Image);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::Image);
     verify(&s, &m, "large, clean reopen");
-    let v3 = value(3, store::MAX_VALUE);
+    let v3 = value(3, pmhash_store::MAX_VALUE);
     s.put(&[0x7f; 4096], &v3).unwrap();
     m.insert(vec![0x7f; 4096], v3);
     assert!(s.delete(&[]).unwrap());
     m.remove(&Vec::new());
     drop(s);
     let s = Store::open(dir.path(), opts).unwrap();
-    assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan);
+    assert_eq!(s.stats().opened_from, pmhash_store::OpenedFrom::LogScan);
     verify(&s, &m, "large, reopen after drop");
 }
 
@@ -659,7 +662,7 @@ fn get_in_copies_what_fits_and_reports_the_length() {
                 None,
                 "{ctx}: absent key"
             );
-            let too_long = vec![1u8; store::MAX_KEY + 1];
+            let too_long = vec![1u8; pmhash_store::MAX_KEY + 1];
             assert_eq!(
                 s.get_into_slice(&too_long, &mut [0u8; 8]).unwrap(),
                 None,
@@ -694,7 +697,7 @@ fn get_in_copies_what_fits_and_reports_the_length() {
         s.close().unwrap();
         drop(s);
         let s = Store::open_pool(pool, opts).unwrap();
-        assert_ne!(s.stats().opened_from, store::OpenedFrom::Created);
+        assert_ne!(s.stats().opened_from, pmhash_store::OpenedFrom::Created);
         check(&s, &format!("{ctx}, reopened"));
     }
 }
@@ -971,7 +974,11 @@ fn crash_at_random_fences_keeps_acknowledged_writes() {
         let ctx = format!("crash during op {op}");
         let p = Arc::new(Pool::from_image(img, Mode::Volatile).unwrap());
         let s = Store::open_pool(p, opts.clone()).unwrap();
-        assert_eq!(s.stats().opened_from, store::OpenedFrom::LogScan, "{ctx}");
+        assert_eq!(
+            s.stats().opened_from,
+            pmhash_store::OpenedFrom::LogScan,
+            "{ctx}"
+        );
         let mut got = Model::new();
         s.for_each(|k, v| {
             got.insert(k.to_vec(), v.to_vec());

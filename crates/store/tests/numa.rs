@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::Mode;
 
-use store::{
+use pmhash_store::{
     emulated_node, CreateOptions, GcMode, OpenOptions, Options, Store, StoreStats, LAYOUT,
 };
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use engine::testkit::TempDir;
 use engine::{Engine, EngineConfig};
 use pmem::{Mode, Pool, PoolOptions};
-use store::{CreateOptions, GcMode, IndexKind, OpenOptions, Options, Store, POOL_FILE};
+use pmhash_store::{CreateOptions, GcMode, IndexKind, OpenOptions, Options, Store, POOL_FILE};
 
 fn opts(read_only: bool) -> Options {
     Options {

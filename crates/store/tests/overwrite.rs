@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use engine::testkit::{mem_pool, test_pool_options, Rng};
 use pmem::Mode;
-use store::{CreateOptions, GcMode, OpenOptions, Options, Store, LAYOUT};
+use pmhash_store::{CreateOptions, GcMode, OpenOptions, Options, Store, LAYOUT};
 
 const BATCH: usize = 10_000;
 /// Wall time of each workload's put phase.

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use engine::testkit::TempDir;
 use pmem::{Mode, Pool, PoolOptions};
-use store::{key_hash, lens_word};
-use store::{CreateOptions, GcMode, IndexKind, OpenOptions, Options, Store, POOL_FILE};
+use pmhash_store::{key_hash, lens_word};
+use pmhash_store::{CreateOptions, GcMode, IndexKind, OpenOptions, Options, Store, POOL_FILE};
 
 const VICTIM: &[u8] = b"victim-key-0042";
 const KEYS: usize = 60;

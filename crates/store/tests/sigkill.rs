@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use engine::testkit::Rng;
 use pmem::Mode;
-use store::{CreateOptions, GcMode, OpenOptions, Options, Store};
+use pmhash_store::{CreateOptions, GcMode, OpenOptions, Options, Store};
 
 const DIR_VAR: &str = "STORE_CHILD_DIR";
 const ROUND_VAR: &str = "STORE_CHILD_ROUND";
@@ -368,7 +368,7 @@ fn sigkill_rounds_keep_every_acknowledged_write() {
         let after = after_m.get(&k).cloned();
         let s = Store::open(dir.path(), opts(GcMode::Manual)).unwrap();
         let st = s.stats();
-        assert_eq!(st.opened_from, store::OpenedFrom::LogScan, "{ctx}");
+        assert_eq!(st.opened_from, pmhash_store::OpenedFrom::LogScan, "{ctx}");
         let now = s.get(&k).unwrap();
         assert!(
             now == before || now == after,
@@ -385,7 +385,11 @@ fn sigkill_rounds_keep_every_acknowledged_write() {
             s.close().unwrap();
             drop(s);
             let s = Store::open(dir.path(), opts(GcMode::Manual)).unwrap();
-            assert_eq!(s.stats().opened_from, store::OpenedFrom::Image, "{ctx}");
+            assert_eq!(
+                s.stats().opened_from,
+                pmhash_store::OpenedFrom::Image,
+                "{ctx}"
+            );
             check_store(&s, &m, &format!("{ctx}, image reopen"));
             s.close().unwrap();
         }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use engine::testkit::{mem_pool, pool_opts, reopen, Subject};
 use engine::{Durability, Engine, EngineConfig};
-use hmeh::{HashKind, Hmeh, Options};
 use pmem::{Mode, Pool, PoolOptions};
+use pmhash_hmeh::{HashKind, Hmeh, Options};
 
 pub(crate) const MIB: u64 = 1 << 20;
 

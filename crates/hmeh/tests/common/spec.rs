@@ -6,8 +6,8 @@ use std::sync::Arc;
 use engine::testkit::image::{patch, patch_byte, word};
 use engine::testkit::Subject;
 use engine::{EngineConfig, Result};
-use hmeh::Hmeh;
 use pmem::Pool;
+use pmhash_hmeh::Hmeh;
 
 use super::off;
 
@@ -17,7 +17,7 @@ pub(crate) struct HmehSubject;
 impl Subject for HmehSubject {
     type E = Hmeh;
     const NAME: &'static str = "Hmeh";
-    const LAYOUT: &'static str = hmeh::LAYOUT;
+    const LAYOUT: &'static str = pmhash_hmeh::LAYOUT;
     const UUID_TAG: [u8; 16] = *b"hmeh-tests-uuid!";
     const TEMP_PREFIX: &'static str = "hmeh-test";
 

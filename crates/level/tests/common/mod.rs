@@ -43,7 +43,7 @@ pub(crate) fn opts(mode: Mode, size: u64, max_size: u64) -> PoolOptions {
 }
 
 /// An in-memory pool (`Volatile` or `Simulated`) with a level table.
-pub(crate) fn mem_engine(o: &PoolOptions, c: &EngineConfig) -> (Arc<Pool>, level::Level) {
+pub(crate) fn mem_engine(o: &PoolOptions, c: &EngineConfig) -> (Arc<Pool>, pmhash_level::Level) {
     let pool = engine::testkit::mem_pool(o);
     let e = LevelSubject::create(pool.clone(), c).unwrap();
     (pool, e)
@@ -52,7 +52,12 @@ pub(crate) fn mem_engine(o: &PoolOptions, c: &EngineConfig) -> (Arc<Pool>, level
 /// Everything the engine holds must equal `model`: for_each (each pair
 /// exactly once), len, get, check() with no leak, and the level item counts
 /// (top + bottom = len: no resize left in progress).
-pub(crate) fn verify_full(e: &level::Level, pool: &Pool, model: &HashMap<u64, u64>, ctx: &str) {
+pub(crate) fn verify_full(
+    e: &pmhash_level::Level,
+    pool: &Pool,
+    model: &HashMap<u64, u64>,
+    ctx: &str,
+) {
     engine::testkit::verify_model(e, pool, model, &[], ctx);
     let t = e.tallies();
     assert_eq!(

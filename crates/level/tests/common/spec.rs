@@ -7,8 +7,8 @@ use std::sync::Arc;
 use engine::testkit::image::{patch_byte, word};
 use engine::testkit::Subject;
 use engine::{EngineConfig, Result};
-use level::Level;
 use pmem::Pool;
+use pmhash_level::Level;
 
 /// Level hashing as the suite sees it.
 pub(crate) struct LevelSubject;
@@ -16,7 +16,7 @@ pub(crate) struct LevelSubject;
 impl Subject for LevelSubject {
     type E = Level;
     const NAME: &'static str = "Level";
-    const LAYOUT: &'static str = level::LAYOUT;
+    const LAYOUT: &'static str = pmhash_level::LAYOUT;
     const UUID_TAG: [u8; 16] = *b"level-tests-uuid";
     const TEMP_PREFIX: &'static str = "level-test";
 

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use engine::{Engine, EngineConfig};
-use pass::{Options, Pass};
 use pmem::{Mode, Pool, PoolOptions};
+use pmhash_pass::{Options, Pass};
 
 use engine::testkit::{reopen, Subject};
 pub(crate) use engine::testkit::{verify_model, Rng};
@@ -153,7 +153,7 @@ pub(crate) fn verify_bytes(
         .filter(|(k, _)| {
             k.len() == 16 && {
                 let w = u64::from_le_bytes(k[..8].try_into().unwrap());
-                k[..] == pass::wide_key(w)
+                k[..] == pmhash_pass::wide_key(w)
             }
         })
         .map(|(k, &v)| (u64::from_le_bytes(k[..8].try_into().unwrap()), v))

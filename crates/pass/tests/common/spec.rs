@@ -6,9 +6,9 @@ use std::sync::Arc;
 use engine::testkit::image::{patch, word};
 use engine::testkit::Subject;
 use engine::{EngineConfig, Result};
-use pass::layout::*;
-use pass::{Options, Pass};
 use pmem::Pool;
+use pmhash_pass::layout::*;
+use pmhash_pass::{Options, Pass};
 
 /// PASS as the suite sees it.
 pub(crate) struct PassSubject;
@@ -16,7 +16,7 @@ pub(crate) struct PassSubject;
 impl Subject for PassSubject {
     type E = Pass;
     const NAME: &'static str = "Pass";
-    const LAYOUT: &'static str = pass::LAYOUT;
+    const LAYOUT: &'static str = pmhash_pass::LAYOUT;
     const UUID_TAG: [u8; 16] = *b"pass-tests-uuid!";
     const TEMP_PREFIX: &'static str = "pass-test";
     // Every file PASS's bad-pool tests damage is a sound pool; only the
@@ -50,7 +50,7 @@ impl Subject for PassSubject {
     }
 }
 
-/// PASS in bytes mode (keys out of line, `pass::spec_var`): the same
+/// PASS in bytes mode (keys out of line, `pmhash_pass::spec_var`): the same
 /// table as [`PassSubject`], made with `bytes_keys`.
 pub(crate) struct PassBytesSubject;
 

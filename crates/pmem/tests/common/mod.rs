@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pmem::{Mode, PoolOptions};
+use pmhash_pmem::{Mode, PoolOptions};
 
 pub(crate) const KIB: u64 = 1 << 10;
 pub(crate) const MIB: u64 = 1 << 20;

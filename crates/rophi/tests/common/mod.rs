@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use engine::{Durability, Engine, EngineConfig};
 use pmem::{Mode, Pool, PoolOptions};
-use rophi::layout::*;
-use rophi::Rophi;
+use pmhash_rophi::layout::*;
+use pmhash_rophi::Rophi;
 
 use engine::testkit::{reopen, Subject};
 pub(crate) use engine::testkit::{val, verify_model, version_of, Rng};

@@ -7,8 +7,8 @@ use engine::testkit::image::patch;
 use engine::testkit::Subject;
 use engine::{EngineConfig, Result};
 use pmem::Pool;
-use rophi::layout::*;
-use rophi::Rophi;
+use pmhash_rophi::layout::*;
+use pmhash_rophi::Rophi;
 
 /// ROPHI as the suite sees it.
 pub(crate) struct RophiSubject;
@@ -16,7 +16,7 @@ pub(crate) struct RophiSubject;
 impl Subject for RophiSubject {
     type E = Rophi;
     const NAME: &'static str = "Rophi";
-    const LAYOUT: &'static str = rophi::LAYOUT;
+    const LAYOUT: &'static str = pmhash_rophi::LAYOUT;
     const UUID_TAG: [u8; 16] = *b"rophi-test-uuid!";
     const TEMP_PREFIX: &'static str = "rophi-test";
 

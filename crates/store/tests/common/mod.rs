@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pmem::{Mode, Pool};
-use store::{CreateOptions, GcMode, OpenOptions, Options, Store};
+use pmhash_store::{CreateOptions, GcMode, OpenOptions, Options, Store};
 
 /// What a store should hold.
 pub(crate) type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -151,11 +151,11 @@ pub(crate) fn check_without_leak(s: &Store, keys: u64, ctx: &str) {
 pub(crate) fn crash_then_clean_reopen(pool: &Pool, m: &Model, ctx: &str) {
     let p2 = Arc::new(Pool::from_image(pool.image(), Mode::Volatile).unwrap());
     let s2 = Store::open_pool(p2.clone(), small_opts()).unwrap();
-    assert_eq!(s2.stats().opened_from, store::OpenedFrom::LogScan);
+    assert_eq!(s2.stats().opened_from, pmhash_store::OpenedFrom::LogScan);
     verify(&s2, m, &format!("{ctx}, crash reopen"));
     s2.close().unwrap();
     let p3 = Arc::new(Pool::from_image(p2.image(), Mode::Volatile).unwrap());
     let s3 = Store::open_pool(p3, small_opts()).unwrap();
-    assert_eq!(s3.stats().opened_from, store::OpenedFrom::Image);
+    assert_eq!(s3.stats().opened_from, pmhash_store::OpenedFrom::Image);
     verify(&s3, m, &format!("{ctx}, clean reopen"));
 }

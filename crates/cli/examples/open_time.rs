@@ -1,6 +1,6 @@
 //! Times clean opens of a large pool, the way the tools open it.
 //!
-//! `cargo run --release -p pmhash --example open_time -- ENGINE KEYS OPENS DIR`
+//! `cargo run --release -p pmhash-cli --example open_time -- ENGINE KEYS OPENS DIR`
 //!
 //! ENGINE is `level`, `hmeh`, `pass`, `pass-var` (each through
 //! `engine::open_file`) or `store-hash` (a whole `Store::open` with a

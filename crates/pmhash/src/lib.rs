@@ -131,5 +131,5 @@ mod kv;
 pub use engine::{Durability, Error, Result, Stats as IndexStats};
 pub use index::{engines, index_engines, AnyEngine, Index, IndexEngine, IndexOptions};
 pub use kv::{Store, StoreOptions};
-pub use pmem::Mode;
+pub use pmem::{Error as PoolError, Mode};
 pub use store::{StoreStats, MAX_KEY, MAX_VALUE};

@@ -127,7 +127,7 @@ impl StoreOptions {
     }
 }
 
-/// A persistent key-value store of byte keys (1 to [`MAX_KEY`](crate::MAX_KEY)
+/// A persistent key-value store of byte keys (up to [`MAX_KEY`](crate::MAX_KEY)
 /// bytes) and byte values (up to [`MAX_VALUE`](crate::MAX_VALUE) bytes),
 /// ordered for range scans. `Send + Sync`: share it between threads.
 ///

@@ -358,7 +358,7 @@ impl IndexOptions {
                 return Err(e);
             }
         };
-        Ok(Index::new(engine, path))
+        Ok(Index::new(engine, path, false))
     }
 
     /// [`open`](Self::open) with the engine given by type: the pool must
@@ -377,7 +377,7 @@ impl IndexOptions {
             &popts,
             &self.cfg,
         )?;
-        Ok(Index::new(engine, path))
+        Ok(Index::new(engine, path, self.pool.read_only))
     }
 
     fn check_typed<E: IndexEngine>(&self) -> Result<()> {
@@ -399,6 +399,7 @@ impl IndexOptions {
 pub struct Index<E: IndexEngine = AnyEngine> {
     engine: E,
     path: PathBuf,
+    read_only: bool,
     closed: AtomicBool,
 }
 
@@ -416,15 +417,24 @@ impl Index {
 }
 
 impl<E: IndexEngine> Index<E> {
-    fn new(engine: E, path: &Path) -> Index<E> {
+    fn new(engine: E, path: &Path, read_only: bool) -> Index<E> {
         Index {
             engine,
             path: path.to_path_buf(),
+            read_only,
             closed: AtomicBool::new(false),
         }
     }
 
+    /// Refuses a write to a closed or read-only index: a read-only pool is
+    /// a private mapping, so a write there would be lost, not persisted.
     fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::InvalidArgument(format!(
+                "{} was opened read-only",
+                self.path.display()
+            )));
+        }
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::InvalidArgument("the index is closed".into()));
         }
@@ -515,6 +525,9 @@ impl<E: IndexEngine> Index<E> {
     /// Makes every completed call durable (under [`Durability::Strict`]
     /// each already is).
     pub fn sync(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
         self.writable()?;
         self.engine.sync()
     }
@@ -526,7 +539,7 @@ impl<E: IndexEngine> Index<E> {
     }
 
     fn close_inner(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
+        if self.closed.swap(true, Ordering::AcqRel) || self.read_only {
             return Ok(());
         }
         self.engine.close()

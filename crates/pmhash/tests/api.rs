@@ -37,8 +37,14 @@ fn every_index_engine_by_name_round_trips_a_reopen() {
         ix.close().unwrap();
         // Reopened by name: the same engine, the same contents.
         let ix = Index::options().engine(name).open(&path).unwrap();
-        assert_eq!((ix.len(), ix.get(0), ix.get(u64::MAX)), (2, Some(!0), Some(0)));
-        assert_eq!(ix.get_many(&[0, 1, u64::MAX]), vec![Some(!0), None, Some(0)]);
+        assert_eq!(
+            (ix.len(), ix.get(0), ix.get(u64::MAX)),
+            (2, Some(!0), Some(0))
+        );
+        assert_eq!(
+            ix.get_many(&[0, 1, u64::MAX]),
+            vec![Some(!0), None, Some(0)]
+        );
         let mut seen = Vec::new();
         ix.for_each(|k, v| seen.push((k, v)));
         seen.sort_unstable();
@@ -59,7 +65,11 @@ fn typed_indexes_open_their_own_layout_only() {
     assert!(err_text(Index::options().open_as::<Pass>(&path)).contains("layout"));
     assert!(Index::options().open_as::<Level>(&path).is_err());
     assert!(Index::options().open_as::<Rophi>(&path).is_err());
-    assert_eq!(std::fs::read(&path).unwrap(), before, "refused opens wrote nothing");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "refused opens wrote nothing"
+    );
     // By name, an engine of another layout is refused too.
     assert!(err_text(Index::options().engine("pass").open(&path)).contains("not engine pass"));
     // A name and a type at once is a caller error.
@@ -67,7 +77,10 @@ fn typed_indexes_open_their_own_layout_only() {
     // The nameless open finds the engine; E+filter reads E's pool.
     assert_eq!(Index::open(&path).unwrap().engine_name(), "hmeh");
     let f = Index::options().engine("hmeh+filter").open(&path).unwrap();
-    assert_eq!((f.engine_name(), f.get(5), f.get(6)), ("hmeh+filter", Some(6), None));
+    assert_eq!(
+        (f.engine_name(), f.get(5), f.get(6)),
+        ("hmeh+filter", Some(6), None)
+    );
     f.close().unwrap();
     let ix: Index<Hmeh> = Index::options().open_as(&path).unwrap();
     assert_eq!(ix.get(5), Some(6));
@@ -78,7 +91,9 @@ fn typed_indexes_open_their_own_layout_only() {
 #[test]
 fn bad_names_foreign_files_and_existing_pools_are_errors() {
     let path = scratch("bad");
-    assert!(err_text(Index::options().engine("nope").create(&path)).contains("unknown index engine"));
+    assert!(
+        err_text(Index::options().engine("nope").create(&path)).contains("unknown index engine")
+    );
     assert!(!path.exists(), "a refused create leaves no file");
     assert!(Index::open(&path).is_err(), "no such file");
 
@@ -86,8 +101,15 @@ fn bad_names_foreign_files_and_existing_pools_are_errors() {
     let before = std::fs::read(&path).unwrap();
     assert!(Index::open(&path).is_err());
     assert!(Index::options().engine("rophi").open(&path).is_err());
-    assert!(Index::options().create(&path).is_err(), "create never overwrites");
-    assert_eq!(std::fs::read(&path).unwrap(), before, "the foreign file is untouched");
+    assert!(
+        Index::options().create(&path).is_err(),
+        "create never overwrites"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the foreign file is untouched"
+    );
     std::fs::remove_file(&path).unwrap();
 
     // A store directory whose pool file is foreign.
@@ -152,7 +174,10 @@ fn a_full_pool_is_out_of_space_and_the_index_stays_usable() {
 #[test]
 fn the_store_rejects_oversized_keys_and_values_and_keeps_going() {
     let dir = scratch("store");
-    let store = Store::options().durability(Durability::Relaxed).open(&dir).unwrap();
+    let store = Store::options()
+        .durability(Durability::Relaxed)
+        .open(&dir)
+        .unwrap();
     let big_key = vec![b'k'; pmhash::MAX_KEY + 1];
     assert!(err_text(store.put(&big_key, b"v")).contains("key"));
     let big_value = vec![0u8; pmhash::MAX_VALUE + 1];
@@ -160,8 +185,14 @@ fn the_store_rejects_oversized_keys_and_values_and_keeps_going() {
     store
         .write_batch(&[(b"a", Some(b"1")), (b"b", Some(b"2")), (b"a", None)])
         .unwrap();
-    assert!(store.write_batch(&[(b"c", Some(b"3")), (&big_key, Some(b"4"))]).is_err());
-    assert_eq!(store.get(b"c").unwrap(), None, "a refused batch writes nothing");
+    assert!(store
+        .write_batch(&[(b"c", Some(b"3")), (&big_key, Some(b"4"))])
+        .is_err());
+    assert_eq!(
+        store.get(b"c").unwrap(),
+        None,
+        "a refused batch writes nothing"
+    );
     assert!(store.insert(b"b", b"x").is_ok_and(|fresh| !fresh));
     assert!(store.update(b"b", b"3").unwrap());
     let mut buf = Vec::new();
@@ -172,7 +203,10 @@ fn the_store_rejects_oversized_keys_and_values_and_keeps_going() {
     assert_eq!(store.check().unwrap(), 1);
     store.close().unwrap();
     let store = Store::open(&dir).unwrap();
-    assert_eq!(store.scan(b"", None, 10).unwrap(), vec![(b"b".to_vec(), b"3".to_vec())]);
+    assert_eq!(
+        store.scan(b"", None, 10).unwrap(),
+        vec![(b"b".to_vec(), b"3".to_vec())]
+    );
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }

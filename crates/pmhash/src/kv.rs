@@ -82,6 +82,24 @@ impl StoreOptions {
         self
     }
 
+    /// At create: the hash clusters of each node's log (default 256, at
+    /// most 65,536). Each cluster appends to a log file of its own, so a
+    /// store that has written to every cluster holds at least `clusters` ×
+    /// [`log_file_size`](Self::log_file_size) bytes of pool per node:
+    /// 2 GiB by default. A small store wants fewer clusters or smaller
+    /// files; many writer threads want more clusters (less contention).
+    pub fn log_clusters(mut self, clusters: u32) -> Self {
+        self.opts.create.clusters = clusters;
+        self
+    }
+
+    /// At create: bytes per log file (default 8 MiB; a multiple of 64, at
+    /// least 4096). Garbage collection reclaims whole files.
+    pub fn log_file_size(mut self, bytes: u64) -> Self {
+        self.opts.create.extent_size = bytes;
+        self
+    }
+
     /// Bytes of DRAM for the cache of hot values (default 64 MiB; 0: none).
     pub fn cache_bytes(mut self, bytes: u64) -> Self {
         self.opts.open.raf_bytes = bytes;

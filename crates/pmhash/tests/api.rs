@@ -210,3 +210,32 @@ fn the_store_rejects_oversized_keys_and_values_and_keeps_going() {
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_small_store_takes_small_logs() {
+    let dir = scratch("small");
+    let small = Store::options()
+        .log_clusters(4)
+        .log_file_size(256 << 10)
+        .pool_size(16 << 20)
+        .cache_bytes(0);
+    let store = small.clone().open(&dir).unwrap();
+    for i in 0..2000u32 {
+        store.put(&i.to_be_bytes(), &[7u8; 100]).unwrap();
+    }
+    let stats = store.stats();
+    assert!(
+        stats.files <= 4 * 3,
+        "{} log files for 4 clusters",
+        stats.files
+    );
+    assert!(stats.log_bytes < 4 << 20, "{} log bytes", stats.log_bytes);
+    store.close().unwrap();
+    assert_eq!(small.open(&dir).unwrap().len(), 2000);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let bad = scratch("badopts");
+    assert!(err_text(Store::options().log_clusters(0).open(&bad)).contains("clusters"));
+    assert!(err_text(Store::options().log_file_size(1000).open(&bad)).contains("extent"));
+    let _ = std::fs::remove_dir_all(&bad);
+}

@@ -127,8 +127,9 @@ class Store(MutableMapping[bytes, bytes]):
             raise KeyError(key)
 
     def __contains__(self, key: object) -> bool:
-        """Whether ``key`` is present (``TypeError`` if it is not bytes)."""
-        return self._native.contains(key)
+        """Whether ``key`` is present (False for a key that is not bytes, as
+        for a key too long to be stored)."""
+        return isinstance(key, bytes) and self._native.contains(key)
 
     def __len__(self) -> int:
         """The number of keys."""
@@ -169,7 +170,7 @@ class Store(MutableMapping[bytes, bytes]):
     @overload
     def update(self, other: Any = (), /, **kwargs: bytes) -> None: ...
 
-    def update(self, *args: Any, **kwargs: Any) -> Optional[bool]:
+    def update(self, /, *args: Any, **kwargs: Any) -> Optional[bool]:
         """``update(key, value)``: replaces the value of a present key and
         returns True, or returns False (writing nothing) if it is absent.
 
@@ -372,8 +373,13 @@ class Index(MutableMapping[int, int]):
             raise KeyError(key)
 
     def __contains__(self, key: object) -> bool:
-        """Whether ``key`` is present."""
-        return self._native.get(key) is not None
+        """Whether ``key`` is present (False for anything but an int in
+        0..2**64-1)."""
+        return (
+            isinstance(key, int)
+            and 0 <= key < 1 << 64
+            and self._native.get(key) is not None
+        )
 
     def __len__(self) -> int:
         """The number of keys."""
@@ -393,12 +399,16 @@ class Index(MutableMapping[int, int]):
         """A view of the (key, value) pairs, in no particular order."""
         return _IndexItems(self)
 
+    def values(self) -> ValuesView[int]:
+        """A view of the values, in no particular order."""
+        return _IndexValues(self)
+
     @overload
     def update(self, key: int, value: int, /) -> bool: ...
     @overload
     def update(self, other: Any = (), /, **kwargs: int) -> None: ...
 
-    def update(self, *args: Any, **kwargs: Any) -> Optional[bool]:
+    def update(self, /, *args: Any, **kwargs: Any) -> Optional[bool]:
         """``update(key, value)``: replaces the value of a present key and
         returns True, or returns False (changing nothing) if it is absent.
 
@@ -488,3 +498,13 @@ class _IndexItems(ItemsView[int, int]):
         """The pairs, in no particular order."""
         return iter(self._mapping._native.pairs())
 
+
+class _IndexValues(ValuesView[int]):
+    """The values of an index, collected when iterated."""
+
+    _mapping: Index
+
+    def __iter__(self) -> Iterator[int]:
+        """The values, in no particular order."""
+        for _, value in self._mapping._native.pairs():
+            yield value

@@ -6,10 +6,25 @@ classes are the calls they make.
 
 import os
 import pathlib
-from typing import Iterator, Literal, Optional, Union
+from typing import Iterator, Literal, Optional, Union, final
 
 _Path = Union[str, os.PathLike[str]]
 _Durability = Literal["strict", "relaxed"]
+
+__all__ = [
+    "Store",
+    "Index",
+    "Pairs",
+    "engines",
+    "Error",
+    "OutOfSpace",
+    "PoolError",
+    "CorruptError",
+    "InvalidArgument",
+    "ClosedError",
+    "MAX_KEY",
+    "MAX_VALUE",
+]
 
 MAX_KEY: int
 MAX_VALUE: int
@@ -35,6 +50,7 @@ class ClosedError(Error):
 def engines() -> list[tuple[str, str]]:
     """The engine names Index takes, as (name, description) pairs."""
 
+@final
 class Store:
     """The native key-value store."""
 
@@ -86,6 +102,7 @@ class Store:
     def path(self) -> pathlib.Path:
         """The store's directory."""
 
+@final
 class Index:
     """The native u64 hash index."""
 
@@ -135,6 +152,7 @@ class Index:
     def engine(self) -> str:
         """The engine running the index."""
 
+@final
 class Pairs(Iterator[tuple[int, int]]):
     """An iterator over (key, value) pairs collected from an index."""
 

@@ -101,6 +101,8 @@ def test_wrong_types(store, index_path):
         store[b"k"] = None
     with pytest.raises(TypeError):
         store.write_batch([("k", b"v")])
+    # Membership of another type is False, as in a dict.
+    assert "k" not in store
     with pmhash.Index(index_path) as ix:
         for bad in (-1, 2**64):
             with pytest.raises(OverflowError):
@@ -112,6 +114,7 @@ def test_wrong_types(store, index_path):
         with pytest.raises(TypeError):
             ix[1.5]
         ix[2**64 - 1] = 2**64 - 1
+        assert -1 not in ix and 2**64 not in ix and "1" not in ix
         assert ix[2**64 - 1] == 2**64 - 1
 
 
@@ -213,6 +216,15 @@ def test_second_writer_process_is_refused(store_path):
         )
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith("refused:"), out.stdout
+
+
+def test_second_open_in_the_same_process_is_refused(store_path, index_path):
+    with pmhash.Store(store_path):
+        with pytest.raises(pmhash.PoolError):
+            pmhash.Store(store_path)
+    with pmhash.Index(index_path):
+        with pytest.raises(pmhash.PoolError):
+            pmhash.Index(index_path)
 
 
 def test_full_pool_raises_out_of_space_and_stays_usable(index_path):

@@ -147,6 +147,7 @@ def test_index_matches_a_dict_model(index_path, engine):
         assert len(index) == len(model)
         assert sorted(index) == sorted(model)
         assert dict(index.items()) == model
+        assert sorted(index.values()) == sorted(model.values())
         assert index == model
         probe = keys[:50]
         assert index.get_many(probe) == [model.get(k) for k in probe]

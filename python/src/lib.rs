@@ -10,6 +10,9 @@
 //! call after `close()` raises `ClosedError` instead of touching a closed
 //! pool.
 
+// No unsafe code of our own: the FFI glue is what PyO3's macros generate.
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::sync::{PoisonError, RwLock};
 

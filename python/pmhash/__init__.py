@@ -82,7 +82,12 @@ class Store(MutableMapping[bytes, bytes]):
     :meth:`sync`), ``pool_size`` (bytes of the pool file at create),
     ``max_pool_size`` (the pool grows up to this; a write that needs more
     raises :class:`OutOfSpace`), ``expected_keys`` (sizes the DRAM index),
-    ``cache_bytes`` (DRAM for hot values; 0: none), ``read_only``.
+    ``cache_bytes`` (DRAM for hot values; 0: none), ``read_only``, and, fixed
+    when the store is created, ``log_clusters`` (default 256) and
+    ``log_file_size`` (default 8 MiB): each cluster appends to a file of its
+    own, so a store that has written to every cluster holds at least their
+    product (2 GiB by default) of its pool file; a small store wants fewer
+    clusters or smaller files.
     """
 
     __slots__ = ("_native",)
@@ -97,6 +102,8 @@ class Store(MutableMapping[bytes, bytes]):
         expected_keys: Optional[int] = None,
         cache_bytes: Optional[int] = None,
         read_only: bool = False,
+        log_clusters: Optional[int] = None,
+        log_file_size: Optional[int] = None,
     ) -> None:
         self._native = _pmhash.Store(
             path,
@@ -106,6 +113,8 @@ class Store(MutableMapping[bytes, bytes]):
             expected_keys=expected_keys,
             cache_bytes=cache_bytes,
             read_only=read_only,
+            log_clusters=log_clusters,
+            log_file_size=log_file_size,
         )
 
     # The mapping protocol.

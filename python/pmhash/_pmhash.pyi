@@ -64,6 +64,8 @@ class Store:
         expected_keys: Optional[int] = None,
         cache_bytes: Optional[int] = None,
         read_only: bool = False,
+        log_clusters: Optional[int] = None,
+        log_file_size: Optional[int] = None,
     ) -> "Store": ...
     def get(self, key: bytes) -> Optional[bytes]:
         """The value of key, or None if absent."""

@@ -157,7 +157,8 @@ impl Store {
     /// Opens (or creates) the store in directory `path`.
     #[new]
     #[pyo3(signature = (path, *, durability="strict", pool_size=None, max_pool_size=None,
-                        expected_keys=None, cache_bytes=None, read_only=false))]
+                        expected_keys=None, cache_bytes=None, read_only=false,
+                        log_clusters=None, log_file_size=None))]
     #[allow(clippy::too_many_arguments)] // the Python keyword arguments
     fn new(
         py: Python<'_>,
@@ -168,6 +169,8 @@ impl Store {
         expected_keys: Option<u64>,
         cache_bytes: Option<u64>,
         read_only: bool,
+        log_clusters: Option<u32>,
+        log_file_size: Option<u64>,
     ) -> PyResult<Store> {
         let mut opts = pmhash::Store::options()
             .durability(self::durability(durability)?)
@@ -183,6 +186,12 @@ impl Store {
         }
         if let Some(n) = cache_bytes {
             opts = opts.cache_bytes(n);
+        }
+        if let Some(n) = log_clusters {
+            opts = opts.log_clusters(n);
+        }
+        if let Some(n) = log_file_size {
+            opts = opts.log_file_size(n);
         }
         let store = py
             .detach(|| opts.open(&path))

@@ -6,9 +6,10 @@ import pytest
 
 import pmhash
 
-# A small pool for indexes; it grows when needed. Stores take the default
-# size: a store's log has 256 clusters of 8 MiB files, so a store of a few
-# hundred keys or more holds about 2 GiB of its pool file.
+# A small pool for indexes; it grows when needed. The shared store fixture
+# takes small logs (16 clusters of 2 MiB files, room for the largest value); the tests that open stores
+# themselves take the defaults (256 clusters of 8 MiB files: a store of a
+# few hundred keys or more holds about 2 GiB of its pool file).
 POOL = 8 << 20
 
 
@@ -29,7 +30,7 @@ def store_path(tmp_path):
 @pytest.fixture
 def store(store_path):
     """A new, open store, closed after the test."""
-    s = pmhash.Store(store_path, cache_bytes=1 << 20)
+    s = pmhash.Store(store_path, cache_bytes=1 << 20, log_clusters=16, log_file_size=2 << 20)
     yield s
     s.close()
 

@@ -94,7 +94,8 @@ impl StoreOptions {
     }
 
     /// At create: bytes per log file (default 8 MiB; a multiple of 64, at
-    /// least 4096). Garbage collection reclaims whole files.
+    /// least 4096). An entry (a key, its value and 64 bytes of header) must
+    /// fit one file. Garbage collection reclaims whole files.
     pub fn log_file_size(mut self, bytes: u64) -> Self {
         self.opts.create.extent_size = bytes;
         self

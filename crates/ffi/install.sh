@@ -13,7 +13,9 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=$1
 build=${2:-$here/../../target/release}
-version=$(grep -m1 '^version' "$here/../../Cargo.toml" | sed 's/.*"\(.*\)".*/\1/')
+# The version: the crate's own (a packaged crate), else the workspace's.
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/Cargo.toml" | head -n1)
+[ -n "$version" ] || version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/../../Cargo.toml" | head -n1)
 for f in libpmhash_ffi.so libpmhash_ffi.a; do
   [ -f "$build/$f" ] || { echo "$build/$f is missing: run cargo build --release -p pmhash-ffi" >&2; exit 1; }
 done

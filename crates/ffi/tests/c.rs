@@ -154,12 +154,13 @@ fn the_c_benchmark_runs() {
     let out = run(Command::new(&exe)
         .args(["--engine", "pass", "--keys", "20000", "--pool"])
         .arg(&pools));
-    for workload in ["insert", "get-pos", "get-neg", "delete"] {
+    for workload in ["insert", "get-pos", "get-neg", "delete", "call"] {
         assert!(
             out.lines()
                 .any(|l| l.starts_with(workload) && l.contains("Mops/s")),
             "no {workload} line in:\n{out}"
         );
     }
+    assert!(out.contains("ns per call"), "{out}");
     println!("{out}");
 }

@@ -91,9 +91,9 @@ typedef enum {
    */
   PMHASH_STATUS_CORRUPT = -4,
   /**
-   * A panic inside the library was caught at the boundary. The handle
-   * the call was given may be in any state that its own checks accept;
-   * close it.
+   * A panic inside the library was caught at the boundary. Close the
+   * handle the call was given: the library promises nothing more about
+   * it.
    */
   PMHASH_STATUS_PANIC = -5,
 } pmhash_status;
@@ -176,8 +176,8 @@ typedef struct pmhash_index pmhash_index;
 typedef struct pmhash_index_options pmhash_index_options;
 
 /**
- * A persistent key-value store of byte keys (1 to `PMHASH_MAX_KEY`
- * bytes) and byte values (0 to `PMHASH_MAX_VALUE` bytes), ordered for
+ * A persistent key-value store of byte keys (up to `PMHASH_MAX_KEY`
+ * bytes) and byte values (up to `PMHASH_MAX_VALUE` bytes), ordered for
  * range scans, in a directory of its own.
  *
  * Thread-safe: any number of threads may call the `pmhash_store_*`
@@ -708,8 +708,8 @@ pmhash_status pmhash_store_open(const char *dir,
                                 pmhash_store **out);
 
 /**
- * Stores `value` under `key`, replacing any value it had. A key is 1 to
- * `PMHASH_MAX_KEY` bytes, a value 0 to `PMHASH_MAX_VALUE`; a pointer may
+ * Stores `value` under `key`, replacing any value it had. A key is up to
+ * `PMHASH_MAX_KEY` bytes, a value up to `PMHASH_MAX_VALUE`; a pointer may
  * be NULL only with length 0.
  *
  * # Safety

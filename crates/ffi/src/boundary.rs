@@ -31,9 +31,9 @@ pub enum PmhashStatus {
     Pool = -3,
     /// The structure inside the pool is inconsistent.
     Corrupt = -4,
-    /// A panic inside the library was caught at the boundary. The handle
-    /// the call was given may be in any state that its own checks accept;
-    /// close it.
+    /// A panic inside the library was caught at the boundary. Close the
+    /// handle the call was given: the library promises nothing more about
+    /// it.
     Panic = -5,
 }
 
@@ -122,10 +122,9 @@ pub(crate) fn last_error() -> *const c_char {
 /// Runs an entry point's body: its `Ok` is the status returned, its `Err`
 /// and any panic become an error status and the thread's last error.
 pub(crate) fn guard(body: impl FnOnce() -> Result<PmhashStatus, Failure>) -> PmhashStatus {
-    // A panic leaves no Rust state behind that a later call relies on: a
-    // handle's engine keeps its own invariants across a panic of its
-    // caller, and the boundary's own state (the last error) is written
-    // only after the body is gone.
+    // `AssertUnwindSafe`: after a caught panic the caller is told to close
+    // the handle (`PmhashStatus::Panic`), and the boundary's own state, the
+    // last error, is written only after the body has returned or unwound.
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(status)) => status,
         Ok(Err(failure)) => {

@@ -18,8 +18,8 @@ pub struct PmhashStoreOptions {
     opts: StoreOptions,
 }
 
-/// A persistent key-value store of byte keys (1 to `PMHASH_MAX_KEY`
-/// bytes) and byte values (0 to `PMHASH_MAX_VALUE` bytes), ordered for
+/// A persistent key-value store of byte keys (up to `PMHASH_MAX_KEY`
+/// bytes) and byte values (up to `PMHASH_MAX_VALUE` bytes), ordered for
 /// range scans, in a directory of its own.
 ///
 /// Thread-safe: any number of threads may call the `pmhash_store_*`
@@ -283,8 +283,8 @@ unsafe fn store<'a>(s: *const PmhashStore) -> Result<&'a Store, Failure> {
     Ok(&unsafe { deref(s, "the store handle") }?.store)
 }
 
-/// Stores `value` under `key`, replacing any value it had. A key is 1 to
-/// `PMHASH_MAX_KEY` bytes, a value 0 to `PMHASH_MAX_VALUE`; a pointer may
+/// Stores `value` under `key`, replacing any value it had. A key is up to
+/// `PMHASH_MAX_KEY` bytes, a value up to `PMHASH_MAX_VALUE`; a pointer may
 /// be NULL only with length 0.
 ///
 /// # Safety

@@ -278,6 +278,43 @@ static void test_full_pool(void) {
 
 /* ---- stores ---- */
 
+/* A store whose pool cannot grow fills up: out of space, and still
+ * usable. */
+static void test_full_store(void) {
+  pmhash_store_options *o = pmhash_store_options_new();
+  EXPECT(pmhash_store_options_pool_size(o, 64 << 20), PMHASH_STATUS_OK);
+  EXPECT(pmhash_store_options_max_pool_size(o, 64 << 20), PMHASH_STATUS_OK);
+  pmhash_store *s = NULL;
+  EXPECT(pmhash_store_open(path_of("full-store"), o, &s), PMHASH_STATUS_OK);
+  static uint8_t value[4096];
+  uint64_t k = 0;
+  pmhash_status st;
+  for (;;) {
+    memcpy(value, &k, sizeof k);
+    st = pmhash_store_put(s, (const uint8_t *)&k, sizeof k, value, sizeof value);
+    if (st != PMHASH_STATUS_OK) break;
+    k++;
+    CHECK(k < 1000000);
+  }
+  EXPECT_ERR(st, PMHASH_STATUS_OUT_OF_SPACE, "out of space");
+  CHECK(k > 0);
+  uint64_t first = 0, len = 0;
+  pmhash_bytes got = {NULL, 0};
+  EXPECT(pmhash_store_get(s, (const uint8_t *)&first, sizeof first, &got), PMHASH_STATUS_OK);
+  CHECK(got.len == sizeof value);
+  pmhash_bytes_free(&got);
+  EXPECT(pmhash_store_len(s, &len), PMHASH_STATUS_OK);
+  CHECK(len == k);
+  EXPECT(pmhash_store_delete(s, (const uint8_t *)&first, sizeof first), PMHASH_STATUS_OK);
+  EXPECT(pmhash_store_close(s), PMHASH_STATUS_OK);
+  EXPECT(pmhash_store_open(path_of("full-store"), o, &s), PMHASH_STATUS_OK);
+  EXPECT(pmhash_store_len(s, &len), PMHASH_STATUS_OK);
+  CHECK(len == k - 1);
+  EXPECT(pmhash_store_close(s), PMHASH_STATUS_OK);
+  pmhash_store_options_free(o);
+  printf("full store: %llu puts of 4 KiB before out of space\n", (unsigned long long)k);
+}
+
 struct seen {
   int count;
   int stop_after;
@@ -554,6 +591,7 @@ int main(int argc, char **argv) {
   test_foreign_file();
   test_full_pool();
   test_store();
+  test_full_store();
   printf("%d checks passed\n", checks);
   return 0;
 }

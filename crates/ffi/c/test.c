@@ -343,6 +343,22 @@ static void test_store(void) {
   EXPECT(pmhash_store_options_cache_bytes(o, 1 << 20), PMHASH_STATUS_OK);
   EXPECT(pmhash_store_options_mode(o, PMHASH_MODE_MAPPED), PMHASH_STATUS_OK);
   EXPECT(pmhash_store_options_read_only(o, false), PMHASH_STATUS_OK);
+  EXPECT(pmhash_store_options_log_clusters(o, 16), PMHASH_STATUS_OK);
+  EXPECT(pmhash_store_options_log_file_size(o, 2 << 20), PMHASH_STATUS_OK);
+  EXPECT(pmhash_store_options_log_clusters(NULL, 1), PMHASH_STATUS_INVALID_ARGUMENT);
+  EXPECT(pmhash_store_options_log_file_size(NULL, 1), PMHASH_STATUS_INVALID_ARGUMENT);
+  {
+    /* Log geometry is checked when the store opens. */
+    pmhash_store_options *bad = pmhash_store_options_new();
+    CHECK(bad != NULL);
+    EXPECT(pmhash_store_options_log_clusters(bad, 0), PMHASH_STATUS_OK);
+    pmhash_store *none = NULL;
+    char bad_dir[4096];
+    snprintf(bad_dir, sizeof bad_dir, "%s/store-bad-geometry", scratch);
+    EXPECT_ERR(pmhash_store_open(bad_dir, bad, &none), PMHASH_STATUS_INVALID_ARGUMENT, "clusters");
+    CHECK(none == NULL);
+    pmhash_store_options_free(bad);
+  }
   EXPECT(pmhash_store_options_durability(o, 2), PMHASH_STATUS_INVALID_ARGUMENT);
   EXPECT(pmhash_store_options_mode(o, 2), PMHASH_STATUS_INVALID_ARGUMENT);
   EXPECT(pmhash_store_options_durability(NULL, 0), PMHASH_STATUS_INVALID_ARGUMENT);

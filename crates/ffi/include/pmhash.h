@@ -671,6 +671,30 @@ pmhash_status pmhash_store_options_expected_keys(pmhash_store_options *opts, uin
 pmhash_status pmhash_store_options_cache_bytes(pmhash_store_options *opts, uint64_t bytes);
 
 /**
+ * At create: the hash clusters of each node's log (default 256). Each
+ * cluster appends to a log file of its own, so a store that has written
+ * to every cluster holds at least clusters x log file size of its pool
+ * per node (2 GiB by default): a small store wants fewer clusters or
+ * smaller files. Checked when the store is opened.
+ *
+ * # Safety
+ *
+ * `opts` is NULL or a live options object no other thread uses.
+ */
+pmhash_status pmhash_store_options_log_clusters(pmhash_store_options *opts, uint32_t clusters);
+
+/**
+ * At create: bytes per log file (default 8 MiB; a multiple of 64, at
+ * least 4096). An entry (key, value and 64 bytes of header) must fit one
+ * file. Checked when the store is opened.
+ *
+ * # Safety
+ *
+ * `opts` is NULL or a live options object no other thread uses.
+ */
+pmhash_status pmhash_store_options_log_file_size(pmhash_store_options *opts, uint64_t bytes);
+
+/**
  * How the pool is mapped: `PMHASH_MODE_MAPPED` (the default) or
  * `PMHASH_MODE_DAX`.
  *

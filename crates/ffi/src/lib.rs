@@ -49,6 +49,7 @@ pub use store::{
     pmhash_store_close, pmhash_store_delete, pmhash_store_get, pmhash_store_get_stats,
     pmhash_store_insert, pmhash_store_len, pmhash_store_open, pmhash_store_options_cache_bytes,
     pmhash_store_options_durability, pmhash_store_options_expected_keys, pmhash_store_options_free,
+    pmhash_store_options_log_clusters, pmhash_store_options_log_file_size,
     pmhash_store_options_max_pool_size, pmhash_store_options_mode, pmhash_store_options_new,
     pmhash_store_options_pool_size, pmhash_store_options_read_only, pmhash_store_put,
     pmhash_store_scan, pmhash_store_sync, pmhash_store_update, PmhashScanFn, PmhashStore,

@@ -202,6 +202,40 @@ pub unsafe extern "C" fn pmhash_store_options_cache_bytes(
     unsafe { set(opts, |o| Ok(o.cache_bytes(bytes))) }
 }
 
+/// At create: the hash clusters of each node's log (default 256). Each
+/// cluster appends to a log file of its own, so a store that has written
+/// to every cluster holds at least clusters x log file size of its pool
+/// per node (2 GiB by default): a small store wants fewer clusters or
+/// smaller files. Checked when the store is opened.
+///
+/// # Safety
+///
+/// `opts` is NULL or a live options object no other thread uses.
+#[no_mangle]
+pub unsafe extern "C" fn pmhash_store_options_log_clusters(
+    opts: *mut PmhashStoreOptions,
+    clusters: u32,
+) -> PmhashStatus {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { set(opts, |o| Ok(o.log_clusters(clusters))) }
+}
+
+/// At create: bytes per log file (default 8 MiB; a multiple of 64, at
+/// least 4096). An entry (key, value and 64 bytes of header) must fit one
+/// file. Checked when the store is opened.
+///
+/// # Safety
+///
+/// `opts` is NULL or a live options object no other thread uses.
+#[no_mangle]
+pub unsafe extern "C" fn pmhash_store_options_log_file_size(
+    opts: *mut PmhashStoreOptions,
+    bytes: u64,
+) -> PmhashStatus {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { set(opts, |o| Ok(o.log_file_size(bytes))) }
+}
+
 /// How the pool is mapped: `PMHASH_MODE_MAPPED` (the default) or
 /// `PMHASH_MODE_DAX`.
 ///

@@ -351,7 +351,8 @@ fn resolve_engines(
 }
 
 /// Parses a count: digits with optional `_` separators and an optional
-/// `k`, `M` or `G` suffix (powers of 1000).
+/// `k`, `M` or `G` suffix (powers of 1000). Written here because the
+/// size-parsing crates read such suffixes as byte units.
 pub(crate) fn parse_count(s: &str) -> Result<u64, String> {
     let t = s.trim().replace('_', "");
     let (digits, mult) = match t.char_indices().last() {

@@ -58,11 +58,9 @@ impl Progress {
         );
         let run = multi.add(ProgressBar::new(1));
         run.set_style(
-            ProgressStyle::with_template(
-                "  {prefix}  [{bar:20}] {human_pos}/{human_len} ops, {per_sec}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+            ProgressStyle::with_template("  {prefix}  [{bar:20}] {human_pos}/{human_len} ops")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
         );
         if enabled {
             total.enable_steady_tick(Duration::from_millis(250));

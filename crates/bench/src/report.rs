@@ -360,7 +360,10 @@ impl Report {
     }
 }
 
-/// A table: the first two columns left-aligned, the others right-aligned.
+/// A table: the first two columns left-aligned, the others right-aligned,
+/// cells two spaces apart, no borders (plain columns that the docs quote
+/// and that split on whitespace; kept by hand as a few lines rather than a
+/// table crate's styled output).
 fn render(head: &[&str], rows: &[Vec<String>]) -> String {
     let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
     for row in rows {

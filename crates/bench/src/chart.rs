@@ -87,16 +87,19 @@ pub(crate) fn palette(n: usize) -> Vec<RGBColor> {
         .collect()
 }
 
-/// A latency in ns, short: `850`, `12.3k`, `4.1M`.
+/// A latency in ns, short: `850`, `12.3k`, `4.1M`, `2G`.
 fn short_ns(ns: f64) -> String {
     if ns < 1e3 {
         format!("{ns:.0}")
     } else if ns < 1e6 {
         let k = format!("{:.1}", ns / 1e3);
         format!("{}k", k.strip_suffix(".0").unwrap_or(&k))
-    } else {
+    } else if ns < 1e9 {
         let m = format!("{:.1}", ns / 1e6);
         format!("{}M", m.strip_suffix(".0").unwrap_or(&m))
+    } else {
+        let g = format!("{:.1}", ns / 1e9);
+        format!("{}G", g.strip_suffix(".0").unwrap_or(&g))
     }
 }
 
@@ -529,6 +532,7 @@ mod tests {
         assert_eq!(short_ns(2_000.0), "2k");
         assert_eq!(short_ns(4_100_000.0), "4.1M");
         assert_eq!(short_ns(1_000_000.0), "1M");
+        assert_eq!(short_ns(2e9), "2G");
         assert_eq!(short_count(500_000), "500k");
         assert_eq!(short_count(2_000_000), "2M");
         assert_eq!(short_count(1_500_000), "1.5M");

@@ -17,10 +17,16 @@ use crate::workload::Workload;
 /// subcommand's arguments).
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Engines to run, comma-separated [default: every registered engine
-    /// except the "-misordered" ones]
+    /// Engines to run, comma-separated [default: hmeh, pass, rophi, level,
+    /// store and hashbrown; with --full every registered engine except the
+    /// "-misordered" ones]
     #[arg(long = "engine", value_name = "E[,E..]", value_delimiter = ',')]
     pub engines: Vec<String>,
+
+    /// The full comparison: every engine and DRAM baseline (unless
+    /// --engine names some) on 2M keys (unless --keys says otherwise)
+    #[arg(long)]
+    pub full: bool,
 
     /// Workloads: insert, get-pos, get-neg, get-batch, update, delete, ycsb-a ..
     /// ycsb-f (YCSB E's scans are emulated by consecutive gets, except on the
@@ -39,8 +45,9 @@ pub struct BenchArgs {
     pub workloads: Vec<String>,
 
     /// Keys loaded before each run (accepts 2_000_000, 2M, 500k)
-    #[arg(long, value_name = "N", default_value = "2M", value_parser = parse_count)]
-    pub keys: u64,
+    /// [default: 1M; 2M with --full]
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub keys: Option<u64>,
 
     /// Operations per run [default: the number of keys]; insert always
     /// does one per key and delete at most one per key
@@ -85,9 +92,20 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
-    /// Write a bar chart of Mops/s as SVG to FILE
+    /// Write the chart (throughput and latency per workload) as SVG to
+    /// FILE.svg and as PNG to FILE.png [default: target/bench/bench.svg;
+    /// a chart that cannot be written to the default path is a warning]
     #[arg(long, value_name = "FILE.svg")]
     pub chart: Option<PathBuf>,
+
+    /// Write no chart
+    #[arg(long, conflicts_with = "chart")]
+    pub no_chart: bool,
+
+    /// TrueType font for the chart's text [default: DejaVu Sans or
+    /// another common system font, e.g. /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf]
+    #[arg(long, value_name = "FILE.ttf")]
+    pub font: Option<PathBuf>,
 
     /// Seed of the keys and of every thread's random choices
     #[arg(long, value_name = "S", default_value_t = 1)]
@@ -155,7 +173,7 @@ impl BenchArgs {
 
     /// Checks every option and resolves the engine names in `registry`.
     pub fn to_config(&self, registry: &[EngineSpec]) -> Result<BenchConfig, String> {
-        let engines = resolve_engines(&self.engines, registry)?;
+        let engines = resolve_engines(&self.engines, registry, self.full)?;
         let mut workloads = Vec::new();
         for name in &self.workloads {
             let w = Workload::parse(name.trim())?;
@@ -166,10 +184,13 @@ impl BenchArgs {
         if workloads.is_empty() {
             return Err("--workload needs at least one workload".to_string());
         }
-        if self.keys == 0 {
+        let keys = self
+            .keys
+            .unwrap_or(if self.full { FULL_KEYS } else { QUICK_KEYS });
+        if keys == 0 {
             return Err("--keys must be at least 1".to_string());
         }
-        let ops = self.ops.unwrap_or(self.keys);
+        let ops = self.ops.unwrap_or(keys);
         if ops == 0 {
             return Err("--ops must be at least 1".to_string());
         }
@@ -247,7 +268,7 @@ impl BenchArgs {
         Ok(BenchConfig {
             engines,
             workloads,
-            keys: self.keys,
+            keys,
             ops,
             threads,
             dist: Dist::parse(&self.dist)?,
@@ -278,10 +299,37 @@ pub(crate) fn default_pool_dir() -> PathBuf {
     }
 }
 
-/// The engines named in `names` (all but the reference structures when
-/// empty), each once, in the order given.
-fn resolve_engines(names: &[String], registry: &[EngineSpec]) -> Result<Vec<EngineSpec>, String> {
+/// Keys of the default run.
+pub(crate) const QUICK_KEYS: u64 = 1_000_000;
+
+/// Keys of the full comparison (`--full`).
+pub(crate) const FULL_KEYS: u64 = 2_000_000;
+
+/// The default run's engines: each design once (OP-HMEH, PASS, ROPHI,
+/// level hashing, the store) and the DRAM reference.
+pub(crate) const QUICK_ENGINES: [&str; 6] =
+    ["hmeh", "pass", "rophi", "level", "store", "hashbrown"];
+
+/// Where the chart goes when `--chart` is not given.
+pub(crate) const DEFAULT_CHART: &str = "target/bench/bench.svg";
+
+/// The engines named in `names`, each once, in the order given; when
+/// `names` is empty, those of [`QUICK_ENGINES`] in `registry` (all but
+/// the reference structures if `full`, or if it has none of them).
+fn resolve_engines(
+    names: &[String],
+    registry: &[EngineSpec],
+    full: bool,
+) -> Result<Vec<EngineSpec>, String> {
     if names.is_empty() {
+        let quick: Vec<EngineSpec> = QUICK_ENGINES
+            .iter()
+            .filter_map(|q| registry.iter().find(|s| s.name == *q))
+            .copied()
+            .collect();
+        if !full && !quick.is_empty() {
+            return Ok(quick);
+        }
         let all: Vec<EngineSpec> = registry.iter().filter(|s| !s.reference).copied().collect();
         if all.is_empty() {
             return Err("no engine registered".to_string());
@@ -303,7 +351,8 @@ fn resolve_engines(names: &[String], registry: &[EngineSpec]) -> Result<Vec<Engi
 }
 
 /// Parses a count: digits with optional `_` separators and an optional
-/// `k`, `M` or `G` suffix (powers of 1000).
+/// `k`, `M` or `G` suffix (powers of 1000). Written here because the
+/// size-parsing crates read such suffixes as byte units.
 pub(crate) fn parse_count(s: &str) -> Result<u64, String> {
     let t = s.trim().replace('_', "");
     let (digits, mult) = match t.char_indices().last() {
@@ -331,21 +380,31 @@ impl Drop for LatencyGuard {
 /// Runs `pmhash bench`: every selected engine (from `registry`, which
 /// should include [`crate::baselines()`] for the ratio column) on every
 /// workload and thread count. Prints the table on stdout and a progress
-/// bar on stderr (only on a terminal), writes the JSON and SVG files if
-/// asked, and returns the report.
+/// display on stderr (only on a terminal), writes the JSON file if asked
+/// and the chart (SVG and PNG) unless `--no-chart`, and returns the
+/// report. A chart that cannot be written is an error when `--chart` or
+/// `--font` was given, and a warning on stderr otherwise.
 pub fn run_cli(args: &BenchArgs, registry: &[EngineSpec]) -> Result<Report, String> {
     let cfg = args.to_config(registry)?;
     let _restore = LatencyGuard(pmem::persist::write_latency_ns());
     pmem::persist::set_write_latency_ns(args.pm_write_latency);
-    let report = runner::run(&cfg, &mut Progress::new(cfg.runs()))?;
+    let report = runner::run(&cfg, &mut Progress::new(cfg.runs(), cfg.planned_ops()))?;
     print!("{}", report.table());
     if let Some(path) = &args.json {
         std::fs::write(path, report.to_json() + "\n")
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    if let Some(path) = &args.chart {
-        std::fs::write(path, chart::render_svg(&report))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if !args.no_chart {
+        let explicit = args.chart.is_some() || args.font.is_some();
+        let svg = args
+            .chart
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CHART));
+        match chart::write(&report, &svg, args.font.as_deref()) {
+            Ok(png) => eprintln!("chart: {} and {}", svg.display(), png.display()),
+            Err(e) if explicit => return Err(format!("chart: {e}")),
+            Err(e) => eprintln!("warning: no chart written: {e}"),
+        }
     }
     Ok(report)
 }
@@ -374,7 +433,8 @@ mod tests {
             a.workloads,
             ["insert", "get-pos", "get-neg", "update", "delete"]
         );
-        assert_eq!(a.keys, 2_000_000);
+        assert_eq!(a.keys, None);
+        assert!(!a.full && !a.no_chart && a.chart.is_none());
         assert_eq!(a.ops, None);
         assert_eq!(a.threads, [1]);
         assert_eq!((a.dist.as_str(), a.theta, a.repeat), ("uniform", 0.99, 1));
@@ -386,7 +446,7 @@ mod tests {
             .unwrap();
         assert_eq!(b.engines, ["a", "b"]);
         assert_eq!(b.threads, [1, 2]);
-        assert_eq!(b.keys, 20_000);
+        assert_eq!(b.keys, Some(20_000));
         assert!(BenchArgs::parse_from(["--keys", "lots"]).is_err());
     }
 
@@ -422,6 +482,13 @@ mod tests {
         assert!(err(&["--key-size", "16"]).contains("only to the store engine"));
         assert!(err(&["--numa-emulate", "2"]).contains("only to the store engine"));
         assert_eq!(with(&[]).unwrap().sizing, Sizing::Grown(1024));
+        assert_eq!(with(&[]).unwrap().keys, QUICK_KEYS);
+        assert_eq!(with(&["--full"]).unwrap().keys, FULL_KEYS);
+        assert_eq!(with(&["--full", "--keys", "30k"]).unwrap().keys, 30_000);
+        assert!(BenchArgs::parse_from(["--no-chart", "--chart", "x.svg"])
+            .err()
+            .unwrap_or_default()
+            .contains("cannot be used with"));
         assert_eq!(
             with(&["--initial-capacity", "5k"]).unwrap().sizing,
             Sizing::Grown(5000)
@@ -439,13 +506,17 @@ mod tests {
         odd.name = "slot-misordered";
         odd.reference = true;
         reg.push(odd);
-        let names: Vec<&str> = resolve_engines(&[], &reg)
-            .unwrap()
-            .iter()
-            .map(|s| s.name)
-            .collect();
-        assert_eq!(names, ["hashbrown", "dashmap"]);
-        let named = resolve_engines(&["slot-misordered".to_string()], &reg).unwrap();
+        let names = |full| -> Vec<&str> {
+            resolve_engines(&[], &reg, full)
+                .unwrap()
+                .iter()
+                .map(|s| s.name)
+                .collect()
+        };
+        // The default run takes the quick set's engines the registry has.
+        assert_eq!(names(false), ["hashbrown"]);
+        assert_eq!(names(true), ["hashbrown", "dashmap"]);
+        let named = resolve_engines(&["slot-misordered".to_string()], &reg, false).unwrap();
         assert_eq!(named[0].name, "slot-misordered");
     }
 }

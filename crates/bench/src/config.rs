@@ -107,6 +107,19 @@ impl BenchConfig {
         pairs * self.threads.len() * self.repeat
     }
 
+    /// Operations the runs of this plan are to do, all together (what the
+    /// progress display counts).
+    pub fn planned_ops(&self) -> u64 {
+        let one_pass: u64 = self
+            .engines
+            .iter()
+            .flat_map(|s| self.workloads.iter().map(move |&w| (w, s)))
+            .filter(|(w, s)| BenchConfig::runs_on(*w, s))
+            .map(|(w, _)| w.op_count(self.keys, self.ops))
+            .sum();
+        one_pass * (self.threads.len() * self.repeat) as u64
+    }
+
     /// What `run` leaves out, as a note ("put100, recovery run only on the
     /// store engine; skipped for level, hmeh"), or `None`.
     pub fn skipped(&self) -> Option<String> {

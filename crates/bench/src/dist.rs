@@ -16,6 +16,8 @@
 //!   most recently inserted key is the most popular; the item count follows
 //!   the inserts of the run (zeta is extended incrementally).
 
+use rand::RngExt;
+
 use crate::rng::Rng;
 
 /// A request distribution, as given to `--dist`.
@@ -56,6 +58,14 @@ fn zeta_range(from: u64, to: u64, theta: f64) -> f64 {
 }
 
 /// Zipfian ranks over `0..items` (Gray et al.), rank 0 the most popular.
+///
+/// Hand-written rather than `rand_distr::Zipf` because it is drawn once
+/// per operation inside the timed loop: on the 2-core development machine
+/// a draw over 2M items with theta 0.99 costs 34 ns here against 297 ns
+/// for `rand_distr::Zipf` (rejection sampling; best of 5 × 20M draws, same
+/// `SmallRng`). It also extends its item count incrementally, which the
+/// `latest` distribution needs, and it is what YCSB draws. A test checks
+/// its frequencies against `rand_distr::Zipf`'s exact ones.
 #[derive(Clone, Debug)]
 pub(crate) struct Zipfian {
     items: u64,
@@ -115,7 +125,7 @@ impl Zipfian {
     /// The next rank, in `0..items`.
     #[inline]
     pub(crate) fn next(&self, rng: &mut Rng) -> u64 {
-        let u = rng.next_f64();
+        let u = rng.random::<f64>();
         let uz = u * self.zetan;
         if uz < 1.0 {
             return 0;
@@ -172,7 +182,7 @@ impl Picker {
     #[inline]
     pub(crate) fn pick(&mut self, rng: &mut Rng, count: u64) -> u64 {
         match self {
-            Picker::Uniform => rng.below(count),
+            Picker::Uniform => rng.random_range(0..count),
             Picker::Scrambled(z) => fnvhash64(z.next(rng)) % z.items().min(count),
             Picker::Latest(z) => {
                 z.grow_to(count);
@@ -187,7 +197,7 @@ mod tests {
     use super::*;
 
     fn histogram(z: &Zipfian, draws: usize, seed: u64) -> Vec<u64> {
-        let mut rng = Rng::new(seed);
+        let mut rng = crate::rng::seeded(seed);
         let mut h = vec![0u64; z.items() as usize];
         for _ in 0..draws {
             h[z.next(&mut rng) as usize] += 1;
@@ -248,6 +258,32 @@ mod tests {
     }
 
     #[test]
+    fn frequencies_agree_with_rand_distr() {
+        use rand_distr::Distribution;
+        let (n, theta, draws) = (1000u64, 0.9, 400_000);
+        let ours = histogram(&Zipfian::new(n, theta).unwrap(), draws, 8);
+        let reference = rand_distr::Zipf::new(n as f64, theta).unwrap();
+        let mut rng = crate::rng::seeded(9);
+        let mut theirs = vec![0u64; n as usize];
+        for _ in 0..draws {
+            theirs[reference.sample(&mut rng) as usize - 1] += 1;
+        }
+        // Gray et al.'s method is exact for ranks 0 and 1 and approximates
+        // the rest: computed from its formula, rank 2 comes 16% more often
+        // than in an exact zipfian here, rank 9 2% more, and the first 100
+        // ranks hold 1.6% more of the mass. rand_distr's is exact. (Rank 2
+        // expects ~14,000 draws: a 1% standard deviation.)
+        let ratio = |r: usize| ours[r] as f64 / theirs[r] as f64;
+        for r in [0, 1] {
+            assert!((ratio(r) - 1.0).abs() < 0.04, "rank {r}: {}", ratio(r));
+        }
+        assert!((1.10..1.22).contains(&ratio(2)), "rank 2: {}", ratio(2));
+        let head = |h: &[u64]| h[..100].iter().sum::<u64>() as f64;
+        let mass = head(&ours) / head(&theirs);
+        assert!((1.0..1.035).contains(&mass), "first 100 ranks: {mass}");
+    }
+
+    #[test]
     fn lower_theta_is_less_skewed() {
         let hot = |theta| {
             let z = Zipfian::new(1000, theta).unwrap();
@@ -271,7 +307,7 @@ mod tests {
         let n = 10_000u64;
         let z = Zipfian::new(n, 0.99).unwrap();
         let mut p = Picker::new(Dist::Zipfian, Some(&z)).unwrap();
-        let mut rng = Rng::new(11);
+        let mut rng = crate::rng::seeded(11);
         let mut h = vec![0u64; n as usize];
         for _ in 0..500_000 {
             let i = p.pick(&mut rng, n);
@@ -290,7 +326,7 @@ mod tests {
     fn latest_prefers_recent_and_follows_growth() {
         let z = Zipfian::new(1000, 0.99).unwrap();
         let mut p = Picker::new(Dist::Latest, Some(&z)).unwrap();
-        let mut rng = Rng::new(2);
+        let mut rng = crate::rng::seeded(2);
         let mut newest = 0;
         for _ in 0..10_000 {
             let i = p.pick(&mut rng, 2000);

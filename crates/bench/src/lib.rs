@@ -5,7 +5,8 @@
 //! plus the store's own (NStore's put/get/update/delete mixes, recovery),
 //! with uniform, zipfian and latest request distributions, any number of
 //! threads, sampled latency percentiles, persist counters per operation,
-//! a table on stdout, JSON and an SVG chart.
+//! a progress display, a table on stdout, JSON, and a chart as SVG and
+//! PNG.
 //!
 //! One file per concept (all private; the crate's surface is the items
 //! re-exported below): `keys` (distinct random keys), `dist`
@@ -15,7 +16,8 @@
 //! (loading, timing, checking), `runner` (building each engine, running
 //! the plan), `store_run` (the store engine: byte keys and values, real
 //! scans, recovery, its figures), `report` (table and JSON), `chart`
-//! (SVG), `cli` (options).
+//! (SVG and PNG), `progress` (the display on stderr), `rng` (the workers'
+//! generator, the key format's bijection), `cli` (options).
 //!
 //! The modules form layers, each using only those below it: `cli`, then
 //! `runner`, then `store_run`, then `measure`, then `config` and

@@ -11,7 +11,8 @@
 //! Latency: timing every operation would cost two `Instant::now()` (about
 //! 20–40 ns each) per operation and distort fast DRAM maps, so each thread
 //! times one operation in [`SAMPLE_EVERY`] (the 1st, 65th, ...) on its own
-//! and keeps the samples; the percentiles come from all threads' samples.
+//! and records it in its own `hdrhistogram` histogram (3 significant
+//! figures); the percentiles come from the threads' histograms merged.
 //! A sample includes about 20 ns of timer overhead, and it is the latency
 //! of one operation on its own: the timer reads order the operation, so
 //! its cache misses cannot overlap its neighbours' as they do between
@@ -27,9 +28,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Instant;
 
+use rand::RngExt;
+
 use crate::config::BenchConfig;
 use crate::dist::{Dist, Picker, Zipfian};
 use crate::keys::{load_value, KeySet};
+use crate::progress::Meter;
 use crate::report::{Latency, RunResult};
 use crate::rng::{mix64, Rng};
 use crate::target::Target;
@@ -37,6 +41,22 @@ use crate::workload::{Workload, YcsbOp, MAX_SCAN};
 
 /// One operation in this many is timed for the latency percentiles.
 pub(crate) const SAMPLE_EVERY: u64 = 64;
+
+/// A worker reports its operations to the progress display once per this
+/// many (a multiple of [`SAMPLE_EVERY`]).
+const REPORT_EVERY: u64 = 1 << 14;
+
+/// Latencies above this many ns (an hour) are recorded as this.
+const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
+
+/// An empty latency histogram: 1 ns to an hour, 3 significant figures
+/// (a fixed size, so recording never allocates in the timed loop).
+pub(crate) fn latency_histogram() -> hdrhistogram::Histogram<u64> {
+    // The bounds are constants that `new_with_bounds` accepts (low >= 1,
+    // high >= 2 * low, sigfig <= 5); the fallback is unreachable.
+    hdrhistogram::Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)
+        .unwrap_or_else(|_| hdrhistogram::Histogram::new(3).expect("3 significant figures"))
+}
 
 /// What every run shares: the keys and the precomputed zipfian generator.
 pub(crate) struct Inputs {
@@ -113,7 +133,7 @@ struct Outcome {
     ops: u64,
     inserted: u64,
     counters: pmem::persist::Counters,
-    samples: Vec<u64>,
+    latency: hdrhistogram::Histogram<u64>,
     result: Result<(), String>,
 }
 
@@ -126,6 +146,8 @@ struct Job<'a> {
     threads: usize,
     ops: u64,
     seed: u64,
+    /// Where the workers count their operations for the progress display.
+    meter: Meter,
     /// Fresh keys handed out so far (YCSB D/E inserts).
     claimed: AtomicU64,
 }
@@ -138,8 +160,8 @@ pub(crate) struct Measured {
     pub(crate) done: u64,
     pub(crate) flushes: u64,
     pub(crate) fences: u64,
-    /// Latency samples (ns).
-    pub(crate) samples: Vec<u64>,
+    /// Latencies of the sampled operations (ns), all threads merged.
+    pub(crate) latency: hdrhistogram::Histogram<u64>,
     /// `len()` after the run (checked against the workload).
     pub(crate) len_after: u64,
 }
@@ -154,6 +176,7 @@ pub(crate) fn measure(
     threads: usize,
     inputs: &Inputs,
     rep: usize,
+    meter: &Meter,
 ) -> Result<Measured, String> {
     let ops = workload.op_count(cfg.keys, cfg.ops);
     let job = Job {
@@ -164,6 +187,7 @@ pub(crate) fn measure(
         threads,
         ops,
         seed: mix64(cfg.seed ^ mix64(rep as u64 + 1) ^ mix64(workload as u64 + 77)),
+        meter: meter.clone(),
         claimed: AtomicU64::new(0),
     };
     let barrier = Barrier::new(threads);
@@ -196,7 +220,12 @@ pub(crate) fn measure(
     let (flushes, fences) = outcomes.iter().fold((0, 0), |(f, n), o| {
         (f + o.counters.flushes, n + o.counters.fences)
     });
-    let samples: Vec<u64> = outcomes.into_iter().flat_map(|o| o.samples).collect();
+    let mut latency = latency_histogram();
+    for o in &outcomes {
+        latency
+            .add(&o.latency)
+            .map_err(|e| format!("merging latency histograms: {e:?}"))?;
+    }
 
     let expected_len = match workload {
         Workload::Delete | Workload::Delete100 => cfg.keys - ops,
@@ -213,7 +242,7 @@ pub(crate) fn measure(
         done,
         flushes,
         fences,
-        samples,
+        latency,
         len_after,
     })
 }
@@ -232,7 +261,7 @@ pub(crate) fn new_result(
         done,
         flushes,
         fences,
-        mut samples,
+        latency,
         len_after,
     } = m;
     let per_op = |x: u64| {
@@ -249,7 +278,7 @@ pub(crate) fn new_result(
         keys,
         ops: done,
         mops: done as f64 / seconds / 1e6,
-        lat_ns: Latency::from_samples(&mut samples),
+        lat_ns: Latency::from_histogram(&latency),
         flushes_per_op: per_op(flushes),
         fences_per_op: per_op(fences),
         load_factor: 0.0,
@@ -272,22 +301,30 @@ pub(crate) fn new_result(
     }
 }
 
-/// Runs `count` operations, timing one in [`SAMPLE_EVERY`]; stops at the
-/// first wrong answer or engine error.
+/// Runs `count` operations, timing one in [`SAMPLE_EVERY`] into `hist`
+/// and counting them on `meter` every [`REPORT_EVERY`]; stops at the first
+/// wrong answer or engine error.
 #[inline]
 fn timed(
     count: u64,
-    samples: &mut Vec<u64>,
+    hist: &mut hdrhistogram::Histogram<u64>,
+    meter: &Meter,
     mut op: impl FnMut(u64) -> Result<(), String>,
 ) -> Result<(), String> {
     for i in 0..count {
         if i % SAMPLE_EVERY == 0 {
+            if i % REPORT_EVERY == 0 && i > 0 {
+                meter.add(REPORT_EVERY);
+            }
             let t = Instant::now();
             op(i)?;
-            samples.push(t.elapsed().as_nanos() as u64);
+            hist.saturating_record(t.elapsed().as_nanos() as u64);
         } else {
             op(i)?;
         }
+    }
+    if count > 0 {
+        meter.add((count - 1) % REPORT_EVERY + 1);
     }
     Ok(())
 }
@@ -299,21 +336,29 @@ pub(crate) const BATCH_KEYS: usize = 64;
 /// is a sampled batch's time divided by its keys.
 fn batched(
     stream: &[u64],
-    samples: &mut Vec<u64>,
+    hist: &mut hdrhistogram::Histogram<u64>,
+    meter: &Meter,
     mut op: impl FnMut(&[u64], &mut [Option<u64>]) -> Result<(), String>,
 ) -> Result<(), String> {
     let mut out = [None; BATCH_KEYS];
     let every = (SAMPLE_EVERY as usize / BATCH_KEYS).max(1);
+    let report = (REPORT_EVERY as usize / BATCH_KEYS).max(1);
     for (i, ks) in stream.chunks(BATCH_KEYS).enumerate() {
         let out = &mut out[..ks.len()];
         if i % every == 0 {
+            if i % report == 0 && i > 0 {
+                meter.add((report * BATCH_KEYS) as u64);
+            }
             let t = Instant::now();
             op(ks, out)?;
-            samples.push(t.elapsed().as_nanos() as u64 / ks.len() as u64);
+            hist.saturating_record(t.elapsed().as_nanos() as u64 / ks.len() as u64);
         } else {
             op(ks, out)?;
         }
     }
+    let batches = stream.len().div_ceil(BATCH_KEYS);
+    let reported = batches.saturating_sub(1) / report * report * BATCH_KEYS;
+    meter.add((stream.len() - reported.min(stream.len())) as u64);
     Ok(())
 }
 
@@ -328,9 +373,10 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
     // Disjoint slice of the key space (insert, delete) or share of the ops.
     let (lo, hi) = chunk(job.ops, job.threads, t);
     let count = hi - lo;
-    let mut rng = Rng::new(job.seed ^ mix64(t as u64));
+    let mut rng = crate::rng::seeded(job.seed ^ mix64(t as u64));
     let picker = Picker::new(job.dist, job.inputs.zipf.as_ref());
-    let mut samples = Vec::with_capacity((count / SAMPLE_EVERY + 1) as usize);
+    let mut hist = latency_histogram();
+    let meter = &job.meter;
     let mut inserted = 0u64;
     // Read and update workloads draw their keys before timing, into a
     // sequential stream: a random index into the key array at run time would
@@ -367,7 +413,7 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
         Ok(mut picker) => match job.workload {
             Workload::Insert | Workload::Put100 => {
                 let put = job.workload == Workload::Put100;
-                timed(count, &mut samples, |i| {
+                timed(count, &mut hist, meter, |i| {
                     let k = keys.loaded[(lo + i) as usize];
                     let done = if put {
                         target.put(k, load_value(k)).map(|()| true)
@@ -381,7 +427,7 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
                     }
                 })
             }
-            Workload::Delete | Workload::Delete100 => timed(count, &mut samples, |i| {
+            Workload::Delete | Workload::Delete100 => timed(count, &mut hist, meter, |i| {
                 let k = keys.loaded[(lo + i) as usize];
                 match target.remove(k) {
                     Ok(true) => Ok(()),
@@ -389,7 +435,7 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
                     Err(e) => Err(engine_err("delete", k, e)),
                 }
             }),
-            Workload::GetPos | Workload::Get100 => timed(count, &mut samples, |i| {
+            Workload::GetPos | Workload::Get100 => timed(count, &mut hist, meter, |i| {
                 let k = stream[i as usize];
                 match target.get(k) {
                     Some(v) if v == load_value(k) => Ok(()),
@@ -400,7 +446,7 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
                     None => Err(format!("get of loaded key {k:#x} found nothing")),
                 }
             }),
-            Workload::GetBatch => batched(&stream, &mut samples, |ks, out| {
+            Workload::GetBatch => batched(&stream, &mut hist, meter, |ks, out| {
                 target.get_many(ks, out);
                 for (k, v) in ks.iter().zip(out.iter()) {
                     match v {
@@ -416,14 +462,14 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
                 }
                 Ok(())
             }),
-            Workload::GetNeg => timed(count, &mut samples, |i| {
+            Workload::GetNeg => timed(count, &mut hist, meter, |i| {
                 let k = stream[i as usize];
                 match target.get(k) {
                     None => Ok(()),
                     Some(v) => Err(format!("get of absent key {k:#x} returned {v:#x}")),
                 }
             }),
-            Workload::Update | Workload::Upd100 => timed(count, &mut samples, |i| {
+            Workload::Update | Workload::Upd100 => timed(count, &mut hist, meter, |i| {
                 let k = stream[i as usize];
                 match target.update(k, i) {
                     Ok(true) => Ok(()),
@@ -431,14 +477,7 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
                     Err(e) => Err(engine_err("update", k, e)),
                 }
             }),
-            _ => mixed(
-                job,
-                &mut picker,
-                &mut rng,
-                count,
-                &mut samples,
-                &mut inserted,
-            ),
+            _ => mixed(job, &mut picker, &mut rng, count, &mut hist, &mut inserted),
         },
     };
     let end = Instant::now();
@@ -450,7 +489,7 @@ fn worker(job: &Job<'_>, t: usize, barrier: &Barrier) -> Outcome {
         ops,
         inserted,
         counters,
-        samples,
+        latency: hist,
         result,
     }
 }
@@ -464,7 +503,7 @@ fn mixed(
     picker: &mut Picker,
     rng: &mut Rng,
     count: u64,
-    samples: &mut Vec<u64>,
+    hist: &mut hdrhistogram::Histogram<u64>,
     inserted: &mut u64,
 ) -> Result<(), String> {
     let keys = &job.inputs.keys;
@@ -487,7 +526,7 @@ fn mixed(
             v => Ok(v),
         }
     };
-    timed(count, samples, |i| match mix.choose(rng) {
+    timed(count, hist, &job.meter, |i| match mix.choose(rng) {
         YcsbOp::Read => read(picker.pick(rng, visible())).map(drop),
         YcsbOp::Update => {
             let idx = picker.pick(rng, visible());
@@ -519,7 +558,7 @@ fn mixed(
         YcsbOp::Scan => {
             let vis = visible();
             let first = picker.pick(rng, vis);
-            let len = 1 + rng.below(MAX_SCAN);
+            let len = 1 + rng.random_range(0..MAX_SCAN);
             let k = keys.in_insert_order(first);
             match target.scan(k, len as usize) {
                 // A real range scan from the key: a loaded key comes first.

@@ -20,7 +20,7 @@ use crate::dist::{Dist, Zipfian};
 use crate::keys::KeySet;
 use crate::machine::Machine;
 use crate::measure::{load, measure, new_result, Inputs, Ran};
-use crate::progress::Progress;
+use crate::progress::{Meter, Progress};
 use crate::report::Report;
 use crate::store_run;
 use crate::target::EngineTarget;
@@ -60,9 +60,17 @@ pub(crate) fn run(cfg: &BenchConfig, progress: &mut Progress) -> Result<Report, 
             for &threads in &cfg.threads {
                 let mut group = Vec::with_capacity(cfg.repeat);
                 for rep in 0..cfg.repeat {
-                    progress.tick(&format!("{} {} x{threads}", spec.name, workload.name()));
+                    let what = format!(
+                        "{} · {} · {threads} thread{} · repeat {}/{}",
+                        spec.name,
+                        workload.name(),
+                        if threads == 1 { "" } else { "s" },
+                        rep + 1,
+                        cfg.repeat
+                    );
+                    let meter = progress.start_run(&what, workload.op_count(cfg.keys, cfg.ops));
                     let (result, mode, fallback) =
-                        run_one(cfg, spec, workload, threads, &inputs, rep)?;
+                        run_one(cfg, spec, workload, threads, &inputs, rep, &meter)?;
                     if let (Some(m), None) = (mode, effective_mode) {
                         if let Some(why) = fallback {
                             progress.warn(&format!(
@@ -185,6 +193,7 @@ fn run_one(
     threads: usize,
     inputs: &Inputs,
     rep: usize,
+    meter: &Meter,
 ) -> Result<Ran, String> {
     let ctx = |e: String| {
         format!(
@@ -194,7 +203,7 @@ fn run_one(
         )
     };
     if is_store(spec) {
-        return store_run::run_one(cfg, spec, workload, threads, inputs, rep).map_err(ctx);
+        return store_run::run_one(cfg, spec, workload, threads, inputs, rep, meter).map_err(ctx);
     }
     let ops = workload.op_count(cfg.keys, cfg.ops);
     let extra = if workload.inserts_during_run() {
@@ -209,7 +218,7 @@ fn run_one(
         load(&target, &inputs.keys.loaded).map_err(ctx)?;
     }
     let before = engine.stats();
-    let m = measure(&target, cfg, workload, threads, inputs, rep).map_err(ctx)?;
+    let m = measure(&target, cfg, workload, threads, inputs, rep, meter).map_err(ctx)?;
     let stats = engine.stats();
     let len_after = m.len_after;
     inst.engine

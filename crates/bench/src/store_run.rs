@@ -34,6 +34,7 @@ use store::{CreateOptions, GcMode, OpenOptions, Options, Store, StoreStats};
 use crate::config::{BenchConfig, Sizing};
 use crate::keys::load_value;
 use crate::measure::{self, Inputs, Measured, Ran};
+use crate::progress::Meter;
 use crate::report::{Recovery, StoreFigures};
 use crate::rng::GAMMA;
 use crate::target::{Scanned, Target};
@@ -337,6 +338,7 @@ pub(crate) fn run_one(
     threads: usize,
     inputs: &Inputs,
     rep: usize,
+    meter: &Meter,
 ) -> Result<Ran, String> {
     if workload == Workload::Recovery {
         return recovery(cfg, spec, threads, inputs);
@@ -360,7 +362,7 @@ pub(crate) fn run_one(
         measure::load(&target, &inputs.keys.loaded)?;
     }
     let loaded = target.store.stats();
-    let m = measure::measure(&target, cfg, workload, threads, inputs, rep)?;
+    let m = measure::measure(&target, cfg, workload, threads, inputs, rep, meter)?;
     let stats = target.store.stats();
     let scans = target.scans.load(Ordering::Relaxed);
     // The store's owner is done with it: its index is freed as its image
@@ -469,12 +471,12 @@ fn overwrite(
             .map(|t| {
                 let (target, done, ends, zipf) = (&target, &done, &ends, zipf.as_ref());
                 sc.spawn(move || {
-                    let mut rng = crate::rng::Rng::new(cfg.seed ^ (t as u64 + 1));
+                    let mut rng = crate::rng::seeded(cfg.seed ^ (t as u64 + 1));
                     let mut last = std::collections::HashMap::new();
                     for i in 0..per_thread {
                         let k = match zipf {
                             Some(z) => crate::dist::fnvhash64(z.next(&mut rng)) % keys,
-                            None => rng.below(keys),
+                            None => rand::RngExt::random_range(&mut rng, 0..keys),
                         };
                         // Each thread writes its own values of a key.
                         let v = (t as u64) << 48 | i;
@@ -539,7 +541,7 @@ fn overwrite(
         done: total,
         flushes: 0,
         fences: 0,
-        samples: Vec::new(),
+        latency: measure::latency_histogram(),
         len_after: stats.keys,
     };
     let mut r = measure::new_result(spec.name, workload, threads, keys, m);
@@ -632,7 +634,7 @@ fn recovery(
         done: entries,
         flushes: 0,
         fences: 0,
-        samples: Vec::new(),
+        latency: measure::latency_histogram(),
         len_after: st.keys,
     };
     let mut r = measure::new_result(spec.name, Workload::Recovery, threads, cfg.keys, m);

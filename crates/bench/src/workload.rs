@@ -12,6 +12,8 @@
 //! on the store engine (see [`crate::store_run`]).
 
 use crate::dist::Dist;
+use rand::RngExt;
+
 use crate::rng::Rng;
 
 /// Longest emulated scan of YCSB E.
@@ -117,7 +119,7 @@ impl Mix {
     /// Draws one operation with the mix's probabilities.
     #[inline]
     pub fn choose(&self, rng: &mut Rng) -> YcsbOp {
-        let mut x = rng.below(100) as u32;
+        let mut x = rng.random_range(0..100u32);
         for (pct, op) in [
             (self.read, YcsbOp::Read),
             (self.update, YcsbOp::Update),
@@ -315,7 +317,7 @@ mod tests {
             }
         }
         let m = Workload::YcsbB.mix().unwrap();
-        let mut rng = Rng::new(4);
+        let mut rng = crate::rng::seeded(4);
         let updates = (0..100_000)
             .filter(|_| m.choose(&mut rng) == YcsbOp::Update)
             .count();

@@ -1,5 +1,5 @@
 //! End-to-end: small benchmarks through the public API, checked for
-//! throughput, operation counts, engine contents, JSON and SVG output.
+//! throughput, operation counts, engine contents, JSON, SVG and PNG output.
 
 use std::path::PathBuf;
 
@@ -34,8 +34,14 @@ fn registry() -> Vec<EngineSpec> {
     r
 }
 
+/// Runs `pmhash bench` with `args`, writing no chart unless they name one
+/// (the default chart path is under the working directory).
 fn bench(args: &[&str]) -> Result<Report, String> {
-    run_cli(&BenchArgs::parse_from(args.iter().copied())?, &registry())
+    let mut args = args.to_vec();
+    if !args.contains(&"--chart") {
+        args.push("--no-chart");
+    }
+    run_cli(&BenchArgs::parse_from(args)?, &registry())
 }
 
 const ALL_WORKLOADS: &str =
@@ -201,6 +207,9 @@ fn every_workload_on_both_baselines_with_one_and_two_threads() {
     for name in ["hashbrown", "dashmap", "ycsb-e ×2", "get-neg ×1"] {
         assert!(svg.contains(name), "chart does not name {name}");
     }
+    // The PNG of the same chart, beside it.
+    let png = std::fs::read(svg_path.with_extension("png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
 }
 
 #[test]

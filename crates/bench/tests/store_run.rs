@@ -43,8 +43,14 @@ fn registry() -> Vec<EngineSpec> {
     r
 }
 
+/// Runs `pmhash bench` with `args`, writing no chart unless they name one
+/// (the default chart path is under the working directory).
 fn bench(args: &[&str]) -> Result<Report, String> {
-    run_cli(&BenchArgs::parse_from(args.iter().copied())?, &registry())
+    let mut args = args.to_vec();
+    if !args.contains(&"--chart") {
+        args.push("--no-chart");
+    }
+    run_cli(&BenchArgs::parse_from(args)?, &registry())
 }
 
 const STORE_WORKLOADS: &str =

@@ -39,6 +39,7 @@ fn insert_run(name: &str, extra: &[&str]) -> (String, Value) {
     let path = json.0.to_str().expect("utf-8 path").to_string();
     let mut args = vec![
         "bench",
+        "--no-chart",
         "--engine",
         "hmeh,slotarray",
         "--keys",
@@ -131,6 +132,7 @@ fn presized_run_makes_no_structural_change() {
 fn presized_and_initial_capacity_conflict() {
     let (code, text) = pmhash(&[
         "bench",
+        "--no-chart",
         "--engine",
         "hmeh",
         "--presized",

@@ -317,6 +317,31 @@ unsafe fn store<'a>(s: *const PmhashStore) -> Result<&'a Store, Failure> {
     Ok(&unsafe { deref(s, "the store handle") }?.store)
 }
 
+/// What `pmhash_store_put()`, `_insert()` and `_update()` share: the
+/// handle, the key and the value checked at the boundary, then `op`.
+///
+/// # Safety
+///
+/// As `pmhash_store_put()`.
+unsafe fn write_pair(
+    s: *const PmhashStore,
+    (key, key_len): (*const u8, usize),
+    (value, value_len): (*const u8, usize),
+    op: impl FnOnce(&Store, &[u8], &[u8]) -> Result<PmhashStatus, Failure>,
+) -> PmhashStatus {
+    guard(|| {
+        // SAFETY: the caller's promises, passed on.
+        let (s, k, v) = unsafe {
+            (
+                store(s)?,
+                bytes(key, key_len, "the key")?,
+                bytes(value, value_len, "the value")?,
+            )
+        };
+        op(s, k, v)
+    })
+}
+
 /// Stores `value` under `key`, replacing any value it had. A key is up to
 /// `PMHASH_MAX_KEY` bytes, a value up to `PMHASH_MAX_VALUE`; a pointer may
 /// be NULL only with length 0.
@@ -333,18 +358,13 @@ pub unsafe extern "C" fn pmhash_store_put(
     value: *const u8,
     value_len: usize,
 ) -> PmhashStatus {
-    guard(|| {
-        // SAFETY: the caller's promises, passed on.
-        let (s, k, v) = unsafe {
-            (
-                store(s)?,
-                bytes(key, key_len, "the key")?,
-                bytes(value, value_len, "the value")?,
-            )
-        };
-        s.put(k, v)?;
-        Ok(PmhashStatus::Ok)
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe {
+        write_pair(s, (key, key_len), (value, value_len), |s, k, v| {
+            s.put(k, v)?;
+            Ok(PmhashStatus::Ok)
+        })
+    }
 }
 
 /// Stores `value` under `key` if the key is absent:
@@ -361,21 +381,16 @@ pub unsafe extern "C" fn pmhash_store_insert(
     value: *const u8,
     value_len: usize,
 ) -> PmhashStatus {
-    guard(|| {
-        // SAFETY: the caller's promises, passed on.
-        let (s, k, v) = unsafe {
-            (
-                store(s)?,
-                bytes(key, key_len, "the key")?,
-                bytes(value, value_len, "the value")?,
-            )
-        };
-        Ok(if s.insert(k, v)? {
-            PmhashStatus::Ok
-        } else {
-            PmhashStatus::Exists
+    // SAFETY: the caller's promises, passed on.
+    unsafe {
+        write_pair(s, (key, key_len), (value, value_len), |s, k, v| {
+            Ok(if s.insert(k, v)? {
+                PmhashStatus::Ok
+            } else {
+                PmhashStatus::Exists
+            })
         })
-    })
+    }
 }
 
 /// Replaces the value of a present key: `PMHASH_STATUS_NOT_FOUND` if it
@@ -392,21 +407,16 @@ pub unsafe extern "C" fn pmhash_store_update(
     value: *const u8,
     value_len: usize,
 ) -> PmhashStatus {
-    guard(|| {
-        // SAFETY: the caller's promises, passed on.
-        let (s, k, v) = unsafe {
-            (
-                store(s)?,
-                bytes(key, key_len, "the key")?,
-                bytes(value, value_len, "the value")?,
-            )
-        };
-        Ok(if s.update(k, v)? {
-            PmhashStatus::Ok
-        } else {
-            PmhashStatus::NotFound
+    // SAFETY: the caller's promises, passed on.
+    unsafe {
+        write_pair(s, (key, key_len), (value, value_len), |s, k, v| {
+            Ok(if s.update(k, v)? {
+                PmhashStatus::Ok
+            } else {
+                PmhashStatus::NotFound
+            })
         })
-    })
+    }
 }
 
 /// The value of `key` into `*value`, a buffer the library allocates and

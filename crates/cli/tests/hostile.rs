@@ -115,6 +115,38 @@ fn a_reply_is_bounded_while_it_is_built() {
     }
 }
 
+/// An MGET whose reply cannot fit is refused from its entries' sizes,
+/// not after copying 64 MiB of values: it costs less than serving one
+/// that fits a third of that.
+#[test]
+fn an_oversized_mget_is_refused_before_its_reply_is_built() {
+    let dir = TempDir::new("mget-size");
+    let srv = Server::start(dir.path(), &[]);
+    let mut c = Conn::connect(srv.port);
+    let big = vec![b'v'; 1 << 20];
+    assert_eq!(c.cmd(&[b"SET", b"big", &big]), V::Simple("OK".into()));
+    let time = |c: &mut Conn, n: usize| {
+        let mut args: Vec<&[u8]> = vec![b"MGET"];
+        args.extend(std::iter::repeat_n(&b"big"[..], n));
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                let got = c.cmd(&args);
+                (t.elapsed(), got)
+            })
+            .min_by_key(|(t, _)| *t)
+            .unwrap()
+    };
+    let (served, got) = time(&mut c, 20);
+    assert!(matches!(&got, V::Array(v) if v.len() == 20), "MGET x20");
+    let (refused, got) = time(&mut c, 3000);
+    assert!(is_err(&got, "client output limit"), "{got:?}");
+    assert!(
+        refused * 2 < served,
+        "refusing 3000 x 1 MiB took {refused:?}, serving 20 x 1 MiB {served:?}"
+    );
+}
+
 #[test]
 fn unfinished_requests_are_bounded_across_connections() {
     let dir = TempDir::new("unfinished");

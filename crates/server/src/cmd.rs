@@ -550,7 +550,9 @@ fn read_isolated(
                 db.get_locked(k)
                     .map(|v| v.inspect(|v| value.clone_from(v)).is_some())
             } else {
-                sh.store.get(k).map(|v| v.map(|v| value = v).is_some())
+                // Into one buffer for all the keys: a fresh vector per
+                // value would map and unmap (and fault in) each large one.
+                sh.store.get_into(k, &mut value)
             };
             let r = match got {
                 Ok(found) => each(out, found.then_some(&value[..])),
@@ -579,17 +581,45 @@ fn read_isolated(
 }
 
 fn mget(db: &mut Db, keys: &[Vec<u8>], out: &mut Out) {
+    // A reply that grows past `SIZE_AFTER` is sized from the rest of its
+    // entries' headers before more is copied, so that one which cannot fit
+    // is refused early: building tens of MiB only to drop them held the
+    // event loop (and every client on it) for ~50 ms. Smaller replies pay
+    // nothing. Inside a transaction the values may be its own, so only the
+    // build decides there.
+    const SIZE_AFTER: usize = 1 << 20;
+    let sh = db.sh;
+    let sized = !db.is_txn();
+    let next = std::cell::Cell::new(0usize);
+    let start = std::cell::Cell::new(0usize);
     read_isolated(
         db,
         keys,
         out,
-        |out| out.array(keys.len()),
-        |out, v| match v {
-            Some(v) => out.bulk(v),
-            None => {
-                out.nil();
-                Ok(())
+        |out| {
+            next.set(0);
+            start.set(out.buf.len());
+            out.array(keys.len())
+        },
+        |out, v| {
+            let i = next.get();
+            next.set(i + 1);
+            let before = out.buf.len() - start.get();
+            match v {
+                Some(v) => out.bulk(v)?,
+                None => out.nil(),
             }
+            let built = out.buf.len() - start.get();
+            if sized && before < SIZE_AFTER && built >= SIZE_AFTER {
+                let mut rest = 0usize;
+                for k in &keys[i + 1..] {
+                    // An entry that cannot be read is the build's to report.
+                    let n = sh.store.value_len(k).ok().flatten().unwrap_or(0);
+                    rest = rest.saturating_add(n + crate::limits::PER_ITEM);
+                }
+                out.room.would_fit(rest)?;
+            }
+            Ok(())
         },
     );
 }

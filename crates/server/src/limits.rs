@@ -130,6 +130,19 @@ impl<'a> Room<'a> {
         }
     }
 
+    /// Whether `n` more bytes would fit now, taking nothing: for refusing
+    /// a reply before it is built. [`take`](Self::take) still decides.
+    pub(crate) fn would_fit(&self, n: usize) -> Result<(), Over> {
+        if n > self.conn_left {
+            return Err(Over::Output(self.output_limit));
+        }
+        let rest = n.saturating_sub(self.free_left);
+        if rest > self.budget.limit.saturating_sub(self.budget.used()) {
+            return Err(Over::Memory(self.budget.limit));
+        }
+        Ok(())
+    }
+
     pub(crate) fn take(&mut self, n: usize) -> Result<(), Over> {
         if n > self.conn_left {
             return Err(Over::Output(self.output_limit));
@@ -171,7 +184,7 @@ pub(crate) struct Out<'a> {
 
 /// Bookkeeping bytes counted per element of a large reply (its type byte,
 /// length and line ends).
-const PER_ITEM: usize = 16;
+pub(crate) const PER_ITEM: usize = 16;
 
 impl Out<'_> {
     pub(crate) fn reply(&mut self, r: &Reply) {
@@ -252,5 +265,16 @@ mod tests {
         assert_eq!(r.take(51), Err(Over::Memory(100)));
         let mut r = Room::new(&b, 1000, 990, 50);
         assert_eq!(r.take(11), Err(Over::Output(1000)));
+    }
+
+    #[test]
+    fn would_fit_answers_as_take_would_and_takes_nothing() {
+        let b = Budget::new(100);
+        assert!(b.try_take(30));
+        let r = Room::new(&b, 1000, 0, 50);
+        assert_eq!(r.would_fit(120), Ok(()));
+        assert_eq!(r.would_fit(121), Err(Over::Memory(100)));
+        assert_eq!(r.would_fit(1001), Err(Over::Output(1000)));
+        assert_eq!(b.used(), 30);
     }
 }

@@ -49,6 +49,37 @@ impl Store {
         self.get_slow(key, hash, known, out, &p)
     }
 
+    /// The length of `key`'s value, `None` if absent: what the index and
+    /// the log entry's header say, with nothing copied and no checksum
+    /// checked (a later [`get`](Self::get) may still find the entry
+    /// corrupt, or a write may change it meanwhile). For sizing a reply
+    /// before building it.
+    pub fn value_len(&self, key: &[u8]) -> Result<Option<usize>> {
+        if key.len() > MAX_KEY {
+            return Ok(None);
+        }
+        let s = &*self.inner;
+        let hash = key_hash(key);
+        let p = s.epochs.pin();
+        let mut known = None;
+        if let (8, Some(m)) = (key.len(), s.index.inline_map()) {
+            match m.get8_pinned(hash, &p) {
+                Got::Absent => return Ok(None),
+                Got::Value(..) => return Ok(Some(8)),
+                Got::Addr(va) => known = Some(va),
+            }
+        }
+        let va = match known {
+            Some(va) => va,
+            None => match s.index.lookup(key, hash)? {
+                Some(va) => va,
+                None => return Ok(None),
+            },
+        };
+        // `p` pins the log while its header is read.
+        Ok(s.log.header(vaddr_off(va)).map(|e| e.vlen))
+    }
+
     /// Copies the value of `key` into the front of `out` and returns the
     /// value's length; `None` if absent. A value longer than `out` fills
     /// it and is cut there (the length returned is still the whole

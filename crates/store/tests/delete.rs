@@ -125,3 +125,30 @@ fn a_delete_behind_valid_history_writes_a_del_entry() {
     verify(&s2, &m, "crash reopen after the second delete");
     s.close().unwrap();
 }
+
+/// `value_len` answers what `get` would return's length, without copying:
+/// inline 8-byte values, values in the log, overwrites, deletes and
+/// absent or impossible keys.
+#[test]
+fn value_len_agrees_with_get() {
+    let opts = small_opts();
+    let (_pool, s) = mem_store(&opts);
+    s.put(&key(1), &7u64.to_le_bytes()).unwrap();
+    s.put(&key(2), &[b'x'; 2000]).unwrap();
+    s.put(b"a longer key", b"short").unwrap();
+    s.put(b"a longer key", &[b'y'; 3_500]).unwrap();
+    s.put(&key(3), b"gone").unwrap();
+    assert!(s.delete(&key(3)).unwrap());
+    for k in [
+        key(1),
+        key(2),
+        key(3),
+        key(4),
+        b"a longer key".to_vec(),
+        vec![b'k'; 5000],
+    ] {
+        let want = s.get(&k).ok().flatten().map(|v| v.len());
+        assert_eq!(s.value_len(&k).unwrap(), want, "key of {} bytes", k.len());
+    }
+    assert_eq!(s.value_len(b"a longer key").unwrap(), Some(3_500));
+}

@@ -2,7 +2,7 @@
 # Installs libpmhash under PREFIX: lib/libpmhash.so, lib/libpmhash.a,
 # include/pmhash.h and lib/pkgconfig/pmhash.pc.
 #
-#     cargo build --release -p pmhash-ffi
+#     cargo rustc --release -p pmhash-ffi --lib --crate-type cdylib,staticlib
 #     sh crates/ffi/install.sh PREFIX [BUILD_DIR]
 #
 # BUILD_DIR is where cargo put the libraries (default: target/release of
@@ -17,7 +17,7 @@ build=${2:-$here/../../target/release}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/Cargo.toml" | head -n1)
 [ -n "$version" ] || version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/../../Cargo.toml" | head -n1)
 for f in libpmhash_ffi.so libpmhash_ffi.a; do
-  [ -f "$build/$f" ] || { echo "$build/$f is missing: run cargo build --release -p pmhash-ffi" >&2; exit 1; }
+  [ -f "$build/$f" ] || { echo "$build/$f is missing: run cargo rustc --release -p pmhash-ffi --lib --crate-type cdylib,staticlib" >&2; exit 1; }
 done
 mkdir -p "$prefix/lib/pkgconfig" "$prefix/include"
 cp "$build/libpmhash_ffi.so" "$prefix/lib/libpmhash.so"

@@ -138,6 +138,7 @@ impl Region {
     }
 
     /// Current size in bytes.
+    #[inline]
     pub fn size(&self) -> u64 {
         self.size.load(Ordering::Acquire)
     }
@@ -162,14 +163,25 @@ impl Region {
 
     /// `Err(Corrupt)` unless `[off, off+len)` lies inside the pool. For
     /// offsets read from the pool itself (recovery, `check`).
+    ///
+    /// Inline (the error apart): engines check offsets on their lookup
+    /// paths, and a caller built without LTO would otherwise make a call
+    /// per check.
+    #[inline]
     pub fn check_range(&self, off: u64, len: u64) -> Result<()> {
         match off.checked_add(len) {
             Some(end) if end <= self.size() => Ok(()),
-            _ => Err(Error::Corrupt(format!(
-                "range {off:#x}+{len} lies outside the {}-byte pool",
-                self.size()
-            ))),
+            _ => Err(self.outside(off, len)),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn outside(&self, off: u64, len: u64) -> Error {
+        Error::Corrupt(format!(
+            "range {off:#x}+{len} lies outside the {}-byte pool",
+            self.size()
+        ))
     }
 
     #[inline]

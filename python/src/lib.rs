@@ -210,6 +210,11 @@ impl Store {
 
     /// Whether `key` is present.
     fn contains(&self, py: Python<'_>, key: &[u8]) -> PyResult<bool> {
+        // A key too long to be stored is not in the store (as `in` asks),
+        // where reading it is an error.
+        if key.len() > pmhash::MAX_KEY {
+            return Ok(false);
+        }
         self.slot.call(py, |s| {
             let mut buf = Vec::new();
             s.get_into(key, &mut buf)

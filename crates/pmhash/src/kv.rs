@@ -5,7 +5,7 @@ use std::path::Path;
 
 use engine::{Durability, Error, Result};
 use pmem::Mode;
-use store::{GcMode, IndexKind, Options, StoreStats};
+use store::{GcMode, IndexKind, Options, StoreStats, MAX_KEY};
 
 /// How a [`Store`] is opened: a builder. The settings marked "at create"
 /// are fixed in the store when it is created and ignored by later opens.
@@ -189,8 +189,13 @@ impl Store {
     }
 
     /// The value of `key` into `out` (cleared first), reusing its buffer:
-    /// `Ok(false)` if the key is absent.
+    /// `Ok(false)` if the key is absent. A key longer than [`MAX_KEY`] is
+    /// an error, as for [`get`](Self::get).
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        if key.len() > MAX_KEY {
+            // The engine's fast path answers absent; users get `get`'s error.
+            return self.inner.get(key).map(|_| false);
+        }
         self.inner.get_into(key, out)
     }
 

@@ -198,6 +198,9 @@ fn the_store_rejects_oversized_keys_and_values_and_keeps_going() {
     let mut buf = Vec::new();
     assert!(store.get_into(b"b", &mut buf).unwrap());
     assert_eq!(buf, b"3");
+    // An oversized key is an error for every read, as for every write.
+    assert!(store.get(&big_key).is_err());
+    assert!(store.get_into(&big_key, &mut buf).is_err());
     store.sync().unwrap();
     assert_eq!(store.len(), 1);
     assert_eq!(store.check().unwrap(), 1);

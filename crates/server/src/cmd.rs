@@ -549,6 +549,9 @@ fn read_isolated(
             let got = if db.is_txn() {
                 db.get_locked(k)
                     .map(|v| v.inspect(|v| value.clone_from(v)).is_some())
+            } else if k.len() > store::MAX_KEY {
+                // The error a GET of it gets (`get_into` would say absent).
+                sh.store.get(k).map(|_| false)
             } else {
                 // Into one buffer for all the keys: a fresh vector per
                 // value would map and unmap (and fault in) each large one.

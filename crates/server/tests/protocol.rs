@@ -489,6 +489,13 @@ fn pipelined_sets_keep_request_order() {
     let r = c.read();
     assert!(matches!(r, V::Err(_)), "oversized key gave {r:?}");
     assert_eq!(c.read(), b(&last["k1"]));
+    // And in an MGET, the same error for the whole reply.
+    let huge_s = String::from_utf8(huge.clone()).unwrap();
+    let r = c.cmd(&["MGET", "k1", &huge_s]);
+    assert!(
+        matches!(r, V::Err(_)),
+        "MGET with an oversized key gave {r:?}"
+    );
     let finals: Vec<V> = (0..7).map(|j| c.cmd(&["GET", &format!("k{j}")])).collect();
     assert_eq!(c.cmd(&["GET", "m1"]), b("last"));
     srv.stop().unwrap();

@@ -7,7 +7,12 @@
 #     scripts/cluster.sh down    DIR   # stops the proxy, then the shards (SIGTERM: a clean close)
 #     scripts/cluster.sh kill    DIR N # SIGKILLs shard N (0-based), as a crash would
 #     scripts/cluster.sh start   DIR N # starts shard N again on its address and data
+#     scripts/cluster.sh reload  DIR   # after editing cluster.conf: starts new shards, restarts the proxy
 #     scripts/cluster.sh status  DIR   # each process: running or not
+#
+# Adding shards: add their server lines, run `reload`, then
+# `scripts/rebalance.py DIR --old 0,1,...` to move the keys the ring now
+# maps to them (docs/scale-out.md).
 #
 # DIR/cluster.conf names the processes, one per line (# starts a comment):
 #
@@ -27,7 +32,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 PMHASH=${PMHASH:-$here/target/release/pmhash}
 NUTCRACKER=${NUTCRACKER:-nutcracker}
 
-usage() { sed -n '5,10p' "$0" >&2; exit 2; }
+usage() { sed -n '5,11p' "$0" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 cmd=$1 dir=$2
 conf=$dir/cluster.conf
@@ -111,12 +116,24 @@ write_proxy_config() {
   } > "$dir/nutcracker.yml"
 }
 
+stop_proxy() {
+  if running "$dir/nutcracker.pid"; then
+    local pid
+    pid=$(cat "$dir/nutcracker.pid")
+    kill "$pid"
+    for _ in $(seq 1 300); do alive "$pid" || break; sleep 0.1; done
+  fi
+  rm -f "$dir/nutcracker.pid"
+}
+
 case "$cmd" in
-  up)
+  up|reload)
     for n in "${!servers[@]}"; do start_server "$n"; done
     write_proxy_config
     "$NUTCRACKER" --test-conf -c "$dir/nutcracker.yml" > "$dir/nutcracker-test.log" 2>&1 \
       || { cat "$dir/nutcracker-test.log" >&2; exit 1; }
+    # nutcracker reads its config once: a new ring needs a new process.
+    [ "$cmd" = up ] || stop_proxy
     if ! running "$dir/nutcracker.pid"; then
       "$NUTCRACKER" -c "$dir/nutcracker.yml" -o "$dir/nutcracker.log" \
         -s "${stats##*:}" -a "${stats%:*}" < /dev/null > /dev/null 2>&1 &
@@ -126,8 +143,7 @@ case "$cmd" in
     echo "cluster.sh: ${#servers[@]} shards behind $proxy"
     ;;
   down)
-    if running "$dir/nutcracker.pid"; then kill "$(cat "$dir/nutcracker.pid")"; fi
-    rm -f "$dir/nutcracker.pid"
+    stop_proxy
     for n in "${!servers[@]}"; do
       if running "$dir/server$n.pid"; then
         pid=$(cat "$dir/server$n.pid")

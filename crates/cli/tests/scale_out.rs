@@ -227,3 +227,84 @@ fn shards_behind_twemproxy_spread_keys_and_survive_a_kill() {
     }
     drop(up);
 }
+
+/// Adding a third shard: ketama remaps about a third of the keys to it,
+/// which the proxy then cannot find; `scripts/rebalance.py` moves exactly
+/// those, and afterwards the shards hold every key once and each reads
+/// back through the proxy.
+#[test]
+fn adding_a_shard_moves_the_remapped_keys_and_loses_none() {
+    const N: usize = 30_000;
+    let dir = TempDir::new("rebalance");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let proxy = free_port();
+    let stats = free_port();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let line = |n: usize| {
+        format!(
+            "server 127.0.0.1:{} {}\n",
+            ports[n],
+            dir.path().join(format!("data{n}")).display()
+        )
+    };
+    let conf_path = dir.path().join("cluster.conf");
+    let head = format!("proxy 127.0.0.1:{proxy}\nstats 127.0.0.1:{stats}\n");
+    std::fs::write(&conf_path, format!("{head}{}{}", line(0), line(1))).unwrap();
+    let d = dir.path().to_str().unwrap();
+    let up = Up(d.to_string());
+    cluster(&["up", d]);
+    let mut c = Conn::connect(proxy);
+    let sets: Vec<Vec<Vec<u8>>> = (0..N)
+        .map(|i| vec![b"SET".to_vec(), key(i), value(i)])
+        .collect();
+    assert!(pipeline(&mut c, &sets)
+        .iter()
+        .all(|r| *r == V::Simple("OK".into())));
+    drop(c);
+
+    std::fs::write(
+        &conf_path,
+        format!("{head}{}{}{}", line(0), line(1), line(2)),
+    )
+    .unwrap();
+    cluster(&["reload", d]);
+    let gets: Vec<Vec<Vec<u8>>> = (0..N).map(|i| vec![b"GET".to_vec(), key(i)]).collect();
+    let mut c = Conn::connect(proxy);
+    let remapped = pipeline(&mut c, &gets)
+        .iter()
+        .filter(|r| **r == V::Nil)
+        .count();
+    assert!(
+        (N / 5..N / 2).contains(&remapped),
+        "adding a third shard remapped {remapped} of {N} keys (about a third expected)"
+    );
+
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/rebalance.py"))
+        .args([d, "--old", "0,1"])
+        .output()
+        .expect("run scripts/rebalance.py");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "rebalance.py: {}\n{report}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{report}");
+    assert!(
+        report.contains(&format!("{remapped} moved (")),
+        "rebalance.py moved other than the {remapped} remapped keys: {report}"
+    );
+    let held: Vec<usize> = ports.iter().map(|&p| shard_keys(p).len()).collect();
+    assert_eq!(
+        held.iter().sum::<usize>(),
+        N,
+        "split after the move {held:?}"
+    );
+    assert_eq!(held[2], remapped, "the new shard holds what moved");
+    for (i, r) in pipeline(&mut c, &gets).into_iter().enumerate() {
+        assert_eq!(r, V::Bulk(value(i)), "GET of key {i} after the move");
+    }
+    drop(up);
+}

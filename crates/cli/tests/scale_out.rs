@@ -155,6 +155,47 @@ fn shards_behind_twemproxy_spread_keys_and_survive_a_kill() {
         assert_eq!(r, V::Bulk(value(i)), "GET of key {i} through the proxy");
     }
 
+    // The Redis tools through the proxy: redis-cli, and redis-benchmark
+    // with and without pipelining (its keys are `key:…`, apart from ours).
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &proxy.to_string()])
+            .args(args)
+            .output()
+            .expect("run redis-cli");
+        assert!(out.status.success(), "redis-cli {args:?}: {}", out.status);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(cli(&["SET", "tool:a", "1"]), "OK");
+    assert_eq!(cli(&["INCRBY", "tool:a", "41"]), "42");
+    assert_eq!(
+        cli(&["MGET", "tool:a", "user:000007"]),
+        format!(
+            "42
+{}",
+            String::from_utf8(value(7)).unwrap()
+        )
+    );
+    for pipeline in ["1", "16"] {
+        let out = Command::new("redis-benchmark")
+            .args(["-p", &proxy.to_string(), "-t", "set,get", "-n", "20000"])
+            .args(["-r", "100000", "-c", "20", "-P", pipeline, "-q"])
+            .output()
+            .expect("run redis-benchmark");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "redis-benchmark -P {pipeline}: {text}"
+        );
+        for t in ["SET: ", "GET: "] {
+            assert!(
+                text.lines()
+                    .any(|l| l.contains(t) && l.contains("requests per second")),
+                "redis-benchmark -P {pipeline} did not finish {t}: {text}"
+            );
+        }
+    }
+
     // Shard 1 crashes. Clients of the other shards' keys are served
     // throughout: SETs and GETs of their keys for 3 s, none failing.
     cluster(&["kill", d, "1"]);

@@ -11,6 +11,7 @@ import java.util.Set;
 import java.util.Vector;
 import java.util.concurrent.atomic.AtomicLong;
 
+import redis.clients.jedis.ClientSetInfoConfig;
 import redis.clients.jedis.DefaultJedisClientConfig;
 import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.Jedis;
@@ -86,6 +87,10 @@ public class PmhashClient extends DB {
         DefaultJedisClientConfig.builder()
             .connectionTimeoutMillis(timeoutMs)
             .socketTimeoutMillis(timeoutMs)
+            // No CLIENT SETINFO on connect: twemproxy, in front of
+            // several servers (docs/scale-out.md), does not forward CLIENT
+            // and closes the connection instead.
+            .clientSetInfoConfig(ClientSetInfoConfig.DISABLED)
             .build());
   }
 

@@ -34,15 +34,70 @@ fn cluster(args: &[&str]) {
     );
 }
 
-/// Stops the cluster in DIR when dropped, also when the test fails.
-struct Up(String);
+/// A cluster's directory with free ports for the proxy, its stats and up
+/// to `ports.len()` shards; `cluster.sh down` when dropped, also when the
+/// test fails.
+struct Cluster {
+    dir: TempDir,
+    proxy: u16,
+    stats: u16,
+    ports: Vec<u16>,
+}
 
-impl Drop for Up {
+impl Cluster {
+    fn new(name: &str, shards: usize) -> Cluster {
+        assert!(
+            Command::new("nutcracker").arg("--version").output().is_ok(),
+            "this test needs twemproxy: apt-get install nutcracker (.ci/run installs it)"
+        );
+        let dir = TempDir::new(name);
+        std::fs::create_dir_all(dir.path()).unwrap();
+        Cluster {
+            dir,
+            proxy: free_port(),
+            stats: free_port(),
+            ports: (0..shards).map(|_| free_port()).collect(),
+        }
+    }
+
+    fn path(&self) -> &str {
+        self.dir.path().to_str().unwrap()
+    }
+
+    /// Writes `cluster.conf` naming the first `n` shards, then runs
+    /// `cluster.sh CMD` (`up` or `reload`).
+    fn run_with(&self, n: usize, cmd: &str) {
+        let mut conf = format!(
+            "proxy 127.0.0.1:{}\nstats 127.0.0.1:{}\n",
+            self.proxy, self.stats
+        );
+        for (i, p) in self.ports[..n].iter().enumerate() {
+            let data = self.dir.path().join(format!("data{i}"));
+            conf += &format!("server 127.0.0.1:{p} {}\n", data.display());
+        }
+        conf += "serve-args --durability strict\n";
+        std::fs::write(self.dir.path().join("cluster.conf"), conf).unwrap();
+        cluster(&[cmd, self.path()]);
+    }
+}
+
+impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = Command::new("bash")
             .arg(repo().join("scripts/cluster.sh"))
-            .args(["down", &self.0])
+            .args(["down", self.path()])
             .status();
+    }
+}
+
+/// SETs keys `0..n` through the proxy, checking every reply.
+fn load(proxy: u16, n: usize) {
+    let mut c = Conn::connect(proxy);
+    let sets: Vec<Vec<Vec<u8>>> = (0..n)
+        .map(|i| vec![b"SET".to_vec(), key(i), value(i)])
+        .collect();
+    for (i, r) in pipeline(&mut c, &sets).into_iter().enumerate() {
+        assert_eq!(r, V::Simple("OK".into()), "SET of key {i}");
     }
 }
 
@@ -105,36 +160,11 @@ fn index_of(k: &[u8]) -> usize {
 
 #[test]
 fn shards_behind_twemproxy_spread_keys_and_survive_a_kill() {
-    assert!(
-        Command::new("nutcracker").arg("--version").output().is_ok(),
-        "this test needs twemproxy: apt-get install nutcracker (.ci/run installs it)"
-    );
-    let dir = TempDir::new("scale-out");
-    std::fs::create_dir_all(dir.path()).unwrap();
-    let proxy = free_port();
-    let stats = free_port();
-    let ports: Vec<u16> = (0..SHARDS).map(|_| free_port()).collect();
-    let mut conf = format!("proxy 127.0.0.1:{proxy}\nstats 127.0.0.1:{stats}\n");
-    for (n, p) in ports.iter().enumerate() {
-        conf += &format!(
-            "server 127.0.0.1:{p} {}\n",
-            dir.path().join(format!("data{n}")).display()
-        );
-    }
-    conf += "serve-args --durability strict\n";
-    std::fs::write(dir.path().join("cluster.conf"), conf).unwrap();
-    let d = dir.path().to_str().unwrap();
-    let up = Up(d.to_string());
-    cluster(&["up", d]);
-
-    // Load through the proxy.
+    let cl = Cluster::new("scale-out", SHARDS);
+    let (proxy, ports, d) = (cl.proxy, cl.ports.clone(), cl.path());
+    cl.run_with(SHARDS, "up");
+    load(proxy, KEYS);
     let mut c = Conn::connect(proxy);
-    let sets: Vec<Vec<Vec<u8>>> = (0..KEYS)
-        .map(|i| vec![b"SET".to_vec(), key(i), value(i)])
-        .collect();
-    for (i, r) in pipeline(&mut c, &sets).into_iter().enumerate() {
-        assert_eq!(r, V::Simple("OK".into()), "SET of key {i}");
-    }
 
     // Each shard holds its share, within 15% of an even split.
     let held: Vec<Vec<Vec<u8>>> = ports.iter().map(|&p| shard_keys(p)).collect();
@@ -266,7 +296,6 @@ fn shards_behind_twemproxy_spread_keys_and_survive_a_kill() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    drop(up);
 }
 
 /// Adding a third shard: ketama remaps about a third of the keys to it,
@@ -276,39 +305,11 @@ fn shards_behind_twemproxy_spread_keys_and_survive_a_kill() {
 #[test]
 fn adding_a_shard_moves_the_remapped_keys_and_loses_none() {
     const N: usize = 30_000;
-    let dir = TempDir::new("rebalance");
-    std::fs::create_dir_all(dir.path()).unwrap();
-    let proxy = free_port();
-    let stats = free_port();
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let line = |n: usize| {
-        format!(
-            "server 127.0.0.1:{} {}\n",
-            ports[n],
-            dir.path().join(format!("data{n}")).display()
-        )
-    };
-    let conf_path = dir.path().join("cluster.conf");
-    let head = format!("proxy 127.0.0.1:{proxy}\nstats 127.0.0.1:{stats}\n");
-    std::fs::write(&conf_path, format!("{head}{}{}", line(0), line(1))).unwrap();
-    let d = dir.path().to_str().unwrap();
-    let up = Up(d.to_string());
-    cluster(&["up", d]);
-    let mut c = Conn::connect(proxy);
-    let sets: Vec<Vec<Vec<u8>>> = (0..N)
-        .map(|i| vec![b"SET".to_vec(), key(i), value(i)])
-        .collect();
-    assert!(pipeline(&mut c, &sets)
-        .iter()
-        .all(|r| *r == V::Simple("OK".into())));
-    drop(c);
-
-    std::fs::write(
-        &conf_path,
-        format!("{head}{}{}{}", line(0), line(1), line(2)),
-    )
-    .unwrap();
-    cluster(&["reload", d]);
+    let cl = Cluster::new("rebalance", 3);
+    let (proxy, ports, d) = (cl.proxy, cl.ports.clone(), cl.path());
+    cl.run_with(2, "up");
+    load(proxy, N);
+    cl.run_with(3, "reload");
     let gets: Vec<Vec<Vec<u8>>> = (0..N).map(|i| vec![b"GET".to_vec(), key(i)]).collect();
     let mut c = Conn::connect(proxy);
     let remapped = pipeline(&mut c, &gets)
@@ -347,5 +348,4 @@ fn adding_a_shard_moves_the_remapped_keys_and_loses_none() {
     for (i, r) in pipeline(&mut c, &gets).into_iter().enumerate() {
         assert_eq!(r, V::Bulk(value(i)), "GET of key {i} after the move");
     }
-    drop(up);
 }

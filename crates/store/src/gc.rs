@@ -321,7 +321,7 @@ fn history(s: &Inner, f: &LogFile, entries: &[crate::nlog::Entry], cur: Option<u
     for e in entries {
         let (mut h, mut hs, mut ver) = (e.h_addr, e.h_seq, e.version);
         while h != NONE && Some(h) != cur && !in_f(h) {
-            if s.file_with_seq(h, hs).is_none() {
+            if !s.has_file_with_seq(h, hs) {
                 break;
             }
             let Some(p) = log.header(vaddr_off(h)) else {

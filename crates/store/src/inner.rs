@@ -79,6 +79,7 @@ pub(crate) fn new_inner(
             } else {
                 opts.open.durability
             },
+            epochs.clone(),
         ),
         pool,
         index,
@@ -135,9 +136,11 @@ impl Inner {
             if !self.opts.open.verify_checksums {
                 break (node, e);
             }
-            match self.log.file_at(e.off) {
+            // Nested in the caller's pin: no fence, and no reference count.
+            let p = self.log.files.pin();
+            match self.log.file_in(e.off, &p) {
                 Some(f) => {
-                    self.verify(key, &e, out, Some(&f))?;
+                    self.verify(key, &e, out, Some(f))?;
                     break (node, e);
                 }
                 // GC took the file out of its maps (it stays mapped while
@@ -303,7 +306,7 @@ impl Inner {
         }
         let (mut h, mut hs, mut ver) = (e.h_addr, e.h_seq, e.version);
         for _ in 0..8 {
-            if h == NONE || self.file_with_seq(h, hs).is_none() {
+            if h == NONE || !self.has_file_with_seq(h, hs) {
                 return true;
             }
             let Some(p) = self.log.header(vaddr_off(h)) else {
@@ -378,9 +381,13 @@ impl Inner {
         Ok(va)
     }
 
-    /// The file of `v_addr` if it is the one numbered `seq` (F7: a number
-    /// never comes back, so a freed file is never mistaken for a new one).
-    pub(crate) fn file_with_seq(&self, va: u64, seq: u64) -> Option<Arc<LogFile>> {
-        self.log.file_at(vaddr_off(va)).filter(|f| f.seq == seq)
+    /// Whether the file of `v_addr` is live and the one numbered `seq` (F7:
+    /// a number never comes back, so a freed file is never mistaken for a
+    /// new one).
+    pub(crate) fn has_file_with_seq(&self, va: u64, seq: u64) -> bool {
+        let p = self.log.files.pin();
+        self.log
+            .file_in(vaddr_off(va), &p)
+            .is_some_and(|f| f.seq == seq)
     }
 }

@@ -27,6 +27,7 @@
 mod crc;
 pub mod engine_impl;
 mod epoch;
+mod files;
 mod gc;
 mod index;
 mod inner;

@@ -6,64 +6,18 @@
 //! entry of a file can be torn or missing (gap F1): recovery reads a file
 //! from its start and stops at the first zero word or bad checksum.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use engine::sync::{CachePadded, SpinGuard, SpinMutex};
 use engine::{Durability, Error, Result};
 use pmem::{Link, Pool};
 
+use crate::epoch::{Epochs, Pin};
+use crate::files::FileTable;
+pub(crate) use crate::files::LogFile;
 use crate::layout::*;
 use crate::numa::Numa;
-
-/// One Nlog file, in DRAM.
-pub(crate) struct LogFile {
-    /// Pool offset of the file (its header line).
-    pub off: u64,
-    pub node: u32,
-    pub cluster: u32,
-    pub seq: u64,
-    pub slot: u64,
-    /// Bytes of the file, header included.
-    pub size: u64,
-    /// End of the written entries, relative to `off`.
-    pub tail: AtomicU64,
-    /// Bytes of entries that no longer hold a key's newest value.
-    pub dead: AtomicU64,
-    /// Flushed-but-maybe-unfenced prefix under `Relaxed` (relative).
-    pub synced: AtomicU64,
-    /// Full: no more appends.
-    pub sealed: AtomicBool,
-    /// `tail` and `dead` are known (false after a persistent-index open
-    /// until the accounting pass has read the file).
-    pub accounted: AtomicBool,
-    /// A bad entry was found in it (by GC or the accounting pass): GC
-    /// never reclaims it, so nothing after the bad entry is lost; `pmhash
-    /// check` reports it and `pmhash check --repair` salvages it.
-    pub damaged: AtomicBool,
-    /// It was the newest file of its pair when the store was opened after
-    /// a crash, unscanned (persistent index): its tail may be torn.
-    pub tearable: AtomicBool,
-}
-
-impl LogFile {
-    /// Names the file for error messages: its sequence number, node,
-    /// cluster, extent-table slot and pool offset.
-    pub(crate) fn describe(&self) -> String {
-        format!(
-            "Nlog file {} (node {}, cluster {}, extent-table slot {}, pool offset {:#x})",
-            self.seq, self.node, self.cluster, self.slot, self.off
-        )
-    }
-
-    pub(crate) fn used(&self) -> u64 {
-        self.tail.load(Ordering::Acquire) - X_DATA
-    }
-    pub(crate) fn contains(&self, off: u64) -> bool {
-        off >= self.off + X_DATA && off < self.off + self.size
-    }
-}
 
 /// How the scan of a file ended (see [`Nlog::classify_end`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,7 +136,7 @@ pub(crate) struct Nlog {
     pub table_len: u64,
     pub durability: Durability,
     /// All live files by offset.
-    pub files: RwLock<BTreeMap<u64, Arc<LogFile>>>,
+    pub files: FileTable,
     /// Active file per (node, cluster); the lock is the append lock. Its
     /// unlock is a plain store, so a writer unlocks right after its
     /// entry's fence without waiting for the flush (see [`Staged`]).
@@ -221,7 +175,13 @@ pub(crate) struct LogRoot {
 }
 
 impl Nlog {
-    pub(crate) fn new(pool: Arc<Pool>, r: &LogRoot, durability: Durability) -> Nlog {
+    /// A log whose file lookups are pinned with `epochs`.
+    pub(crate) fn new(
+        pool: Arc<Pool>,
+        r: &LogRoot,
+        durability: Durability,
+        epochs: Arc<Epochs>,
+    ) -> Nlog {
         let LogRoot {
             root,
             nodes,
@@ -238,7 +198,7 @@ impl Nlog {
             extent_size,
             table_len,
             durability,
-            files: RwLock::new(BTreeMap::new()),
+            files: FileTable::new(epochs),
             active: (0..nodes as usize * clusters as usize)
                 .map(|_| CachePadded(SpinMutex::new(None)))
                 .collect(),
@@ -281,10 +241,7 @@ impl Nlog {
 
     /// Registers a file found at open; `free` lists the empty table slots.
     pub(crate) fn install(&self, files: Vec<Arc<LogFile>>, free: Vec<u64>) {
-        let mut map = self.files.write().expect("files lock");
-        for f in files {
-            map.insert(f.off, f);
-        }
+        self.files.insert(files);
         *self.free_slots.lock().expect("slots lock") = free;
     }
 
@@ -296,20 +253,18 @@ impl Nlog {
 
     /// The live file holding pool offset `off`.
     pub(crate) fn file_at(&self, off: u64) -> Option<Arc<LogFile>> {
-        let map = self.files.read().expect("files lock");
-        map.range(..=off)
-            .next_back()
-            .filter(|(_, f)| f.contains(off))
-            .map(|(_, f)| f.clone())
+        self.files.get(off, &self.files.pin()).cloned()
+    }
+
+    /// The live file holding pool offset `off`, without a reference count
+    /// taken: valid while `p` (a pin of the store's epochs) is held.
+    #[inline]
+    pub(crate) fn file_in<'p>(&self, off: u64, p: &'p Pin<'_>) -> Option<&'p Arc<LogFile>> {
+        self.files.get(off, p)
     }
 
     pub(crate) fn snapshot(&self) -> Vec<Arc<LogFile>> {
-        self.files
-            .read()
-            .expect("files lock")
-            .values()
-            .cloned()
-            .collect()
+        self.files.all()
     }
 
     /// Creates a zeroed file for (node, cluster) and links it into the
@@ -393,10 +348,7 @@ impl Nlog {
             damaged: AtomicBool::new(false),
             tearable: AtomicBool::new(false),
         });
-        self.files
-            .write()
-            .expect("files lock")
-            .insert(off, f.clone());
+        self.files.insert([f.clone()]);
         self.files_made.fetch_add(1, Ordering::Relaxed);
         Ok(f)
     }
@@ -786,7 +738,7 @@ impl Nlog {
 
     /// Removes `f` from the DRAM maps (the first step of freeing it).
     pub(crate) fn forget(&self, f: &LogFile) {
-        self.files.write().expect("files lock").remove(&f.off);
+        self.files.remove(f.off);
     }
 }
 

@@ -1428,7 +1428,12 @@ pub(crate) fn repair(pool: Arc<Pool>, dry: bool) -> Result<Vec<Dropped>> {
     }
     let ri = read_root(&pool, root)?;
     let (files, _) = read_files(&pool, root, &ri)?;
-    let log = crate::nlog::Nlog::new(pool.clone(), &ri.log_root(root), engine::Durability::Strict);
+    let log = crate::nlog::Nlog::new(
+        pool.clone(),
+        &ri.log_root(root),
+        engine::Durability::Strict,
+        Arc::default(),
+    );
     let newest = newest_files(&files);
     let mut dropped = Vec::new();
     let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());

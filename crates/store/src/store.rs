@@ -228,6 +228,7 @@ impl Store {
                     }
                     inner.index.apply_pending();
                     inner.index.collect();
+                    inner.log.files.collect(crate::files::GATHER);
                     for _ in 0..8 {
                         if !crate::recover::account_one(&inner) {
                             break;

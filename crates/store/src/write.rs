@@ -86,7 +86,7 @@ impl Store {
         );
         // One pin for the whole write: the point map's and the log's own
         // pins nest in it and cost no fence each.
-        let _p = s.epochs.pin();
+        let p = s.epochs.pin();
         s.raf.note_op();
         let _k = s.index.stripes.lock(hash);
         let held = s.index.reserve(key, hash);
@@ -103,8 +103,8 @@ impl Store {
                 // once every key in it is deleted). Recovery keeps the
                 // highest-version valid entry of a key; with this one
                 // invalid and nothing older valid, the key is absent.
-                if let Some(f) = s.log.file_at(vaddr_off(o)) {
-                    s.account_replaced(&f, o, held.current_len());
+                if let Some(f) = s.log.file_in(vaddr_off(o), &p) {
+                    s.account_replaced(f, o, held.current_len());
                 }
                 s.numa.count_write(vaddr_node(o), here);
                 let cache = !s.raf.writes_may_skip();

@@ -12,7 +12,7 @@
 //! every thread writes; it held 9.6% of a delete's samples at one thread
 //! (10M keys grown from 64k, `perf record`), and against it this table
 //! makes 10M-key deletes 9% faster at one thread and 34% at two (the peers
-//! driver beside Viper, medians of 3: `docs/store.md`). Why not a crate
+//! driver beside Viper, medians of 3: `docs/benchmarks.md`). Why not a crate
 //! such as `arc-swap`: its reads pay for their own protection, where the
 //! store's pin is already paid for.
 //!

@@ -78,8 +78,9 @@ impl LogFile {
 }
 
 /// Replaced snapshots the maintenance thread lets gather before it waits
-/// for the pins that may hold them (see [`FileTable::collect`]): at most
-/// this many copies of the file list are kept beyond the current one.
+/// for the pins that may hold them (see [`FileTable::collect`]): about
+/// this many old copies of the file list are kept beside the current one
+/// (more only while files are made faster than one per maintenance tick).
 pub(crate) const GATHER: usize = 32;
 
 /// The files, sorted by start offset.
@@ -190,8 +191,7 @@ impl FileTable {
     ///
     /// The wait is why the maintenance thread lets [`GATHER`] snapshots
     /// gather first: one wait per 32 new files instead of one per file (a
-    /// 10M-key load makes about 160), for at most 32 old copies of the
-    /// list kept meanwhile.
+    /// 10M-key load of 8-byte keys makes about 150).
     pub(crate) fn collect(&self, min: usize) -> usize {
         let list = {
             let mut retired = self.retired.lock().expect("file table lock");

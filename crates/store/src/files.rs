@@ -60,6 +60,33 @@ pub(crate) struct LogFile {
 }
 
 impl LogFile {
+    /// The DRAM state of a file whose entries are not read yet: its tail
+    /// at the first entry, nothing dead, open for appends, accounted.
+    pub(crate) fn new(
+        off: u64,
+        node: u32,
+        cluster: u32,
+        seq: u64,
+        slot: u64,
+        size: u64,
+    ) -> LogFile {
+        LogFile {
+            off,
+            node,
+            cluster,
+            seq,
+            slot,
+            size,
+            tail: AtomicU64::new(X_DATA),
+            dead: AtomicU64::new(0),
+            synced: AtomicU64::new(X_DATA),
+            sealed: AtomicBool::new(false),
+            accounted: AtomicBool::new(true),
+            damaged: AtomicBool::new(false),
+            tearable: AtomicBool::new(false),
+        }
+    }
+
     /// Names the file for error messages: its sequence number, node,
     /// cluster, extent-table slot and pool offset.
     pub(crate) fn describe(&self) -> String {
@@ -86,6 +113,8 @@ pub(crate) const GATHER: usize = 32;
 /// The files, sorted by start offset.
 #[derive(Clone, Default)]
 struct Snapshot {
+    /// Each file's `off`, in one array: a lookup's binary search reads
+    /// these lines rather than one line per file.
     starts: Vec<u64>,
     files: Vec<Arc<LogFile>>,
 }
@@ -157,6 +186,12 @@ impl FileTable {
         // change or the table's drop replaces or frees `cur`.
         let mut next = unsafe { &*old }.clone();
         edit(&mut next);
+        next.files.sort_unstable_by_key(|f| f.off);
+        debug_assert!(
+            next.files.windows(2).all(|w| w[0].off < w[1].off),
+            "two files at one offset"
+        );
+        next.starts = next.files.iter().map(|f| f.off).collect();
         self.cur
             .store(Box::into_raw(Box::new(next)), Ordering::Release);
         retired.push(Retired(old));
@@ -164,24 +199,12 @@ impl FileTable {
 
     /// Adds files (each starting at an offset no live file holds).
     pub(crate) fn insert(&self, files: impl IntoIterator<Item = Arc<LogFile>>) {
-        self.change(|s| {
-            for f in files {
-                let i = s.starts.partition_point(|&start| start < f.off);
-                debug_assert!(s.starts.get(i) != Some(&f.off), "two files at one offset");
-                s.starts.insert(i, f.off);
-                s.files.insert(i, f);
-            }
-        });
+        self.change(|s| s.files.extend(files));
     }
 
     /// Removes the file that starts at `off`, if there is one.
     pub(crate) fn remove(&self, off: u64) {
-        self.change(|s| {
-            if let Ok(i) = s.starts.binary_search(&off) {
-                s.starts.remove(i);
-                s.files.remove(i);
-            }
-        });
+        self.change(|s| s.files.retain(|f| f.off != off));
     }
 
     /// Frees the snapshots replaced since the last call, once no pin can
@@ -231,21 +254,7 @@ mod tests {
     use super::*;
 
     fn file(off: u64, size: u64) -> Arc<LogFile> {
-        Arc::new(LogFile {
-            off,
-            node: 0,
-            cluster: 0,
-            seq: off,
-            slot: 0,
-            size,
-            tail: AtomicU64::new(0),
-            dead: AtomicU64::new(0),
-            synced: AtomicU64::new(0),
-            sealed: AtomicBool::new(false),
-            accounted: AtomicBool::new(true),
-            damaged: AtomicBool::new(false),
-            tearable: AtomicBool::new(false),
-        })
+        Arc::new(LogFile::new(off, 0, 0, off, 0, size))
     }
 
     #[test]

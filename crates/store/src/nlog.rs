@@ -6,7 +6,7 @@
 //! entry of a file can be torn or missing (gap F1): recovery reads a file
 //! from its start and stops at the first zero word or bad checksum.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use engine::sync::{CachePadded, SpinGuard, SpinMutex};
@@ -333,21 +333,14 @@ impl Nlog {
         // persist: the link before commit (allocator protocol).
         pool.persist(owner, 8);
         pool.commit(r);
-        let f = Arc::new(LogFile {
+        let f = Arc::new(LogFile::new(
             off,
             node,
             cluster,
             seq,
             slot,
-            size: self.extent_size,
-            tail: AtomicU64::new(X_DATA),
-            dead: AtomicU64::new(0),
-            synced: AtomicU64::new(X_DATA),
-            sealed: AtomicBool::new(false),
-            accounted: AtomicBool::new(true),
-            damaged: AtomicBool::new(false),
-            tearable: AtomicBool::new(false),
-        });
+            self.extent_size,
+        ));
         self.files.insert([f.clone()]);
         self.files_made.fetch_add(1, Ordering::Relaxed);
         Ok(f)

@@ -198,21 +198,10 @@ fn read_files(pool: &Pool, root: u64, ri: &RootInfo) -> Result<(Vec<Arc<LogFile>
         if head[2] == 0 || head[2] >= ri.next_seq || !seqs.insert(head[2]) {
             return Err(bad("bad or repeated sequence number"));
         }
-        files.push(Arc::new(LogFile {
-            off,
-            node,
-            cluster,
-            seq: head[2],
-            slot,
-            size: ri.extent,
-            tail: AtomicU64::new(X_DATA),
-            dead: AtomicU64::new(0),
-            synced: AtomicU64::new(X_DATA),
-            sealed: AtomicBool::new(true),
-            accounted: AtomicBool::new(true),
-            damaged: AtomicBool::new(false),
-            tearable: AtomicBool::new(false),
-        }));
+        let f = LogFile::new(off, node, cluster, head[2], slot, ri.extent);
+        // Recovery decides which file of each pair takes appends.
+        f.sealed.store(true, Ordering::Relaxed);
+        files.push(Arc::new(f));
     }
     Ok((files, free))
 }

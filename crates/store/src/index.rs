@@ -722,11 +722,13 @@ impl Index {
                     if release {
                         m.release_shard(i);
                         if i % 64 == 63 {
+                            m.give_back();
                             give_back_freed_memory();
                         }
                     }
                 }
                 if release {
+                    m.give_back();
                     give_back_freed_memory();
                 }
             }

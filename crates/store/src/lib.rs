@@ -24,6 +24,7 @@
 //! `docs/store.md` has the formats, persist orders, the spec's eleven gaps
 //! (F1–F11) and how each is closed, and the tuning knobs.
 
+mod blocks;
 mod crc;
 pub mod engine_impl;
 mod epoch;

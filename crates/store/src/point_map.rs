@@ -81,12 +81,14 @@
 //!   word, which is a durable value of the same key, written concurrently
 //!   with the get.
 
+use std::ops::Deref;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use engine::hugemem::HugeWords;
 use engine::sync::{SpinGuard, SpinMutex};
 
+use crate::blocks::{Block, BlockPool};
 use crate::epoch::{Epochs, Pin};
 
 /// A slot that was never used (the whole table starts zeroed).
@@ -127,22 +129,43 @@ const BUCKET_WORDS: usize = 8;
 /// The word of slot 0's inline value.
 const VAL: usize = 2 * SLOTS;
 
-/// A shard's table: `mask + 1` buckets at word `base` of `words`, which
-/// the initial tables of all shards share (one huge-page-advised array:
-/// with 4 KiB pages every probe would be a TLB miss as well as a cache
-/// miss), and a rebuilt table has to itself.
+/// A shard's table: `mask + 1` buckets at word `base` of `words`.
 struct Table {
     mask: usize,
     /// Used slots (live and tombstones) past which an insert rebuilds:
     /// [`MAX_USED`] of the slots, computed once.
     max_used: usize,
-    words: Arc<HugeWords>,
+    words: Words,
     base: usize,
     /// Unit tests do not free a collected table: they mark it here, and a
     /// reader that finds the mark after its probe fails.
     #[cfg(test)]
     collected: std::sync::atomic::AtomicBool,
 }
+
+/// A table's words: a part of the array that every shard's first table
+/// shares (one huge-page-advised array: with 4 KiB pages every probe would
+/// be a TLB miss as well as a cache miss), a block of the map's
+/// [`BlockPool`] (a rebuilt table), or an array of its own (a table below
+/// the pool's smallest block).
+enum Words {
+    Shared(Arc<HugeWords>),
+    Block(Block),
+    Own(HugeWords),
+}
+
+impl Deref for Words {
+    type Target = [AtomicU64];
+    #[inline]
+    fn deref(&self) -> &[AtomicU64] {
+        match self {
+            Words::Shared(w) => w,
+            Words::Block(b) => b,
+            Words::Own(w) => w,
+        }
+    }
+}
+
 /// How a caller names the key it looks for.
 #[derive(Clone, Copy)]
 pub(crate) enum Who<F> {
@@ -179,14 +202,18 @@ enum Probe {
 /// bucket-aligned (64 bytes).
 fn arena(buckets: usize) -> (HugeWords, usize) {
     let words = HugeWords::zeroed(buckets * BUCKET_WORDS + BUCKET_WORDS);
-    // Fault every page in now, at open, rather than in the first writes
-    // (a huge page's fault zeroes 2 MiB).
-    for w in words.iter().step_by(512) {
-        w.store(0, Ordering::Relaxed);
-    }
+    fault_in(&words);
     let misalign = (words.as_ptr() as usize / 8) % BUCKET_WORDS;
     let base = (BUCKET_WORDS - misalign) % BUCKET_WORDS;
     (words, base)
+}
+
+/// Faults every page of `words` in now (at open, or in a rebuild under
+/// its shard's lock) rather than in the first writes to them.
+fn fault_in(words: &[AtomicU64]) {
+    for w in words.iter().step_by(512) {
+        w.store(0, Ordering::Relaxed);
+    }
 }
 
 /// A table as its readers see it: bucket 0's address (64-byte aligned)
@@ -305,14 +332,24 @@ fn max_used(buckets: usize) -> usize {
 }
 
 impl Table {
-    /// A table of `buckets` (rounded up to a power of two) buckets.
-    fn new(buckets: usize) -> Table {
+    /// A table of `buckets` (rounded up to a power of two) buckets, its
+    /// words from `pool` where it serves the size.
+    fn new(buckets: usize, pool: &Arc<BlockPool>) -> Table {
         let n = buckets.next_power_of_two().max(1);
-        let (words, base) = arena(n);
+        let (words, base) = match pool.take(n * BUCKET_WORDS) {
+            Some(b) => {
+                fault_in(&b);
+                (Words::Block(b), 0)
+            }
+            None => {
+                let (w, base) = arena(n);
+                (Words::Own(w), base)
+            }
+        };
         Table {
             mask: n - 1,
             max_used: max_used(n),
-            words: Arc::new(words),
+            words,
             base,
             #[cfg(test)]
             collected: Default::default(),
@@ -547,6 +584,8 @@ pub(crate) struct PointMap {
     epochs: Arc<Epochs>,
     /// Replaced tables, freed by [`collect`](Self::collect).
     retired: Mutex<Vec<Retired>>,
+    /// Where rebuilt tables take their words, and freed ones leave them.
+    pool: Arc<BlockPool>,
     /// Table rebuilds (growths and tombstone purges) and the time spent in
     /// them.
     structural: engine::StructuralClock,
@@ -574,7 +613,7 @@ impl PointMap {
             .map(|i| Table {
                 mask: n - 1,
                 max_used: max_used(n),
-                words: words.clone(),
+                words: Words::Shared(words.clone()),
                 base: base + i * n * BUCKET_WORDS,
                 #[cfg(test)]
                 collected: Default::default(),
@@ -598,6 +637,7 @@ impl PointMap {
             writers: (0..SHARDS).map(|_| Writer::default()).collect(),
             epochs,
             retired: Mutex::new(Vec::new()),
+            pool: Default::default(),
             structural: Default::default(),
         }
     }
@@ -777,7 +817,7 @@ impl PointMap {
     fn rebuild<'p>(&self, i: usize, _c: &Counts, p: &'p Pin<'_>, want: usize) -> &'p Table {
         let (old, tab) = self.table(i, p);
         let buckets = ((want as f64 / REBUILT_LOAD) as usize).div_ceil(SLOTS);
-        let new = Table::new(buckets.max(tab.len() / 2));
+        let new = Table::new(buckets.max(tab.len() / 2), &self.pool);
         tab.for_each(&mut |h, word, val| new.place(h, word, val));
         let new = self.install(i, new, old);
         // SAFETY: `new` is the shard's table now; a later replacement is
@@ -833,16 +873,17 @@ impl PointMap {
     /// written from this shard); a later get or put on the shard works on
     /// the empty table.
     pub(crate) fn release_shard(&self, i: usize) {
-        let (words, from, to) = {
+        let shared = {
             let mut c = self.writers[i].counts.lock();
             let p = self.epochs.pin();
             let (old, tab) = self.table(i, &p);
-            let span = (
-                tab.words.clone(),
-                tab.base,
-                tab.base + tab.len() * BUCKET_WORDS,
-            );
-            self.install(i, Table::new(1), old);
+            let span = match &tab.words {
+                Words::Shared(w) => {
+                    Some((w.clone(), tab.base, tab.base + tab.len() * BUCKET_WORDS))
+                }
+                _ => None,
+            };
+            self.install(i, Table::new(1, &self.pool), old);
             *c = Counts { live: 0, used: 0 };
             self.writers[i].live.store(0, Ordering::Relaxed);
             span
@@ -851,9 +892,17 @@ impl PointMap {
         // No pin reaches the old table now. Its words may be one part of
         // an array every shard's first table shares (`with_capacity`),
         // freed only with the last of them: its pages go back now.
-        if Arc::strong_count(&words) > 1 {
-            words.discard(from, to);
+        if let Some((words, from, to)) = shared {
+            if Arc::strong_count(&words) > 1 {
+                words.discard(from, to);
+            }
         }
+    }
+
+    /// Gives the pages of freed tables' memory back to the system (for a
+    /// close that releases the map shard by shard); returns the bytes.
+    pub(crate) fn give_back(&self) -> usize {
+        self.pool.trim()
     }
 
     /// Live keys (a sum over the shards' counts: no walk).
@@ -971,7 +1020,7 @@ mod tests {
             }
         }
         // A table's own hint names its buckets.
-        let t = Table::new(8);
+        let t = Table::new(8, &Arc::default());
         let hint = t.hint();
         assert_eq!(hint.mask(), t.mask);
         assert_eq!(hint.first(3), t.bucket(3).as_ptr() as usize);

@@ -48,21 +48,7 @@ impl HugeWords {
     /// An anonymous mapping, 2 MiB aligned, advised for huge pages.
     fn mapped(n: usize, bytes: usize) -> Option<HugeWords> {
         let len = bytes.checked_add(HUGE)?;
-        // SAFETY: an anonymous private mapping with no address hint; the
-        // result is checked before use.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return None;
-        }
+        let base = map_anonymous(len)?.as_ptr();
         let start = (base as usize).next_multiple_of(HUGE);
         // SAFETY: [start, start + bytes) lies inside the mapping just made
         // (it is `bytes + HUGE` long); the advice only affects paging.
@@ -103,6 +89,28 @@ impl HugeWords {
         unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
         end - start
     }
+}
+
+/// A new anonymous private read-write mapping of `len` bytes (zero-filled,
+/// no address hint), or `None` where the kernel refuses it. The caller
+/// owns it and unmaps it.
+pub fn map_anonymous(len: usize) -> Option<NonNull<libc::c_void>> {
+    // SAFETY: an anonymous private mapping with no address hint touches no
+    // memory of ours; the result is checked before use.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return None;
+    }
+    NonNull::new(base)
 }
 
 impl Deref for HugeWords {

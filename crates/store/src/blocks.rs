@@ -255,22 +255,7 @@ impl State {
     /// A new chunk, aligned to its size and advised for huge pages.
     fn map_chunk(&mut self) -> Option<usize> {
         let len = 2 * CHUNK;
-        // SAFETY: an anonymous private mapping with no address hint; the
-        // result is checked before use.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return None;
-        }
-        let base = base as usize;
+        let base = engine::hugemem::map_anonymous(len)?.as_ptr() as usize;
         let start = base.next_multiple_of(CHUNK);
         // SAFETY: [base, start) and [start + CHUNK, base + len) lie inside
         // the mapping just made and hold nothing; the chunk [start, start +

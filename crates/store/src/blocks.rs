@@ -34,6 +34,9 @@
 //!   about half of the live tables' (the unit test
 //!   `doubling_tables_reuse_the_freed_halves`: 192 MiB mapped for 128
 //!   live).
+//!   The smallest cost: a store with any table of 4 KiB or more maps one
+//!   chunk (64 MiB of address space), and its first block takes a whole
+//!   2 MiB page where the kernel gives huge pages.
 //!
 //! Requests outside `[4 KiB, 64 MiB]` are not served ([`BlockPool::take`]
 //! says `None`): the caller takes its words from elsewhere.

@@ -485,6 +485,33 @@ impl Region {
         Ok(())
     }
 
+    /// Faults in the pages of `[off, off+len)` ahead of their first store,
+    /// so the thread that stores there does not take the page faults (on
+    /// tmpfs each is a page allocated and zeroed): it reads one word of
+    /// each whole page inside the range and the pool's current size, in
+    /// `mapped` and `dax` modes on a writable pool, and does nothing
+    /// elsewhere. No byte changes. On tmpfs a read maps the page writable;
+    /// on a disk file system the first store still takes a minor fault,
+    /// for the file system to track the dirty page. A read and not
+    /// `madvise(MADV_POPULATE_WRITE)`, which holds the process's address
+    /// space lock through its faults: called from an idle-priority thread,
+    /// it slowed the store's writers where they mapped memory (docs/store.md).
+    /// Returns the bytes it touched.
+    pub fn prefault(&self, off: u64, len: u64) -> u64 {
+        if self.read_only || !self.mode.uses_file() {
+            return 0;
+        }
+        let page = 4096u64;
+        let start = round_up(off, page);
+        let end = off.saturating_add(len).min(self.size()) / page * page;
+        let mut at = start;
+        while at < end {
+            std::hint::black_box(self.atomic_u64(at).load(Ordering::Relaxed));
+            at += page;
+        }
+        end.saturating_sub(start)
+    }
+
     /// Bytes [`zero_release`](Self::zero_release) has been asked to zero
     /// since this `Pool` was made (a block [`Reservation::is_zeroed`](crate::Reservation::is_zeroed) says
     /// reads zero needs none).

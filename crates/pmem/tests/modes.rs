@@ -174,3 +174,40 @@ fn targeted_crash_choices_write_back_exactly_one_line() {
     assert_eq!(pool.undecided_lines().unwrap(), vec![lb]);
     assert!(pool.recent_lines().unwrap().is_empty());
 }
+
+#[test]
+fn prefault_touches_whole_file_pages_and_changes_no_byte() {
+    // Volatile and simulated pools have no file pages to fault in ahead.
+    for mode in [Mode::Volatile, Mode::Simulated] {
+        let pool = Pool::create(Path::new(""), &opts(mode)).unwrap();
+        assert_eq!(pool.prefault(0, 1 << 20), 0, "{mode:?}");
+    }
+    let path = temp("prefault.pool");
+    let _ = std::fs::remove_file(&path);
+    let pool = Pool::create(&path, &opts(Mode::Mapped)).unwrap();
+    pool.write(65536, &[0x5a; 100]);
+    pool.write(65536 + 5000, &[0xa5; 64]);
+    let before = pool.image();
+    // Whole pages inside the range: [64 KiB + 4 KiB, 96 KiB) of a range
+    // that starts one byte into a page and ends 100 bytes past one.
+    assert_eq!(pool.prefault(65537, 32768 + 99), 28672);
+    // Pages already written are populated without a change; the pool's
+    // end bounds the range.
+    assert_eq!(pool.prefault(65536, 8192), 8192);
+    assert_eq!(pool.prefault((1 << 20) - 4096, 1 << 30), 4096);
+    assert_eq!(pool.prefault(1 << 21, 4096), 0, "past the end");
+    assert_eq!(pool.prefault(4096, 100), 0, "no whole page");
+    assert!(pool.image() == before, "prefault changed the pool's bytes");
+    drop(pool);
+    let ro = Pool::open(
+        &path,
+        &PoolOptions {
+            read_only: true,
+            ..opts(Mode::Mapped)
+        },
+    )
+    .unwrap();
+    assert_eq!(ro.prefault(0, 1 << 20), 0, "a read-only pool");
+    drop(ro);
+    std::fs::remove_file(&path).unwrap();
+}

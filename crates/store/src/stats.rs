@@ -88,6 +88,9 @@ pub struct StoreStats {
     pub structural_changes: u64,
     /// Nanoseconds spent in those changes.
     pub structural_nanos: u64,
+    /// Bytes of log pages the maintenance thread faulted in ahead of the
+    /// writers (0 where the pool is not a file mapping).
+    pub log_prefaulted_bytes: u64,
     /// DRAM bytes of the point index (its tables, or the persistent
     /// engine's directory); the ordered tree and the RAF cache are not
     /// counted.

@@ -17,13 +17,26 @@ use crate::numa::detect_nodes;
 use crate::options::{GcMode, OpenOptions, Options};
 use crate::stats::StoreStats;
 
-/// The background GC thread and its stop flag.
-type GcThread = (JoinHandle<()>, Arc<(Mutex<bool>, Condvar)>);
+/// The background threads and their stop flag.
+struct Background {
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+}
+
+/// Moves the calling thread to Linux's idle scheduling class
+/// (`SCHED_IDLE`): it runs when a CPU has nothing else to run. Where that
+/// is refused, the thread keeps its class.
+fn run_only_on_idle_cpus() {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `p` is a valid sched_param for the call's duration; pid 0 is
+    // the calling thread, whose scheduling class only is changed.
+    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) };
+}
 
 /// A persistent key-value store (see the crate docs).
 pub struct Store {
     pub(crate) inner: Arc<Inner>,
-    gc_thread: Mutex<Option<GcThread>>,
+    background: Mutex<Option<Background>>,
     dir: Option<PathBuf>,
 }
 
@@ -149,7 +162,7 @@ impl Store {
         inner.open_ms = t0.elapsed().as_secs_f64() * 1e3;
         let store = Store {
             inner: Arc::new(inner),
-            gc_thread: Mutex::new(None),
+            background: Mutex::new(None),
             dir: None,
         };
         store.start_background();
@@ -197,66 +210,103 @@ impl Store {
         &self.inner.pool
     }
 
-    /// The maintenance thread: builds the ordered index after an open,
-    /// applies its queued changes, and runs GC in `GcMode::Background`.
+    /// The background threads. The maintenance thread builds the ordered
+    /// index after an open, applies its queued changes, frees retired
+    /// tables and files, and runs GC in `GcMode::Background`. The prefault
+    /// thread, on a writable file-backed pool, faults in the log's pages
+    /// ahead of the writers' tails ([`Nlog::prefault_tails`]) at the idle
+    /// scheduling class, so that it takes only a CPU no writer wants: at
+    /// normal priority, two writers on two CPUs lost more to it (their
+    /// rebuilds preempted under a shard's lock) than it saved them.
+    ///
+    /// [`Nlog::prefault_tails`]: crate::nlog::Nlog::prefault_tails
     fn start_background(&self) {
-        let weak = Arc::downgrade(&self.inner);
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let stop2 = stop.clone();
-        let h = std::thread::Builder::new()
-            .name("pmhash-store".into())
-            .spawn(move || {
-                let mut tick = 0u64;
-                let mut busy = false;
-                loop {
-                    {
-                        let (m, cv) = &*stop2;
-                        let g = m.lock().expect("gc stop lock");
-                        let (g, _) = cv
-                            .wait_timeout(g, std::time::Duration::from_millis(2))
-                            .expect("gc stop lock");
-                        if *g {
-                            return;
-                        }
-                    }
-                    let Some(inner) = weak.upgrade() else { return };
-                    if inner.closed.load(Ordering::Acquire) {
-                        return;
-                    }
-                    if inner.index.eager {
-                        inner.index.build_tree();
-                    }
-                    inner.index.apply_pending();
-                    inner.index.collect();
-                    inner.log.files.collect(crate::files::GATHER);
-                    for _ in 0..8 {
-                        if !crate::recover::account_one(&inner) {
-                            break;
-                        }
-                    }
-                    tick += 1;
-                    // Every 50 ms, and at once again while the last run
-                    // found work: under overwrite-heavy load files fill
-                    // faster than one run every 50 ms reclaims them.
-                    if (busy || tick.is_multiple_of(25))
-                        && inner.opts.open.gc == GcMode::Background
-                        && !inner.pool.is_read_only()
-                    {
-                        busy = matches!(crate::gc::run(&inner, usize::MAX, true), Ok(n) if n > 0);
+        let mut threads = vec![self.spawn_ticking("pmhash-store", &stop, {
+            let mut tick = 0u64;
+            let mut busy = false;
+            move |inner: &Inner| {
+                if inner.index.eager {
+                    inner.index.build_tree();
+                }
+                inner.index.apply_pending();
+                inner.index.collect();
+                inner.log.files.collect(crate::files::GATHER);
+                for _ in 0..8 {
+                    if !crate::recover::account_one(inner) {
+                        break;
                     }
                 }
+                tick += 1;
+                // Every 50 ms, and at once again while the last run
+                // found work: under overwrite-heavy load files fill
+                // faster than one run every 50 ms reclaims them.
+                if (busy || tick.is_multiple_of(25))
+                    && inner.opts.open.gc == GcMode::Background
+                    && !inner.pool.is_read_only()
+                {
+                    busy = matches!(crate::gc::run(inner, usize::MAX, true), Ok(n) if n > 0);
+                }
+            }
+        })];
+        let pool = &self.inner.pool;
+        if !pool.is_read_only() && matches!(pool.mode(), pmem::Mode::Mapped | pmem::Mode::Dax) {
+            let mut ahead = Vec::new();
+            let mut idle = false;
+            threads.push(
+                self.spawn_ticking("pmhash-prefault", &stop, move |inner: &Inner| {
+                    if !idle {
+                        idle = true;
+                        run_only_on_idle_cpus();
+                    }
+                    ahead.resize(inner.log.pairs(), 0);
+                    inner.log.prefault_tails(&mut ahead);
+                }),
+            );
+        }
+        *self.background.lock().expect("background lock") = Some(Background { threads, stop });
+    }
+
+    /// A thread that runs `step` every 2 ms until the store stops or closes.
+    fn spawn_ticking(
+        &self,
+        name: &str,
+        stop: &Arc<(Mutex<bool>, Condvar)>,
+        mut step: impl FnMut(&Inner) + Send + 'static,
+    ) -> JoinHandle<()> {
+        let weak = Arc::downgrade(&self.inner);
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || loop {
+                {
+                    let (m, cv) = &*stop;
+                    let g = m.lock().expect("background stop lock");
+                    let (g, _) = cv
+                        .wait_timeout(g, std::time::Duration::from_millis(2))
+                        .expect("background stop lock");
+                    if *g {
+                        return;
+                    }
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                if inner.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                step(&inner);
             })
-            .expect("spawn gc thread");
-        *self.gc_thread.lock().expect("gc thread lock") = Some((h, stop));
+            .expect("spawn a store background thread")
     }
 
     fn stop_background(&self) {
-        if let Some((h, stop)) = self.gc_thread.lock().expect("gc thread lock").take() {
+        if let Some(b) = self.background.lock().expect("background lock").take() {
             self.inner.stopping.store(true, Ordering::Release);
-            let (m, cv) = &*stop;
-            *m.lock().expect("gc stop lock") = true;
+            let (m, cv) = &*b.stop;
+            *m.lock().expect("background stop lock") = true;
             cv.notify_all();
-            let _ = h.join();
+            for h in b.threads {
+                let _ = h.join();
+            }
         }
     }
 
@@ -377,6 +427,7 @@ impl Store {
             structural_changes: changes,
             structural_nanos: nanos,
             index_dram_bytes: index_dram,
+            log_prefaulted_bytes: s.log.prefaulted.load(Ordering::Relaxed),
         }
     }
 

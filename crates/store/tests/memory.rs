@@ -368,3 +368,67 @@ fn a_close_that_frees_the_index_never_holds_it_beside_the_image() {
     let s = reopen_from_image(&dir.0, n, 991);
     s.close().expect("close");
 }
+
+/// Waits up to 5 s for `done`.
+fn wait_for(mut done: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(5) {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    done()
+}
+
+#[test]
+fn the_log_is_faulted_in_ahead_of_its_tails_and_no_further() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = ShmDir::new("ahead");
+    let s = Store::open(&dir.0, opts(8 * MIB, 100_000)).expect("create");
+    let pool = dir.0.join("store.pool");
+    let before = mapped_rss(&pool);
+    // One put into each of the 4 clusters' first files (8 MiB each).
+    let mut i = 0u64;
+    while s.stats().files < 4 {
+        s.put(&key(i), &i.to_le_bytes()).expect("put");
+        i += 1;
+    }
+    // The window past each of the 4 tails: 32 KiB, its tail's page
+    // already written.
+    assert!(
+        wait_for(|| s.stats().log_prefaulted_bytes >= 4 * 28 * 1024),
+        "faulted in {} bytes ahead of 4 tails",
+        s.stats().log_prefaulted_bytes
+    );
+    // Writes at a pace the maintenance thread (a run every 2 ms) keeps up
+    // with: 200 one-line entries over 4 tails, then a pause.
+    for _ in 0..50 {
+        for _ in 0..200 {
+            s.put(&key(i), &i.to_le_bytes()).expect("put");
+            i += 1;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let st = s.stats();
+    assert!(
+        wait_for(|| s.stats().log_prefaulted_bytes >= st.log_bytes),
+        "faulted in {} bytes ahead of {} bytes of entries",
+        s.stats().log_prefaulted_bytes,
+        st.log_bytes
+    );
+    // No further than the window: the entries' pages, 32 KiB past each
+    // tail, the 4 file headers' pages and the allocator's few.
+    let grown = mapped_rss(&pool).saturating_sub(before);
+    let bound = st.log_bytes + 4 * (32 + 4 + 4) * 1024 + MIB;
+    assert!(
+        grown <= bound,
+        "the pool's mapping grew by {} KiB for {} KiB of entries",
+        grown / 1024,
+        st.log_bytes / 1024
+    );
+    for j in (0..i).step_by(7) {
+        assert_eq!(s.get(&key(j)).expect("get"), Some(j.to_le_bytes().to_vec()));
+    }
+    s.close().expect("close");
+}

@@ -24,7 +24,8 @@ use pmhash_store::{CreateOptions, GcMode, IndexKind, OpenOptions, Options, Store
 const VICTIM: &[u8] = b"victim-key-0042";
 const KEYS: usize = 60;
 
-/// Panics on the store's background threads (named `pmhash-store`), seen
+/// Panics on the store's background threads (named `pmhash-store` and
+/// `pmhash-prefault`), seen
 /// by a process-wide panic hook: a test fails if any happened.
 static BACKGROUND_PANICS: AtomicU64 = AtomicU64::new(0);
 
@@ -33,7 +34,10 @@ fn count_background_panics() {
     HOOK.call_once(|| {
         let old = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if std::thread::current().name() == Some("pmhash-store") {
+            if matches!(
+                std::thread::current().name(),
+                Some("pmhash-store" | "pmhash-prefault")
+            ) {
                 BACKGROUND_PANICS.fetch_add(1, Ordering::SeqCst);
             }
             old(info);

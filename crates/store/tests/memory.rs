@@ -101,20 +101,27 @@ fn key(i: u64) -> [u8; 8] {
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes()
 }
 
+/// A new store in a tmpfs directory (4 clusters, 8 MiB files), its pool
+/// file, the file's resident bytes before the first put, and `n`: keys
+/// `0..n` were put, until each cluster had made its first file.
+fn four_new_files(tag: &str, expected_keys: u64) -> (ShmDir, Store, PathBuf, u64, u64) {
+    let dir = ShmDir::new(tag);
+    let s = Store::open(&dir.0, opts(8 * MIB, expected_keys)).expect("create");
+    let pool = dir.0.join("store.pool");
+    let before = mapped_rss(&pool);
+    let mut n = 0u64;
+    while s.stats().files < 4 {
+        s.put(&key(n), &n.to_le_bytes()).expect("put");
+        n += 1;
+        assert!(n < 10_000, "4 files never made");
+    }
+    (dir, s, pool, before, n)
+}
+
 #[test]
 fn a_new_log_file_takes_no_pages_until_written() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = ShmDir::new("newfile");
-    let s = Store::open(&dir.0, opts(8 * MIB, 1024)).expect("create");
-    let pool = dir.0.join("store.pool");
-    let before = mapped_rss(&pool);
-    // One put into each of the 4 clusters' first files (8 MiB each).
-    let mut i = 0u64;
-    while s.stats().files < 4 {
-        s.put(&key(i), &i.to_le_bytes()).expect("put");
-        i += 1;
-        assert!(i < 10_000, "4 files never made");
-    }
+    let (dir, s, pool, before, i) = four_new_files("newfile", 1024);
     let after = mapped_rss(&pool);
     let grown = after.saturating_sub(before);
     // Zeroed with stores, the 4 files faulted in 32 MiB; untouched, only
@@ -384,16 +391,7 @@ fn wait_for(mut done: impl FnMut() -> bool) -> bool {
 #[test]
 fn the_log_is_faulted_in_ahead_of_its_tails_and_no_further() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = ShmDir::new("ahead");
-    let s = Store::open(&dir.0, opts(8 * MIB, 100_000)).expect("create");
-    let pool = dir.0.join("store.pool");
-    let before = mapped_rss(&pool);
-    // One put into each of the 4 clusters' first files (8 MiB each).
-    let mut i = 0u64;
-    while s.stats().files < 4 {
-        s.put(&key(i), &i.to_le_bytes()).expect("put");
-        i += 1;
-    }
+    let (_dir, s, pool, before, mut i) = four_new_files("ahead", 100_000);
     // The window past each of the 4 tails: 32 KiB, its tail's page
     // already written.
     assert!(

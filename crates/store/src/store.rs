@@ -215,9 +215,9 @@ impl Store {
     /// tables and files, and runs GC in `GcMode::Background`. The prefault
     /// thread, on a writable file-backed pool, faults in the log's pages
     /// ahead of the writers' tails ([`Nlog::prefault_tails`]) at the idle
-    /// scheduling class, so that it takes only a CPU no writer wants: at
-    /// normal priority, two writers on two CPUs lost more to it (their
-    /// rebuilds preempted under a shard's lock) than it saved them.
+    /// scheduling class, so that it takes only a CPU no writer wants
+    /// (docs/store.md, "The log's pages, faulted in ahead of the writers",
+    /// has the forms measured and not kept).
     ///
     /// [`Nlog::prefault_tails`]: crate::nlog::Nlog::prefault_tails
     fn start_background(&self) {

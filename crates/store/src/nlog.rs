@@ -259,8 +259,8 @@ impl Nlog {
     /// up once less than half the window is left, so most calls read the
     /// hints and nothing else. Returns the bytes faulted in.
     ///
-    /// No byte changes ([`Pool::prefault`]), so a hint that moved on, or a
-    /// file freed meanwhile, costs only resident pages.
+    /// No byte changes ([`Pool::prefault`]), so a hint that moved on costs
+    /// only resident pages.
     pub(crate) fn prefault_tails(&self, ahead: &mut [u64]) -> u64 {
         let mut done = 0;
         for (hint, known) in self.next_at.iter().zip(ahead.iter_mut()) {
@@ -272,20 +272,23 @@ impl Nlog {
             if at == 0 || (fresh && *known - at >= PREFAULT_AHEAD / 2) {
                 continue;
             }
-            // The file holding the last entry written: `at` itself is its
-            // end when the file is full.
-            let end = {
-                let p = self.files.pin();
-                match self.files.get(at - 1, &p) {
-                    Some(f) => f.off + f.size,
-                    None => continue,
-                }
+            // The file holding the last entry written (`at` itself is its
+            // end when the file is full), read under the pin: GC frees a
+            // file, and punches a hole over its pages for reuse, only
+            // after every pin from before its unlinking is gone, and a
+            // read fault on a hole of a full tmpfs would be SIGBUS. A
+            // sealed file takes no more entries.
+            let p = self.files.pin();
+            let end = match self.files.get(at - 1, &p) {
+                Some(f) if !f.sealed.load(Ordering::Acquire) => f.off + f.size,
+                _ => continue,
             };
             let from = if fresh && *known < end { *known } else { at };
             let to = (at + PREFAULT_AHEAD).min(end);
             if to > from {
                 done += self.pool.prefault(from & !4095, to - (from & !4095));
             }
+            drop(p);
             *known = to;
         }
         self.prefaulted.fetch_add(done, Ordering::Relaxed);

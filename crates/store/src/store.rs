@@ -222,7 +222,7 @@ impl Store {
     /// [`Nlog::prefault_tails`]: crate::nlog::Nlog::prefault_tails
     fn start_background(&self) {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let mut threads = vec![self.spawn_ticking("pmhash-store", &stop, {
+        let mut threads = vec![self.spawn_ticking("pmhash-store", false, &stop, {
             let mut tick = 0u64;
             let mut busy = false;
             move |inner: &Inner| {
@@ -252,25 +252,25 @@ impl Store {
         let pool = &self.inner.pool;
         if !pool.is_read_only() && matches!(pool.mode(), pmem::Mode::Mapped | pmem::Mode::Dax) {
             let mut ahead = Vec::new();
-            let mut idle = false;
-            threads.push(
-                self.spawn_ticking("pmhash-prefault", &stop, move |inner: &Inner| {
-                    if !idle {
-                        idle = true;
-                        run_only_on_idle_cpus();
-                    }
+            threads.push(self.spawn_ticking(
+                "pmhash-prefault",
+                true,
+                &stop,
+                move |inner: &Inner| {
                     ahead.resize(inner.log.pairs(), 0);
                     inner.log.prefault_tails(&mut ahead);
-                }),
-            );
+                },
+            ));
         }
         *self.background.lock().expect("background lock") = Some(Background { threads, stop });
     }
 
-    /// A thread that runs `step` every 2 ms until the store stops or closes.
+    /// A thread that runs `step` every 2 ms until the store stops or
+    /// closes; `idle`: in the idle scheduling class.
     fn spawn_ticking(
         &self,
         name: &str,
+        idle: bool,
         stop: &Arc<(Mutex<bool>, Condvar)>,
         mut step: impl FnMut(&Inner) + Send + 'static,
     ) -> JoinHandle<()> {
@@ -278,22 +278,27 @@ impl Store {
         let stop = stop.clone();
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || loop {
-                {
-                    let (m, cv) = &*stop;
-                    let g = m.lock().expect("background stop lock");
-                    let (g, _) = cv
-                        .wait_timeout(g, std::time::Duration::from_millis(2))
-                        .expect("background stop lock");
-                    if *g {
+            .spawn(move || {
+                if idle {
+                    run_only_on_idle_cpus();
+                }
+                loop {
+                    {
+                        let (m, cv) = &*stop;
+                        let g = m.lock().expect("background stop lock");
+                        let (g, _) = cv
+                            .wait_timeout(g, std::time::Duration::from_millis(2))
+                            .expect("background stop lock");
+                        if *g {
+                            return;
+                        }
+                    }
+                    let Some(inner) = weak.upgrade() else { return };
+                    if inner.closed.load(Ordering::Acquire) {
                         return;
                     }
+                    step(&inner);
                 }
-                let Some(inner) = weak.upgrade() else { return };
-                if inner.closed.load(Ordering::Acquire) {
-                    return;
-                }
-                step(&inner);
             })
             .expect("spawn a store background thread")
     }

@@ -201,7 +201,10 @@ fn reclaim(s: &Inner, f: &Arc<LogFile>) -> Result<()> {
         if e.op != OP_DEL && cur == Some(here_va) {
             log.read_value(e, &mut vbuf);
             let cluster = f.cluster;
-            let version = s.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
+            let version = s
+                .log
+                .version(cluster as usize)
+                .fetch_add(1, Ordering::AcqRel);
             // persist: the copy (durable in append; fenced below under
             // Relaxed) before the index names it and before the file is
             // freed. Its history is E (whose own history is marked
@@ -279,7 +282,10 @@ fn reclaim_ovf(
     // Not named: it dies with its file (no mark needed, see reclaim).
     if let Some(p) = live {
         {
-            let version = s.versions[f.cluster as usize].fetch_add(1, Ordering::AcqRel);
+            let version = s
+                .log
+                .version(f.cluster as usize)
+                .fetch_add(1, Ordering::AcqRel);
             // persist: the copy before the slot names it (engine update).
             let copy = NewEntry {
                 cluster: f.cluster,

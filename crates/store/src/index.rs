@@ -362,6 +362,19 @@ impl Index {
         }
     }
 
+    /// [`prefetch`](Self::prefetch) for a write of `hash`, which also
+    /// loads owned the two lock lines it takes first (the key's stripe and
+    /// its point-map shard's): with keys spread over them by hash, another
+    /// writer last wrote either about as often as there are other writers.
+    #[inline]
+    pub(crate) fn prefetch_write(&self, hash: u64) {
+        self.stripes.prefetch(hash);
+        if let Point::Dram(m, _) = &self.point {
+            m.prefetch(hash);
+            m.prefetch_writer(hash);
+        }
+    }
+
     /// [`get`](Self::get) for a caller that has `key_hash(key)`.
     #[inline]
     pub(crate) fn get_hashed(&self, key: &[u8], hash: u64) -> Option<u64> {

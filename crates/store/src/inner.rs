@@ -7,7 +7,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use engine::sync::CachePadded;
 use engine::{Durability, Error, Result};
 use pmem::Pool;
 
@@ -24,9 +23,6 @@ pub(crate) struct Inner {
     pub(crate) pool: Arc<Pool>,
     pub(crate) log: Nlog,
     pub(crate) index: Index,
-    /// Next version per cluster, each in its own line: every write bumps
-    /// one, and neighbours in a shared line would bounce between writers.
-    pub(crate) versions: Box<[CachePadded<AtomicU64>]>,
     pub(crate) raf: Raf,
     pub(crate) numa: Numa,
     pub(crate) epochs: Arc<Epochs>,
@@ -62,7 +58,7 @@ pub(crate) fn new_inner(
     index: Index,
     epochs: Arc<Epochs>,
 ) -> Inner {
-    let (nodes, clusters) = (log_root.nodes, log_root.clusters);
+    let nodes = log_root.nodes;
     let numa = Numa::new(nodes, opts.open.numa_emulate, opts.open.remote_latency_ns);
     let readers = (opts.open.scan_readers > 0)
         .then(|| crate::readers::Readers::new(nodes, opts.open.scan_readers));
@@ -83,9 +79,6 @@ pub(crate) fn new_inner(
         ),
         pool,
         index,
-        versions: (0..clusters)
-            .map(|_| CachePadded(AtomicU64::new(1)))
-            .collect(),
         raf: Raf::new(
             opts.open.raf_bytes,
             opts.open.remote_ratio,
@@ -232,7 +225,10 @@ impl Inner {
         // D9: one version counter per cluster, drawn under the key's stripe,
         // so a key's versions grow in the order its writes reach the index
         // (F2).
-        let version = self.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
+        let version = self
+            .log
+            .version(cluster as usize)
+            .fetch_add(1, Ordering::AcqRel);
         if version > VERSION_MASK {
             return Err(Error::OutOfSpace(
                 "cluster version counter exhausted".into(),
@@ -365,7 +361,10 @@ impl Inner {
     /// thread's node; returns its `v_addr`.
     pub(crate) fn append_ovf(&self, h: u64, payload: &[u8]) -> Result<u64> {
         let cluster = cluster_of(h, self.log.clusters);
-        let version = self.versions[cluster as usize].fetch_add(1, Ordering::AcqRel);
+        let version = self
+            .log
+            .version(cluster as usize)
+            .fetch_add(1, Ordering::AcqRel);
         // persist: the OVF entry is durable (inside append) before the
         // engine slot names it.
         let e = NewEntry {

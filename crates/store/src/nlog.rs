@@ -6,10 +6,10 @@
 //! entry of a file can be torn or missing (gap F1): recovery reads a file
 //! from its start and stops at the first zero word or bad checksum.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use engine::sync::{CachePadded, SpinGuard, SpinMutex};
+use engine::sync::{SpinGuard, SpinMutex};
 use engine::{Durability, Error, Result};
 use pmem::{Link, Pool};
 
@@ -127,6 +127,40 @@ impl Staged<'_> {
 /// The active file of a (node, cluster) pair, under its append lock.
 pub(crate) type ActiveFile = SpinMutex<Option<Arc<LogFile>>>;
 
+/// What a write changes of its (node, cluster) pair, in one cache line:
+/// the cluster's version counter, the append lock and the hints that let
+/// a writer start its misses early ([`Nlog::prefetch_tail`]). Keys reach
+/// the pairs by hash, so with two writers the line a write needs was last
+/// written by the other one about half the time: in three lines (as
+/// counter, lock and hint were) a write waited for up to three such
+/// transfers, one after another, and then for a fourth, the active file's
+/// `tail`, which only the lock's holder could name. Now it waits for none
+/// there: the writer prefetches this line and the `tail` line (through
+/// `file_at`) owned before its pin's fence, beside the previous write's
+/// write-back (docs/store.md, "Two writers").
+#[repr(align(64))]
+pub(crate) struct Pair {
+    /// The active file; the lock is the append lock. Its unlock is a
+    /// plain store, so a writer unlocks right after its entry's fence
+    /// without waiting for the flush (see [`Staged`]).
+    pub active: ActiveFile,
+    /// The pool offset where the pair's next entry goes, as of the last
+    /// append (0: none yet). A hint read without the lock.
+    next_at: AtomicU64,
+    /// The address of the active file's DRAM state (its `tail`), as of
+    /// the last append (0: none yet). A hint for a prefetch only, never
+    /// dereferenced: the file may be gone by the time it is read.
+    file_at: AtomicUsize,
+    /// Only in node 0's pair of each cluster: the cluster's next version
+    /// ([`Nlog::version`]).
+    version: AtomicU64,
+}
+
+const _: () = assert!(
+    std::mem::size_of::<Pair>() == 64,
+    "a Pair is one cache line"
+);
+
 pub(crate) struct Nlog {
     pub pool: Arc<Pool>,
     pub root: u64,
@@ -137,14 +171,9 @@ pub(crate) struct Nlog {
     pub durability: Durability,
     /// All live files by offset.
     pub files: FileTable,
-    /// Active file per (node, cluster); the lock is the append lock. Its
-    /// unlock is a plain store, so a writer unlocks right after its
-    /// entry's fence without waiting for the flush (see [`Staged`]).
-    pub active: Box<[CachePadded<ActiveFile>]>,
-    /// Per (node, cluster): the pool offset where its next entry goes, as
-    /// of the last append (0: none yet). A hint read without the lock, for
-    /// [`prefetch_tail`](Self::prefetch_tail).
-    next_at: Box<[CachePadded<AtomicU64>]>,
+    /// Per (node, cluster): what its writers change, in one line
+    /// ([`Pair`]).
+    pub pairs: Box<[Pair]>,
     /// Free extent-table slots.
     free_slots: Mutex<Vec<u64>>,
     /// DRAM copy of root.next_seq; `seq_lock` serialises its bumps.
@@ -208,11 +237,13 @@ impl Nlog {
             table_len,
             durability,
             files: FileTable::new(epochs),
-            active: (0..nodes as usize * clusters as usize)
-                .map(|_| CachePadded(SpinMutex::new(None)))
-                .collect(),
-            next_at: (0..nodes as usize * clusters as usize)
-                .map(|_| CachePadded(AtomicU64::new(0)))
+            pairs: (0..nodes as usize * clusters as usize)
+                .map(|_| Pair {
+                    active: SpinMutex::new(None),
+                    next_at: AtomicU64::new(0),
+                    file_at: AtomicUsize::new(0),
+                    version: AtomicU64::new(1),
+                })
                 .collect(),
             free_slots: Mutex::new(Vec::new()),
             next_seq: AtomicU64::new(next_seq),
@@ -224,25 +255,43 @@ impl Nlog {
         }
     }
 
+    /// Cluster `cluster`'s next version (D9: one counter per cluster, in
+    /// node 0's pair line, where a one-node store's writer takes its
+    /// append lock right after drawing it).
+    #[inline]
+    pub(crate) fn version(&self, cluster: usize) -> &AtomicU64 {
+        &self.pairs[cluster].version
+    }
+
+    /// Every cluster's next version, in cluster order.
+    pub(crate) fn versions(&self) -> impl Iterator<Item = &AtomicU64> {
+        self.pairs[..self.clusters as usize]
+            .iter()
+            .map(|p| &p.version)
+    }
+
     #[inline]
     pub(crate) fn pair(&self, node: u32, cluster: u32) -> usize {
         node as usize * self.clusters as usize + cluster as usize
     }
 
-    /// Starts loading, owned, the lines where the next entry of (node,
-    /// cluster), `len` bytes long, will most likely go, so that an append
-    /// about to take the lock does not wait for them there (up to two
-    /// lines). Nothing for a one-line entry under `Strict`: it is written
-    /// non-temporally, and a cached copy would only have to be evicted
-    /// first. A hint: the
-    /// lines may have moved on, or the file may be gone (a prefetch never
-    /// faults).
+    /// Starts loading, owned, what the next append of (node, cluster),
+    /// `len` bytes long, writes: the pair's line (its lock), the active
+    /// file's tail, and the log lines where the entry will most likely go
+    /// (up to two), so that an append about to take the lock does not wait
+    /// for them there. No log lines for a one-line entry under `Strict`:
+    /// it is written non-temporally, and a cached copy would only have to
+    /// be evicted first. A hint: the lines may have moved on, or the file
+    /// may be gone (a prefetch never faults).
     #[inline]
     pub(crate) fn prefetch_tail(&self, node: u32, cluster: u32, len: u64) {
+        let pair = &self.pairs[self.pair(node, cluster)];
+        engine::sync::prefetch_write(pair);
+        engine::sync::prefetch_write_addr(pair.file_at.load(Ordering::Relaxed));
         if len == LINE && self.durability == Durability::Strict {
             return;
         }
-        let at = self.next_at[self.pair(node, cluster)].load(Ordering::Relaxed);
+        let at = pair.next_at.load(Ordering::Relaxed);
         if at != 0 && at + 2 * LINE <= self.pool.size() {
             self.pool.prefetch_write(at);
             self.pool.prefetch_write(at + LINE);
@@ -263,8 +312,8 @@ impl Nlog {
     /// only resident pages.
     pub(crate) fn prefault_tails(&self, ahead: &mut [u64]) -> u64 {
         let mut done = 0;
-        for (hint, known) in self.next_at.iter().zip(ahead.iter_mut()) {
-            let at = hint.0.load(Ordering::Relaxed);
+        for (pair, known) in self.pairs.iter().zip(ahead.iter_mut()) {
+            let at = pair.next_at.load(Ordering::Relaxed);
             // `known` belongs to this file and run of the tail when it
             // lies within the window past it; a pair that moved to a new
             // file (higher or lower in the pool) starts again from `at`.
@@ -296,8 +345,8 @@ impl Nlog {
     }
 
     /// Pairs, as [`prefault_tails`](Self::prefault_tails) counts them.
-    pub(crate) fn pairs(&self) -> usize {
-        self.next_at.len()
+    pub(crate) fn pair_count(&self) -> usize {
+        self.pairs.len()
     }
 
     /// Registers a file found at open; `free` lists the empty table slots.
@@ -309,7 +358,7 @@ impl Nlog {
     /// Makes `f` the active file of its pair (at open).
     pub(crate) fn set_active(&self, f: Arc<LogFile>) {
         let i = self.pair(f.node, f.cluster);
-        *self.active[i].lock() = Some(f);
+        *self.pairs[i].active.lock() = Some(f);
     }
 
     /// The live file holding pool offset `off`.
@@ -433,7 +482,7 @@ impl Nlog {
         e: &NewEntry<'_>,
         numa: &Numa,
     ) -> Result<Staged<'_>> {
-        let mut g = self.active[self.pair(node, e.cluster)].lock();
+        let mut g = self.pairs[self.pair(node, e.cluster)].active.lock();
         let a = self.append_locked(&mut g, node, e, numa, &mut Vec::new())?;
         if !a.nt {
             self.pool.flush(a.off, a.len as usize);
@@ -462,7 +511,7 @@ impl Nlog {
         // no other writer can append (and acknowledge) an entry behind an
         // entry of ours that a crash could still tear. Locks are taken in
         // pair order, so two batches cannot deadlock.
-        let mut guards: Vec<_> = pairs.iter().map(|&p| self.active[p].lock()).collect();
+        let mut guards: Vec<_> = pairs.iter().map(|&p| self.pairs[p].active.lock()).collect();
         let mut r = Ok(());
         // What each entry's append returned, and the files it replaced.
         let mut done: Vec<(usize, Appended)> = Vec::with_capacity(entries.len());
@@ -613,7 +662,10 @@ impl Nlog {
         // holds the file (`append`, `append_batch`).
         numa.count_write(node, numa.current());
         f.tail.store(tail + len, Ordering::Release);
-        self.next_at[self.pair(node, e.cluster)].store(off + len, Ordering::Relaxed);
+        let pair = &self.pairs[self.pair(node, e.cluster)];
+        pair.next_at.store(off + len, Ordering::Relaxed);
+        pair.file_at
+            .store(std::ptr::from_ref(&f.tail) as usize, Ordering::Relaxed);
         Ok(Appended {
             va: vaddr(node, off),
             file: f.off,

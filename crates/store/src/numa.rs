@@ -144,12 +144,18 @@ impl Numa {
         r
     }
 
-    /// The calling thread's node, in `0..nodes`.
-    #[inline]
+    /// The calling thread's node, in `0..nodes`. Every write asks, so the
+    /// one-node answer is inlined and the rest kept out of line.
+    #[inline(always)]
     pub(crate) fn current(&self) -> u32 {
         if self.nodes == 1 {
             return 0;
         }
+        self.current_of_many()
+    }
+
+    #[inline(never)]
+    fn current_of_many(&self) -> u32 {
         if let Some(n) = FORCED.with(|c| c.get()) {
             return n % self.nodes;
         }

@@ -392,7 +392,7 @@ fn open_persistent(
         pool.persist(root + R_VBASE, 8);
     }
     for c in 0..clusters as usize {
-        s.versions[c].store(base, Ordering::Relaxed);
+        s.log.version(c).store(base, Ordering::Relaxed);
     }
     for i in newest_files(&files) {
         files[i].tearable.store(true, Ordering::Release);
@@ -553,7 +553,7 @@ fn scan_log(s: &Inner, files: &[Arc<LogFile>], torn: &[AtomicBool]) -> Result<u6
                             .dead
                             .store(written[fi] - live[fi], Ordering::Relaxed);
                     }
-                    s.versions[c].store(max_version + 1, Ordering::Relaxed);
+                    s.log.version(c).store(max_version + 1, Ordering::Relaxed);
                     total.fetch_add(count, Ordering::Relaxed);
                 }
             });
@@ -727,7 +727,7 @@ fn image_head(s: &Inner) -> Vec<u8> {
     let mut buf: Vec<u8> = Vec::with_capacity(48 + 8 * clusters + 16 * tl);
     let put = |b: &mut Vec<u8>, w: u64| b.extend_from_slice(&w.to_le_bytes());
     buf.resize(48, 0);
-    for v in s.versions.iter() {
+    for v in s.log.versions() {
         put(&mut buf, v.load(Ordering::Acquire));
     }
     let mut slots = vec![(0u64, 0u64); tl];
@@ -1087,7 +1087,7 @@ fn load_image(
         check_image(pool, files, &img, n)?;
     }
     for (c, v) in img.versions.iter().enumerate() {
-        s.versions[c].store(*v, Ordering::Relaxed);
+        s.log.version(c).store(*v, Ordering::Relaxed);
     }
     for f in files {
         let (t, d) = img.slots[f.slot as usize];

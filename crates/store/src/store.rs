@@ -257,7 +257,7 @@ impl Store {
                 true,
                 &stop,
                 move |inner: &Inner| {
-                    ahead.resize(inner.log.pairs(), 0);
+                    ahead.resize(inner.log.pair_count(), 0);
                     inner.log.prefault_tails(&mut ahead);
                 },
             ));
@@ -330,7 +330,7 @@ impl Store {
         let s = &*self.inner;
         if s.opts.open.durability == Durability::Relaxed && !s.pool.is_read_only() {
             for f in s.log.snapshot() {
-                let _g = s.log.active[s.log.pair(f.node, f.cluster)].lock();
+                let _g = s.log.pairs[s.log.pair(f.node, f.cluster)].active.lock();
                 s.log.sync_file(&f);
             }
         }

@@ -75,15 +75,19 @@ impl Store {
         crate::gc::pace(s);
         let hash = key_hash(key);
         let here = s.numa.current();
-        // The index bucket's miss and the log tail's start before the pin,
-        // whose fence waits for the previous write's flush: they overlap
-        // that wait, each other, and the stripe lock.
-        s.index.prefetch(hash);
-        s.log.prefetch_tail(
-            here,
-            cluster_of(hash, s.log.clusters),
-            entry_len(key.len(), value.map_or(0, <[u8]>::len)),
-        );
+        // The index bucket's miss, the lock lines' and the log tail's start
+        // before the pin, whose fence waits for the previous write's flush:
+        // they overlap that wait and each other. Not the log's for a delete
+        // that will most likely only mark its entry (below): owning the
+        // pair's line would take it from a writer that needs it.
+        s.index.prefetch_write(hash);
+        if value.is_some() || !s.in_place_deletes {
+            s.log.prefetch_tail(
+                here,
+                cluster_of(hash, s.log.clusters),
+                entry_len(key.len(), value.map_or(0, <[u8]>::len)),
+            );
+        }
         // One pin for the whole write: the point map's and the log's own
         // pins nest in it and cost no fence each.
         let p = s.epochs.pin();

@@ -153,11 +153,11 @@ impl Stripes {
         (hash >> 32) as usize & (self.locks.len() - 1)
     }
 
-    /// Starts loading, owned, the line of `hash`'s stripe, for a caller
-    /// that locks it after other work.
+    /// Starts loading the line of `hash`'s stripe, for a caller that
+    /// locks it after other work.
     #[inline]
     pub fn prefetch(&self, hash: u64) {
-        prefetch_write(&self.locks[self.index(hash)]);
+        prefetch(&self.locks[self.index(hash)]);
     }
 
     /// Holds the stripe of `hash` (spins until free).
@@ -672,28 +672,6 @@ pub fn prefetch_addr(addr: usize) {
     // whatever the address.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
-}
-
-/// [`prefetch`] for writing: the line is loaded owned (`prefetchw`), so
-/// the store or locked instruction that follows does not have to ask the
-/// other cores for it then.
-#[inline]
-pub fn prefetch_write<T>(x: &T) {
-    prefetch_write_addr(std::ptr::from_ref(x) as usize);
-}
-
-/// [`prefetch_write`] of any address, valid or not (see [`prefetch_addr`]).
-#[inline]
-pub fn prefetch_write_addr(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    #[allow(unused_unsafe)]
-    // SAFETY: a prefetch is a hint: it never faults and changes no memory,
-    // whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(addr as *const i8)
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = addr;

@@ -363,9 +363,10 @@ impl Index {
     }
 
     /// [`prefetch`](Self::prefetch) for a write of `hash`, which also
-    /// loads owned the two lock lines it takes first (the key's stripe and
-    /// its point-map shard's): with keys spread over them by hash, another
-    /// writer last wrote either about as often as there are other writers.
+    /// starts loading the two lock lines it takes first (the key's stripe
+    /// and its point-map shard's): with keys spread over them by hash,
+    /// another writer last wrote either about as often as there are other
+    /// writers.
     #[inline]
     pub(crate) fn prefetch_write(&self, hash: u64) {
         self.stripes.prefetch(hash);

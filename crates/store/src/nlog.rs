@@ -134,9 +134,9 @@ pub(crate) type ActiveFile = SpinMutex<Option<Arc<LogFile>>>;
 /// written by the other one about half the time: in three lines (as
 /// counter, lock and hint were) a write waited for up to three such
 /// transfers, one after another, and then for a fourth, the active file's
-/// `tail`, which only the lock's holder could name. Now it waits for none
-/// there: the writer prefetches this line and the `tail` line (through
-/// `file_at`) owned before its pin's fence, beside the previous write's
+/// `tail`, which only the lock's holder could name. Now the writer
+/// prefetches this line and the `tail` line (through `file_at`) before
+/// its pin's fence, so both misses overlap the previous write's
 /// write-back (docs/store.md, "Two writers").
 #[repr(align(64))]
 pub(crate) struct Pair {
@@ -275,7 +275,7 @@ impl Nlog {
         node as usize * self.clusters as usize + cluster as usize
     }
 
-    /// Starts loading, owned, what the next append of (node, cluster),
+    /// Starts loading what the next append of (node, cluster),
     /// `len` bytes long, writes: the pair's line (its lock), the active
     /// file's tail, and the log lines where the entry will most likely go
     /// (up to two), so that an append about to take the lock does not wait
@@ -286,8 +286,8 @@ impl Nlog {
     #[inline]
     pub(crate) fn prefetch_tail(&self, node: u32, cluster: u32, len: u64) {
         let pair = &self.pairs[self.pair(node, cluster)];
-        engine::sync::prefetch_write(pair);
-        engine::sync::prefetch_write_addr(pair.file_at.load(Ordering::Relaxed));
+        engine::sync::prefetch(pair);
+        engine::sync::prefetch_addr(pair.file_at.load(Ordering::Relaxed));
         if len == LINE && self.durability == Durability::Strict {
             return;
         }

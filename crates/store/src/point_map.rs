@@ -774,11 +774,11 @@ impl PointMap {
         engine::sync::prefetch_addr(hint.first(h));
     }
 
-    /// Starts loading, owned, the line of the lock a write of `h` takes
+    /// Starts loading the line of the lock a write of `h` takes
     /// ([`reserve`](Self::reserve)).
     #[inline]
     pub(crate) fn prefetch_writer(&self, h: u64) {
-        engine::sync::prefetch_write(&self.writers[Self::shard(h)]);
+        engine::sync::prefetch(&self.writers[Self::shard(h)]);
     }
 
     /// Sets the key (`h`, `who`) to `va`, with `inline` as its value word

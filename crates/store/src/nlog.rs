@@ -147,13 +147,21 @@ pub(crate) struct Pair {
     /// The pool offset where the pair's next entry goes, as of the last
     /// append (0: none yet). A hint read without the lock.
     next_at: AtomicU64,
-    /// The address of the active file's DRAM state (its `tail`), as of
-    /// the last append (0: none yet). A hint for a prefetch only, never
+    /// The address of the active file's DRAM state (its `tail`), set with
+    /// the active file (0: none yet). A hint for a prefetch only, never
     /// dereferenced: the file may be gone by the time it is read.
     file_at: AtomicUsize,
     /// Only in node 0's pair of each cluster: the cluster's next version
     /// ([`Nlog::version`]).
     version: AtomicU64,
+}
+
+impl Pair {
+    /// Points the `file_at` hint at `f`, about to become the active file.
+    fn set_file(&self, f: &LogFile) {
+        self.file_at
+            .store(std::ptr::from_ref(&f.tail) as usize, Ordering::Relaxed);
+    }
 }
 
 const _: () = assert!(
@@ -357,8 +365,9 @@ impl Nlog {
 
     /// Makes `f` the active file of its pair (at open).
     pub(crate) fn set_active(&self, f: Arc<LogFile>) {
-        let i = self.pair(f.node, f.cluster);
-        *self.pairs[i].active.lock() = Some(f);
+        let pair = &self.pairs[self.pair(f.node, f.cluster)];
+        pair.set_file(&f);
+        *pair.active.lock() = Some(f);
     }
 
     /// The live file holding pool offset `off`.
@@ -607,6 +616,7 @@ impl Nlog {
                 self.backlog.fetch_add(1, Ordering::Relaxed);
                 replaced.push(old);
             }
+            self.pairs[self.pair(node, e.cluster)].set_file(&nf);
             **g = Some(nf);
         }
         let f: &LogFile = g.as_deref().expect("an active file");
@@ -662,10 +672,9 @@ impl Nlog {
         // holds the file (`append`, `append_batch`).
         numa.count_write(node, numa.current());
         f.tail.store(tail + len, Ordering::Release);
-        let pair = &self.pairs[self.pair(node, e.cluster)];
-        pair.next_at.store(off + len, Ordering::Relaxed);
-        pair.file_at
-            .store(std::ptr::from_ref(&f.tail) as usize, Ordering::Relaxed);
+        self.pairs[self.pair(node, e.cluster)]
+            .next_at
+            .store(off + len, Ordering::Relaxed);
         Ok(Appended {
             va: vaddr(node, off),
             file: f.off,

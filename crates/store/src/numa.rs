@@ -154,6 +154,7 @@ impl Numa {
         self.current_of_many()
     }
 
+    /// [`current`](Self::current) with more than one node.
     #[inline(never)]
     fn current_of_many(&self) -> u32 {
         if let Some(n) = FORCED.with(|c| c.get()) {

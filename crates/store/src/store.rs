@@ -251,13 +251,12 @@ impl Store {
         })];
         let pool = &self.inner.pool;
         if !pool.is_read_only() && matches!(pool.mode(), pmem::Mode::Mapped | pmem::Mode::Dax) {
-            let mut ahead = Vec::new();
+            let mut ahead = vec![0; self.inner.log.pair_count()];
             threads.push(self.spawn_ticking(
                 "pmhash-prefault",
                 true,
                 &stop,
                 move |inner: &Inner| {
-                    ahead.resize(inner.log.pair_count(), 0);
                     inner.log.prefault_tails(&mut ahead);
                 },
             ));

@@ -78,8 +78,8 @@ impl Store {
         // The index bucket's miss, the lock lines' and the log tail's start
         // before the pin, whose fence waits for the previous write's flush:
         // they overlap that wait and each other. Not the log's for a delete
-        // that will most likely only mark its entry (below): owning the
-        // pair's line would take it from a writer that needs it.
+        // that will most likely only mark its entry (below): loading the
+        // pair's line would pull it from a writer that needs it.
         s.index.prefetch_write(hash);
         if value.is_some() || !s.in_place_deletes {
             s.log.prefetch_tail(

@@ -53,6 +53,9 @@ const MIN_SHIFT: u32 = 12;
 const ORDERS: usize = 15;
 /// A chunk's bytes, and its alignment.
 const CHUNK: usize = 1 << (MIN_SHIFT as usize + ORDERS - 1);
+/// The largest block [`BlockPool::warm_up`] faults in at once: one huge
+/// page, aligned to its size like every block.
+const WARM_UP_BYTES: usize = 2 << 20;
 fn block_bytes(order: usize) -> usize {
     1 << (MIN_SHIFT as usize + order)
 }
@@ -86,6 +89,9 @@ struct State {
     /// Bytes of the warm free blocks, and of those that do not read zero.
     warm_bytes: usize,
     dirty: usize,
+    /// Bytes of the cold blocks handed out (unit tests).
+    #[cfg(test)]
+    cold_taken: usize,
 }
 
 /// A block of zeroed words from a [`BlockPool`], back to it on drop.
@@ -133,6 +139,55 @@ impl BlockPool {
         self.state.lock().expect("block pool").trim()
     }
 
+    /// Faults in (writes) one cold block of at most `max_bytes` (2 MiB, a
+    /// huge page, when that fits) and puts it back warm and zero, so that
+    /// the next request that would have taken it cold finds its pages in
+    /// memory. Maps a chunk when no cold block is left. Returns the bytes
+    /// faulted in: 0 when `max_bytes` is under 4 KiB or no chunk could be
+    /// mapped. The block is off the free lists while its pages are
+    /// touched, outside the pool's lock, so a concurrent request takes
+    /// another block.
+    pub(crate) fn warm_up(&self, max_bytes: usize) -> usize {
+        if max_bytes < block_bytes(0) {
+            return 0;
+        }
+        // The largest block of at most `max_bytes` and a huge page.
+        let order = (max_bytes.min(WARM_UP_BYTES).ilog2() - MIN_SHIFT) as usize;
+        let addr = {
+            let mut s = self.state.lock().expect("block pool");
+            let k = (order..ORDERS).find(|&k| !s.cold[k].is_empty());
+            match s.split_cold(k, order) {
+                Some(a) => a,
+                None => return 0,
+            }
+        };
+        let bytes = block_bytes(order);
+        for page in (addr..addr + bytes).step_by(4096) {
+            // SAFETY: `page` lies in [addr, addr + bytes), a cold block of
+            // a live chunk taken off the free lists above: no one else
+            // reads or writes it until `give` puts it back. It reads zero
+            // (cold), so writing a zero changes nothing but residency.
+            unsafe { std::ptr::write_volatile(page as *mut u8, 0) };
+        }
+        self.state
+            .lock()
+            .expect("block pool")
+            .give(addr, order, true);
+        bytes
+    }
+
+    /// Bytes of the warm free blocks (faulted in, ready to be taken without
+    /// a fault).
+    pub(crate) fn warm_bytes(&self) -> usize {
+        self.state.lock().expect("block pool").warm_bytes
+    }
+
+    /// Bytes of the cold blocks handed out so far.
+    #[cfg(test)]
+    pub(crate) fn cold_taken(&self) -> usize {
+        self.state.lock().expect("block pool").cold_taken
+    }
+
     /// Bytes of the chunks mapped now.
     #[cfg(test)]
     fn mapped(&self) -> usize {
@@ -160,6 +215,10 @@ impl State {
                 (addr, zero)
             }
             None => {
+                #[cfg(test)]
+                {
+                    self.cold_taken += block_bytes(order);
+                }
                 let k = (order..ORDERS).find(|&k| !self.cold[k].is_empty());
                 (self.split_cold(k, order)?, true)
             }
@@ -416,6 +475,51 @@ mod tests {
         // Reuse after a trim reads zero.
         let b = p.take(1 << 17).unwrap();
         assert!(b.iter().all(|w| w.load(Ordering::Relaxed) == 0));
+    }
+
+    /// Whether every 4 KiB page of `[addr, addr + bytes)` is resident.
+    fn resident(addr: usize, bytes: usize) -> bool {
+        let mut v = vec![0u8; bytes / 4096];
+        // SAFETY: the range lies in a live chunk mapping (page-aligned);
+        // `v` has one byte per page.
+        let r = unsafe { libc::mincore(addr as *mut libc::c_void, bytes, v.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore");
+        v.iter().all(|b| b & 1 == 1)
+    }
+
+    #[test]
+    fn warm_up_faults_in_a_cold_block_that_the_next_request_takes() {
+        let p = Arc::new(BlockPool::default());
+        assert_eq!(p.warm_up(4095), 0, "under the smallest block");
+        let keep = p.take(512).unwrap();
+        assert_eq!(p.warm_bytes(), 0);
+        // Less than a huge page asked: the largest block that fits.
+        assert_eq!(p.warm_up(3 << 19), 1 << 20);
+        assert_eq!(p.warm_bytes(), 1 << 20);
+        let n = p.warm_up(usize::MAX);
+        assert_eq!(n, WARM_UP_BYTES, "one huge page at most");
+        assert_eq!(p.warm_bytes(), (1 << 20) + WARM_UP_BYTES);
+        // The next request of that size takes the warmed block: resident,
+        // zero, and not zeroed again (it is not dirty).
+        let b = p.take(WARM_UP_BYTES / 8).unwrap();
+        assert_eq!(b.as_ptr() as usize % WARM_UP_BYTES, 0, "aligned");
+        assert!(resident(b.as_ptr() as usize, WARM_UP_BYTES));
+        assert!(b.iter().all(|w| w.load(Ordering::Relaxed) == 0));
+        assert_eq!(p.warm_bytes(), 1 << 20);
+        // A cold block, by contrast, is not resident until written.
+        let c = p.take(WARM_UP_BYTES / 8).unwrap();
+        assert!(!resident(c.as_ptr() as usize, WARM_UP_BYTES));
+        drop((keep, b, c));
+    }
+
+    #[test]
+    fn warm_up_maps_a_chunk_when_no_cold_block_is_left() {
+        let p = Arc::new(BlockPool::default());
+        let whole = p.take(CHUNK / 8).unwrap();
+        assert_eq!(p.mapped(), CHUNK);
+        assert_eq!(p.warm_up(WARM_UP_BYTES), WARM_UP_BYTES);
+        assert_eq!(p.mapped(), 2 * CHUNK);
+        drop(whole);
     }
 
     #[test]

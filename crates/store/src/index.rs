@@ -574,6 +574,24 @@ impl Index {
         }
     }
 
+    /// Faults in up to `max_bytes` of the DRAM point index's coming
+    /// rebuilds ([`PointMap::warm_up`]); returns the bytes. The prefault
+    /// thread's.
+    pub(crate) fn warm_up(&self, max_bytes: usize) -> usize {
+        match &self.point {
+            Point::Dram(m, _) => m.warm_up(max_bytes),
+            Point::Engine(_) => 0,
+        }
+    }
+
+    /// Bytes [`warm_up`](Self::warm_up) has faulted in.
+    pub(crate) fn warmed(&self) -> u64 {
+        match &self.point {
+            Point::Dram(m, _) => m.warmed(),
+            Point::Engine(_) => 0,
+        }
+    }
+
     /// Whether 8-byte values of 8-byte keys are kept inline.
     pub(crate) fn inlines(&self) -> bool {
         self.inline_map().is_some()

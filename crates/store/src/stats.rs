@@ -91,6 +91,10 @@ pub struct StoreStats {
     /// Bytes of log pages the maintenance thread faulted in ahead of the
     /// writers (0 where the pool is not a file mapping).
     pub log_prefaulted_bytes: u64,
+    /// Bytes of the DRAM point index's coming tables that the same thread
+    /// faulted in ahead of their rebuilds (0 where it does not run, or
+    /// the index is persistent).
+    pub index_prefaulted_bytes: u64,
     /// DRAM bytes of the point index (its tables, or the persistent
     /// engine's directory); the ordered tree and the RAF cache are not
     /// counted.

@@ -24,6 +24,11 @@
 //!   warm block when one is large enough, and a cold one only when none
 //!   is. A warm block that has been written is zeroed (in the caller,
 //!   outside the pool's lock) before it is handed out.
+//!   [`BlockPool::warm_up`] makes a cold block warm ahead of the request
+//!   that will want it (the store's idle-class prefault thread, for the
+//!   point index's next doubling: `PointMap::warm_up`); it still reads
+//!   zero, so it is neither zeroed again nor counted as written, and only
+//!   a trim or the pool's drop gives it back.
 //! - **Memory.** Free blocks stay warm (the next doubling wants them)
 //!   until the written free blocks outweigh the blocks in use, as when a
 //!   store's keys are mostly deleted and its tables rebuilt smaller: then

@@ -117,10 +117,7 @@ impl BlockPool {
     /// when the request is outside the served sizes or no chunk could be
     /// mapped.
     pub(crate) fn take(self: &Arc<Self>, words: usize) -> Option<Block> {
-        let bytes = words.checked_mul(8)?.max(1).checked_next_power_of_two()?;
-        if !(block_bytes(0)..=CHUNK).contains(&bytes) {
-            return None;
-        }
+        let bytes = Self::serves(words)?;
         let order = order_of(bytes);
         let (addr, zero) = self.state.lock().expect("block pool").take(order)?;
         let ptr = NonNull::new(addr as *mut AtomicU64)?;
@@ -142,6 +139,13 @@ impl BlockPool {
     /// the chunks that are wholly free. Returns the bytes given back.
     pub(crate) fn trim(&self) -> usize {
         self.state.lock().expect("block pool").trim()
+    }
+
+    /// The bytes of the block [`take`](Self::take) hands out for `words`
+    /// words, or `None` when it does not serve the size.
+    pub(crate) fn serves(words: usize) -> Option<usize> {
+        let bytes = words.checked_mul(8)?.max(1).checked_next_power_of_two()?;
+        (block_bytes(0)..=CHUNK).contains(&bytes).then_some(bytes)
     }
 
     /// Faults in (writes) one cold block of at most `max_bytes` (2 MiB, a

@@ -344,6 +344,20 @@ fn max_used(buckets: usize) -> usize {
     (MAX_USED * (buckets * SLOTS) as f64) as usize
 }
 
+/// The buckets of the table that replaces one of `len` buckets holding
+/// `want` live slots (before [`Table::new`] rounds it up).
+fn rebuilt_buckets(want: usize, len: usize) -> usize {
+    ((want as f64 / REBUILT_LOAD) as usize)
+        .div_ceil(SLOTS)
+        .max(len / 2)
+}
+
+/// The bytes a table of `buckets` buckets takes from the map's
+/// [`BlockPool`] (0 when the pool does not serve its size).
+fn pool_bytes(buckets: usize) -> usize {
+    BlockPool::serves(buckets.next_power_of_two().max(1) * BUCKET_WORDS).unwrap_or(0)
+}
+
 /// [`Table::warn_used`] of a table of `buckets` buckets.
 fn warn_used(buckets: usize) -> usize {
     (WARN_USED * (buckets * SLOTS) as f64) as usize
@@ -384,11 +398,6 @@ impl Table {
 
     fn len(&self) -> usize {
         self.mask + 1
-    }
-
-    /// The table's bytes.
-    fn bytes(&self) -> usize {
-        self.len() * BUCKET_WORDS * 8
     }
 
     /// The bytes its drop gives back to the map's [`BlockPool`].
@@ -500,8 +509,9 @@ struct Counts {
     live: usize,
     /// Live slots and tombstones.
     used: usize,
-    /// The table's bytes are counted in [`PointMap::wave`].
-    warned: bool,
+    /// What the table added to [`PointMap::wave`] when its used slots
+    /// passed [`WARN_USED`] (`None`: not yet).
+    warned: Option<usize>,
 }
 
 /// A shard's writer side, one cache line each: every write locks it, so it
@@ -569,9 +579,14 @@ impl Reserved<'_> {
         let c = &mut *self.counts;
         if !empty || c.used < tab.max_used {
             tab.fill(b, s, self.h, word, val);
-            if empty && !c.warned && c.used + 1 >= tab.warn_used {
-                c.warned = true;
-                map.wave.fetch_add(tab.bytes(), Ordering::Relaxed);
+            if empty && c.warned.is_none() && c.used + 1 >= tab.warn_used {
+                // The rebuild to come, if every slot it waits for takes a
+                // new key: the pool memory it takes beyond what it frees.
+                let want = c.live + 1 + (tab.max_used - c.used - 1);
+                let net =
+                    pool_bytes(rebuilt_buckets(want, tab.len())).saturating_sub(tab.pool_bytes());
+                c.warned = Some(net);
+                map.wave.fetch_add(net, Ordering::Relaxed);
             }
         } else {
             let start = std::time::Instant::now();
@@ -627,17 +642,16 @@ pub(crate) struct PointMap {
     /// Table rebuilds (growths and tombstone purges) and the time spent in
     /// them.
     structural: engine::StructuralClock,
-    /// The bytes of the tables that have passed [`WARN_USED`] and not yet
-    /// been rebuilt: what their growth will take from the pool beyond
-    /// what it gives back (a doubled table takes twice its old bytes and
-    /// frees them once), so what [`warm_up`](Self::warm_up) may fault in.
-    /// (The first tables, parts of one array, give nothing back to the
-    /// pool: their wave takes twice this, and the rest is faulted in by
-    /// the rebuilds.)
+    /// What the rebuilds of the tables that have passed [`WARN_USED`] and
+    /// not yet been rebuilt will take from the pool beyond what they give
+    /// back: a doubled table takes twice its old bytes and frees them once
+    /// (a first table, part of one array, frees nothing to the pool); a
+    /// rebuild that only drops tombstones takes what it frees. So what
+    /// [`warm_up`](Self::warm_up) may fault in.
     wave: AtomicUsize,
-    /// The bytes the retired tables will give back to the pool when
-    /// [`collect`](Self::collect) frees them: warm memory to come, which
-    /// `warm_up` counts as there already.
+    /// The bytes the retired tables (and the one a rebuild is replacing)
+    /// will give back to the pool when [`collect`](Self::collect) frees
+    /// them: warm memory to come, which `warm_up` counts as there already.
     retiring: AtomicUsize,
     /// Bytes [`warm_up`](Self::warm_up) faulted in.
     warmed: AtomicU64,
@@ -750,14 +764,19 @@ impl PointMap {
             // SAFETY: `r` was unlinked before `synchronize` began, so no
             // pin can reach it any more, and it is freed only here.
             let t = unsafe { Box::from_raw(r.0) };
-            self.retiring.fetch_sub(t.pool_bytes(), Ordering::Relaxed);
+            let back = t.pool_bytes();
             #[cfg(test)]
             if !self.free_collected.load(Ordering::Relaxed) {
                 t.collected.store(true, Ordering::SeqCst);
                 std::mem::forget(t);
+                self.retiring.fetch_sub(back, Ordering::Release);
                 continue;
             }
             drop(t);
+            // After the drop has given the memory back: `warm_up` reads
+            // this first, so it counts the memory once or twice, never
+            // not at all.
+            self.retiring.fetch_sub(back, Ordering::Release);
         }
         n
     }
@@ -885,11 +904,13 @@ impl PointMap {
     /// lock is held (`c`), and the table leaves the [`wave`](Self::wave).
     fn rebuild<'p>(&self, i: usize, c: &mut Counts, p: &'p Pin<'_>, want: usize) -> &'p Table {
         let (old, tab) = self.table(i, p);
-        if std::mem::take(&mut c.warned) {
-            self.wave.fetch_sub(tab.bytes(), Ordering::Relaxed);
+        // The old table's memory counts as coming back before the new one
+        // is taken, so that `warm_up` never sees the take without the free.
+        self.retiring.fetch_add(tab.pool_bytes(), Ordering::Relaxed);
+        if let Some(net) = c.warned.take() {
+            self.wave.fetch_sub(net, Ordering::Relaxed);
         }
-        let buckets = ((want as f64 / REBUILT_LOAD) as usize).div_ceil(SLOTS);
-        let new = Table::new(buckets.max(tab.len() / 2), &self.pool);
+        let new = Table::new(rebuilt_buckets(want, tab.len()), &self.pool);
         tab.for_each(&mut |h, word, val| new.place(h, word, val));
         let new = self.install(i, new, old);
         // SAFETY: `new` is the shard's table now; a later replacement is
@@ -908,10 +929,6 @@ impl PointMap {
         // release publishes the filled table, so the table goes first.
         self.tables[i].store(new, Ordering::Release);
         self.hints[i].store(hint.0, Ordering::Release);
-        // SAFETY: `old` was the shard's table until just now and is freed
-        // only by `collect`, after this push.
-        let back = unsafe { &*old }.pool_bytes();
-        self.retiring.fetch_add(back, Ordering::Relaxed);
         self.retired
             .lock()
             .expect("retired tables")
@@ -959,10 +976,11 @@ impl PointMap {
                 }
                 _ => None,
             };
-            self.install(i, Table::new(1, &self.pool), old);
-            if c.warned {
-                self.wave.fetch_sub(tab.bytes(), Ordering::Relaxed);
+            self.retiring.fetch_add(tab.pool_bytes(), Ordering::Relaxed);
+            if let Some(net) = c.warned.take() {
+                self.wave.fetch_sub(net, Ordering::Relaxed);
             }
+            self.install(i, Table::new(1, &self.pool), old);
             *c = Counts::default();
             self.writers[i].live.store(0, Ordering::Relaxed);
             span
@@ -998,9 +1016,10 @@ impl PointMap {
             if wave == 0 {
                 break;
             }
+            let retiring = self.retiring.load(Ordering::Acquire);
             let need = wave
-                .saturating_sub(self.pool.warm_bytes())
-                .saturating_sub(self.retiring.load(Ordering::Relaxed));
+                .saturating_sub(retiring)
+                .saturating_sub(self.pool.warm_bytes());
             if need == 0 {
                 break;
             }
@@ -1159,12 +1178,15 @@ mod tests {
         let mut warmed = 0;
         let mut rebuilds = 0;
         for k in 1..=KEYS {
-            let wave = m.wave.load(Ordering::Relaxed);
             let h = engine::hash::fmix64(k);
+            let warned = m.writers[PointMap::shard(h)].counts.lock().warned;
             assert!(m.set(h, k << 8, Some(!k), Who::<fn(u64) -> bool>::Key8));
             let (n, _) = m.structural();
             if n > rebuilds {
-                assert!(wave > 0, "a rebuild at key {k} was not announced");
+                assert!(
+                    warned.is_some_and(|net| net > 0),
+                    "the rebuild at key {k} was not announced"
+                );
                 rebuilds = n;
             }
             if k % 512 == 0 {
@@ -1176,7 +1198,7 @@ mod tests {
         // The first wave's old tables were the shared array, which gives
         // nothing back to the pool: it took its new tables' bytes (twice
         // the first tables'); each later wave took its old tables' bytes
-        // more than it freed.
+        // more than it freed. Together, the last tables' bytes.
         let last = m.table_bytes() as usize;
         assert_eq!(last, 8 * first);
         assert!(warmed > last / 2, "warmed {warmed} of {last}");
@@ -1191,6 +1213,64 @@ mod tests {
         for k in (1..=KEYS).step_by(997) {
             assert_eq!(m.get8(engine::hash::fmix64(k)), Got::Value(k << 8, !k));
         }
+    }
+
+    /// Rebuilds that only drop tombstones (deletes and new keys, the live
+    /// count steady) take what they free: nothing is announced or faulted
+    /// in for them.
+    #[test]
+    fn tombstone_rebuilds_fault_nothing_in_ahead() {
+        use std::collections::VecDeque;
+        let m = PointMap::with_capacity(64 << 10, Arc::default());
+        m.free_collected.store(true, Ordering::Relaxed);
+        let h = engine::hash::fmix64;
+        let set = |k: u64| m.set(h(k), k << 8, Some(!k), Who::<fn(u64) -> bool>::Key8);
+        let del = |k: u64| m.remove(h(k), Who::<fn(u64) -> bool>::Key8);
+        let from_pool = |i: usize| {
+            let p = m.epochs.pin();
+            matches!(m.table(i, &p).1.words, Words::Block(_))
+        };
+        // Every shard grown once (from its part of the shared array to a
+        // 256-slot table from the pool), no further: a key whose shard has
+        // grown is skipped.
+        let mut keys = vec![VecDeque::new(); SHARDS];
+        let (mut k, mut grown) = (1u64, 0);
+        while grown < SHARDS {
+            let i = PointMap::shard(h(k));
+            if !from_pool(i) {
+                assert!(set(k));
+                keys[i].push_back(k);
+                grown += from_pool(i) as usize;
+            }
+            k += 1;
+        }
+        assert_eq!(m.structural().0, SHARDS as u64);
+        let bytes = m.table_bytes();
+        // Down to 97 keys a shard, then each new key paired with a delete
+        // in its shard: its used slots climb to the rebuild, which keeps
+        // the size (97 keys fit half of 256 slots).
+        for q in keys.iter_mut() {
+            while q.len() > 97 {
+                assert!(del(q.pop_front().unwrap()));
+            }
+        }
+        let mut warmed = 0;
+        for n in 0..400_000u64 {
+            let i = PointMap::shard(h(k));
+            assert!(del(keys[i].pop_front().unwrap()));
+            assert!(set(k));
+            keys[i].push_back(k);
+            k += 1;
+            assert_eq!(m.wave.load(Ordering::Relaxed), 0, "after {n} pairs");
+            if n % 512 == 0 {
+                m.collect();
+                warmed += m.warm_up(usize::MAX);
+            }
+        }
+        let purges = m.structural().0 - SHARDS as u64;
+        assert!(purges >= SHARDS as u64 / 2, "{purges} tombstone rebuilds");
+        assert_eq!(m.table_bytes(), bytes, "sizes kept");
+        assert_eq!(warmed, 0);
     }
 
     #[test]

@@ -435,20 +435,27 @@ fn the_log_is_faulted_in_ahead_of_its_tails_and_no_further() {
 fn the_point_index_is_faulted_in_ahead_of_its_rebuilds_and_no_further() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = ShmDir::new("indexahead");
-    // Sized for 64k keys (a 512-slot table per shard), then 600k put:
-    // every shard's table doubles three times (point_map.rs).
+    // Sized for 64k keys (a 128-slot table per shard), then 600k put:
+    // every shard's table doubles three times (point_map.rs), the third
+    // time from 512 slots, at about 435 keys a shard.
     let s = Store::open(&dir.0, opts(8 * MIB, 64 << 10)).expect("create");
     let first = s.stats().index_dram_bytes;
     let n = 600_000u64;
+    let mut before_third = 0;
     for i in 0..n {
         s.put(&key(i), &i.to_le_bytes()).expect("put");
+        if i == 300_000 {
+            // The second wave is done, the third not yet near (293 keys a
+            // shard).
+            before_third = s.stats().index_prefaulted_bytes;
+        }
         if i == 400_000 {
             // About 390 keys a shard: most shards have passed 3/4 of their
             // 512 slots, and few have been rebuilt; the prefault thread
             // faults in what the rest of the wave will take, at the idle
             // class, so only once this thread waits.
             assert!(
-                wait_for(|| s.stats().index_prefaulted_bytes > 0),
+                wait_for(|| s.stats().index_prefaulted_bytes > before_third),
                 "nothing faulted in ahead of the third wave"
             );
         }
@@ -457,9 +464,11 @@ fn the_point_index_is_faulted_in_ahead_of_its_rebuilds_and_no_further() {
     assert_eq!(st.index_dram_bytes, 8 * first, "three doublings");
     // What the rebuilds took beyond what they gave back is the last
     // tables' bytes (the first tables give nothing back, each later wave
-    // its old tables): no more is faulted in ahead.
+    // its old tables): no more is faulted in ahead, give or take what the
+    // thread's reads of the counts race with the writer's rebuilds (a
+    // table or two).
     assert!(
-        st.index_prefaulted_bytes <= st.index_dram_bytes,
+        st.index_prefaulted_bytes <= st.index_dram_bytes + MIB,
         "faulted in {} bytes ahead of {} bytes of tables",
         st.index_prefaulted_bytes,
         st.index_dram_bytes

@@ -352,9 +352,9 @@ fn rebuilt_buckets(want: usize, len: usize) -> usize {
         .max(len / 2)
 }
 
-/// The bytes a table of `buckets` buckets takes from the map's
+/// The bytes a new table of `buckets` buckets takes from the map's
 /// [`BlockPool`] (0 when the pool does not serve its size).
-fn pool_bytes(buckets: usize) -> usize {
+fn taken_from_pool(buckets: usize) -> usize {
     BlockPool::serves(buckets.next_power_of_two().max(1) * BUCKET_WORDS).unwrap_or(0)
 }
 
@@ -583,8 +583,8 @@ impl Reserved<'_> {
                 // The rebuild to come, if every slot it waits for takes a
                 // new key: the pool memory it takes beyond what it frees.
                 let want = c.live + 1 + (tab.max_used - c.used - 1);
-                let net =
-                    pool_bytes(rebuilt_buckets(want, tab.len())).saturating_sub(tab.pool_bytes());
+                let net = taken_from_pool(rebuilt_buckets(want, tab.len()))
+                    .saturating_sub(tab.pool_bytes());
                 c.warned = Some(net);
                 map.wave.fetch_add(net, Ordering::Relaxed);
             }
@@ -904,18 +904,24 @@ impl PointMap {
     /// lock is held (`c`), and the table leaves the [`wave`](Self::wave).
     fn rebuild<'p>(&self, i: usize, c: &mut Counts, p: &'p Pin<'_>, want: usize) -> &'p Table {
         let (old, tab) = self.table(i, p);
-        // The old table's memory counts as coming back before the new one
-        // is taken, so that `warm_up` never sees the take without the free.
-        self.retiring.fetch_add(tab.pool_bytes(), Ordering::Relaxed);
-        if let Some(net) = c.warned.take() {
-            self.wave.fetch_sub(net, Ordering::Relaxed);
-        }
+        self.replacing(c, tab);
         let new = Table::new(rebuilt_buckets(want, tab.len()), &self.pool);
         tab.for_each(&mut |h, word, val| new.place(h, word, val));
         let new = self.install(i, new, old);
         // SAFETY: `new` is the shard's table now; a later replacement is
         // freed only after every pin from before it, `p` included, is gone.
         unsafe { &*new }
+    }
+
+    /// Counts table `tab`, about to be replaced under its shard's lock
+    /// (`c`), out of the [`wave`](Self::wave) and its memory into
+    /// [`retiring`](Self::retiring): before the new table is taken, so that
+    /// `warm_up` never sees the take without the free to come.
+    fn replacing(&self, c: &mut Counts, tab: &Table) {
+        self.retiring.fetch_add(tab.pool_bytes(), Ordering::Relaxed);
+        if let Some(net) = c.warned.take() {
+            self.wave.fetch_sub(net, Ordering::Relaxed);
+        }
     }
 
     /// Publishes `new` as shard `i`'s table in place of `old` and retires
@@ -976,10 +982,7 @@ impl PointMap {
                 }
                 _ => None,
             };
-            self.retiring.fetch_add(tab.pool_bytes(), Ordering::Relaxed);
-            if let Some(net) = c.warned.take() {
-                self.wave.fetch_sub(net, Ordering::Relaxed);
-            }
+            self.replacing(&mut c, tab);
             self.install(i, Table::new(1, &self.pool), old);
             *c = Counts::default();
             self.writers[i].live.store(0, Ordering::Relaxed);

@@ -256,7 +256,14 @@ pub struct CuckooFilter {
     /// Set by a build that could not place every key: every lookup
     /// answers "maybe".
     saturated: std::sync::atomic::AtomicBool,
+    /// See [`id`](Self::id).
+    id: u64,
+    /// See [`stale`](Self::stale).
+    stale: crate::sync::Counter,
 }
+
+/// The next filter's [`CuckooFilter::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The filter's writer lock, held; released on drop.
 struct WriterGuard<'a>(&'a AtomicBool);
@@ -316,7 +323,17 @@ impl CuckooFilter {
             stash: (0..STASH).map(|_| AtomicU64::new(0)).collect(),
             stash_used: AtomicU64::new(0),
             saturated: std::sync::atomic::AtomicBool::new(false),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            stale: crate::sync::Counter::default(),
         }
+    }
+
+    /// A number, never 0, that no other filter made by this process has:
+    /// it tells this filter from one made later at the same address (a
+    /// caller that keeps work for a filter past the [`FilterRef`] it got
+    /// it from checks that the current filter is still this one).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Whether a build gave up placing some keys (see [`build_with_buckets`]).
@@ -779,6 +796,21 @@ impl CuckooFilter {
     /// Buckets in all.
     pub fn buckets(&self) -> usize {
         self.buckets.len()
+    }
+
+    /// Fingerprints counted in [`len`](Self::len) that the owner knows
+    /// to be of keys it no longer holds, left for a later removal (see
+    /// [`note_stale`](Self::note_stale)). A consistency check compares
+    /// `len() - stale()` with the owner's keys.
+    pub fn stale(&self) -> u64 {
+        self.stale.get().max(0) as u64
+    }
+
+    /// Counts `d` more (negative: fewer) [`stale`](Self::stale)
+    /// fingerprints. A plain store on the calling thread's shard.
+    #[inline]
+    pub fn note_stale(&self, d: i64) {
+        self.stale.add(d);
     }
 
     /// `len / slots`.

@@ -9,8 +9,10 @@
 //! be mistaken for an unchanged value (the paper's value re-check would be
 //! fooled by an update that writes back an earlier value).
 
+use std::cell::Cell;
 use std::sync::atomic::{fence, Ordering};
 
+use engine::cuckoo::CuckooFilter;
 use engine::{hits, Result};
 
 use crate::layout::*;
@@ -18,6 +20,13 @@ use crate::Rophi;
 
 /// Batch width of [`Rophi::get_many`]: keys whose misses overlap.
 const BATCH: usize = 16;
+
+thread_local! {
+    /// The fingerprint this thread's last delete left in a filter: that
+    /// filter's [`CuckooFilter::id`] and the key, or id 0. See
+    /// [`Rophi::settle`].
+    static UNREMOVED: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
 
 /// What a locked walk of one chain found.
 pub(crate) struct Scan {
@@ -211,61 +220,28 @@ impl Rophi {
             let f = self.filter.get();
             let p = f.probe(key);
             f.prefetch(&p);
+            self.settle(&f);
             let region = self.lock_region(bn);
             // The uniqueness check runs under the region lock (the paper
             // runs it before locking: two inserts of one key could both
             // pass). A writer of this key puts it in the filter before it
-            // releases the region, so the filter is exact here, and a
+            // releases the region, and takes it out only after its delete
+            // persisted, so here the filter has no false negatives, and a
             // filter miss skips the PM key compare.
             let maybe = f.contains_probe(&p);
             let s = self.scan(head, key, maybe);
             if s.hit.is_some() {
                 return Ok(false);
             }
-            let (b, i) = match s.empty {
-                Some(slot) => {
-                    let w = self.pool.words(slot.0, 8);
-                    let tok = w[W_TOKENS].load(Ordering::Relaxed);
-                    w[w_val(slot.1)].store(value, Ordering::Relaxed);
-                    w[w_key(slot.1)].store(key, Ordering::Relaxed);
-                    w[W_TOKENS].store(tok | token(slot.1), Ordering::Release);
-                    // persist: value, key, then token, all in this line: the
-                    // line reaches PM whole with its stores in program
-                    // order, so a durable token implies a durable pair. One
-                    // flush and one fence (the paper's merge-flush).
-                    self.pool.persist_line(slot.0);
-                    slot
-                }
-                None => {
-                    let nb = self.take_bucket(t)?;
-                    let w = self.pool.words(nb, 8);
-                    w[w_key(0)].store(key, Ordering::Relaxed);
-                    w[w_val(0)].store(value, Ordering::Relaxed);
-                    for x in &w[w_key(1)..W_NEXT] {
-                        x.store(0, Ordering::Relaxed);
-                    }
-                    w[W_NEXT].store(0, Ordering::Relaxed);
-                    w[W_TOKENS].store(token(0), Ordering::Release);
-                    // persist: the new bucket whole before the pointer that
-                    // makes it reachable; a crash between leaves a bucket no
-                    // chain reaches, which open puts back on the free list.
-                    self.pool.persist_line(nb);
-                    self.pool.store_u64(s.last + 8 * W_NEXT as u64, nb);
-                    // persist: the link, before the insert returns.
-                    self.pool.persist_line(s.last);
-                    self.t.chain_inserts.fetch_add(1, Ordering::Relaxed);
-                    (nb, 0)
-                }
-            };
+            // The fingerprint goes into the filter before the pair into PM.
+            // A filter insert is a locked instruction: after the pair's
+            // persist it would wait for the line's write-back, before it it
+            // waits for nothing (the write-back then overlaps this thread's
+            // next operation). No reader reaches the pair early: one that
+            // the fingerprint sends to PM walks the chain under this
+            // region's version, odd until the pair is durable.
             if f.insert(key).is_err() {
-                // The filter found no room: take the pair back out of PM
-                // (still under the region lock, so no reader saw it), grow
-                // the filter, and start over.
-                let w = self.pool.words(b, 8);
-                let tok = w[W_TOKENS].load(Ordering::Relaxed);
-                w[W_TOKENS].store(tok & !token(i), Ordering::Release);
-                // persist: the token cleared before the region is released.
-                self.pool.persist_line(b);
+                // The filter found no room: grow it and start over.
                 self.t.filter_full.fetch_add(1, Ordering::Relaxed);
                 if grown {
                     // Still no room after a growth: the key's bucket pair
@@ -284,6 +260,48 @@ impl Rophi {
                 self.grow_filter(Some(seen))?;
                 grown = true;
                 continue;
+            }
+            match s.empty {
+                Some(slot) => {
+                    let w = self.pool.words(slot.0, 8);
+                    let tok = w[W_TOKENS].load(Ordering::Relaxed);
+                    w[w_val(slot.1)].store(value, Ordering::Relaxed);
+                    w[w_key(slot.1)].store(key, Ordering::Relaxed);
+                    w[W_TOKENS].store(tok | token(slot.1), Ordering::Release);
+                    // persist: value, key, then token, all in this line: the
+                    // line reaches PM whole with its stores in program
+                    // order, so a durable token implies a durable pair. One
+                    // flush and one fence (the paper's merge-flush).
+                    self.pool.persist_line(slot.0);
+                }
+                None => {
+                    let nb = match self.take_bucket(t) {
+                        Ok(nb) => nb,
+                        Err(e) => {
+                            // Nothing of the key reached PM: its
+                            // fingerprint leaves the filter again.
+                            let removed = f.remove_probe(&p);
+                            debug_assert!(removed, "the filter lost a fingerprint just put in");
+                            return Err(e);
+                        }
+                    };
+                    let w = self.pool.words(nb, 8);
+                    w[w_key(0)].store(key, Ordering::Relaxed);
+                    w[w_val(0)].store(value, Ordering::Relaxed);
+                    for x in &w[w_key(1)..W_NEXT] {
+                        x.store(0, Ordering::Relaxed);
+                    }
+                    w[W_NEXT].store(0, Ordering::Relaxed);
+                    w[W_TOKENS].store(token(0), Ordering::Release);
+                    // persist: the new bucket whole before the pointer that
+                    // makes it reachable; a crash between leaves a bucket no
+                    // chain reaches, which open puts back on the free list.
+                    self.pool.persist_line(nb);
+                    self.pool.store_u64(s.last + 8 * W_NEXT as u64, nb);
+                    // persist: the link, before the insert returns.
+                    self.pool.persist_line(s.last);
+                    self.t.chain_inserts.fetch_add(1, Ordering::Relaxed);
+                }
             }
             drop(region);
             // The sum of the sharded count reads 64 lines: look at it every
@@ -351,6 +369,7 @@ impl Rophi {
             hits::record(false);
             return Ok(false);
         }
+        self.settle(&f);
         let region = self.lock_region(bn);
         let Some((b, i)) = self.scan(t.head(bn), key, true).hit else {
             // Not in PM (a false positive of the filter, or no filter
@@ -363,12 +382,39 @@ impl Rophi {
         let tok = w[W_TOKENS].load(Ordering::Relaxed);
         w[W_TOKENS].store(tok & !token(i), Ordering::Release);
         // persist: the token (lazy deletion: the pair's bytes stay) before
-        // the fingerprint leaves the filter and the call returns.
+        // the call returns, and before the fingerprint leaves the filter
+        // (a reader that the filter turns away must not miss a key a crash
+        // could bring back). The fingerprint leaves at this thread's next
+        // insert or delete (`settle`), not here: its removal is a locked
+        // instruction, which right after the persist would wait for the
+        // line's write-back; there the wait overlaps that operation's
+        // first misses.
         self.pool.persist_line(b);
-        let removed = f.remove_probe(&p);
-        debug_assert!(removed, "the filter lacked a key that PM held");
+        UNREMOVED.set((f.id(), key));
+        f.note_stale(1);
         drop(region);
         self.len.add(-1);
         Ok(true)
+    }
+
+    /// Takes out of `f` the fingerprint this thread's last delete left in
+    /// it, if `f` is the filter that delete saw. A fingerprint left behind
+    /// is only a false positive: a lookup it sends to PM finds no key
+    /// there. One that is never taken out stays until its filter is
+    /// replaced (rebuilt from PM: at a growth, a head-array doubling or an
+    /// open): when the filter was replaced before this thread's next
+    /// insert or delete, or when this thread deletes from another table's
+    /// filter first. The removal always finds a copy: every present key,
+    /// and every key whose removal is pending, has its own copy of its
+    /// fingerprint in its bucket pair.
+    #[inline]
+    fn settle(&self, f: &CuckooFilter) {
+        let (id, key) = UNREMOVED.get();
+        if id == f.id() {
+            UNREMOVED.set((0, 0));
+            let removed = f.remove(key);
+            debug_assert!(removed, "the filter lacked a deleted key's fingerprint");
+            f.note_stale(-1);
+        }
     }
 }

@@ -807,7 +807,8 @@ impl CuckooFilter {
     }
 
     /// Counts `d` more (negative: fewer) [`stale`](Self::stale)
-    /// fingerprints. A plain store on the calling thread's shard.
+    /// fingerprints, on the calling thread's shard of the count (a plain
+    /// store, or an atomic add past the 63rd thread).
     #[inline]
     pub fn note_stale(&self, d: i64) {
         self.stale.add(d);

@@ -65,6 +65,7 @@ pub(crate) struct Counters {
     /// the time spent in them (`Stats::structural_*`).
     pub structural: engine::StructuralClock,
     pub filter_growths: AtomicU64,
+    pub filter_purges: AtomicU64,
     pub filter_full: AtomicU64,
     pub chain_inserts: AtomicU64,
     pub slabs_added: AtomicU64,
@@ -101,6 +102,9 @@ engine::tallies! {
         filter_bytes: u64 => "filter bytes",
         /// Filter doublings.
         filter_growths: u64 => "filter growths",
+        /// Filter rebuilds at the same size, to drop the fingerprints of
+        /// deleted keys left behind.
+        filter_purges: u64 => "filter purges",
         /// Inserts that found the filter full.
         filter_full_on_insert: u64 => "filter full on insert",
         /// Milliseconds spent building the filter.

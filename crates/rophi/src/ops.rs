@@ -390,8 +390,17 @@ impl Rophi {
         // line's write-back; there the wait overlaps that operation's
         // first misses.
         self.pool.persist_line(b);
-        UNREMOVED.set((f.id(), key));
-        f.note_stale(1);
+        if UNREMOVED.get().0 == 0 {
+            UNREMOVED.set((f.id(), key));
+            f.note_stale(1);
+        } else {
+            // This thread still owes another table's filter a removal
+            // (`settle` only pays this table's): this one is made now, so
+            // that a thread deleting from two tables in turn leaves no
+            // fingerprint behind.
+            let removed = f.remove_probe(&p);
+            debug_assert!(removed, "the filter lacked a key that PM held");
+        }
         drop(region);
         self.len.add(-1);
         Ok(true)
@@ -400,13 +409,18 @@ impl Rophi {
     /// Takes out of `f` the fingerprint this thread's last delete left in
     /// it, if `f` is the filter that delete saw. A fingerprint left behind
     /// is only a false positive: a lookup it sends to PM finds no key
-    /// there. One that is never taken out stays until its filter is
-    /// replaced (rebuilt from PM: at a growth, a head-array doubling or an
-    /// open): when the filter was replaced before this thread's next
-    /// insert or delete, or when this thread deletes from another table's
-    /// filter first. The removal always finds a copy: every present key,
-    /// and every key whose removal is pending, has its own copy of its
-    /// fingerprint in its bucket pair.
+    /// there. It waits for this thread's next insert, or next delete that
+    /// the filter does not turn away, on this table; one that is never
+    /// taken out (its thread exited first) stays until its filter is
+    /// rebuilt from PM (a growth, a purge, an open), and one whose filter
+    /// was rebuilt since is dropped here. Such fingerprints are counted
+    /// (`CuckooFilter::stale`), and a filter whose live keys fill less than
+    /// [`PURGE_LOAD`](crate::grow::PURGE_LOAD) of it when it reaches its
+    /// growth load is rebuilt at its size instead of doubled. The removal
+    /// finds a copy: every present key, and every key whose removal is
+    /// pending, has its own copy of its fingerprint in its bucket pair
+    /// (unless the filter is saturated, when every lookup answers
+    /// "maybe" anyway).
     #[inline]
     fn settle(&self, f: &CuckooFilter) {
         let (id, key) = UNREMOVED.get();

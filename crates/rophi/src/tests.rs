@@ -171,3 +171,70 @@ fn a_removal_left_waiting_never_takes_a_fingerprint_out_of_a_rebuilt_filter() {
     assert_eq!(t.filter.get().len(), 201);
     t.check().unwrap();
 }
+
+#[test]
+fn a_thread_deleting_from_two_tables_in_turn_leaves_no_fingerprint_behind() {
+    let (a, b) = (small_table(11), small_table(12));
+    for k in 1..=1000u64 {
+        assert!(a.insert_key(k, k).unwrap());
+        assert!(b.insert_key(k, k).unwrap());
+    }
+    let grown = |t: &Rophi| t.t.filter_growths.load(Ordering::Relaxed);
+    let purged = |t: &Rophi| t.t.filter_purges.load(Ordering::Relaxed);
+    let (ga, gb) = (grown(&a), grown(&b));
+    for k in 10_000..30_000u64 {
+        assert!(a.insert_key(k, k).unwrap());
+        assert!(b.insert_key(k, k).unwrap());
+        assert!(a.remove_key(k).unwrap());
+        assert!(b.remove_key(k).unwrap());
+    }
+    for t in [&a, &b] {
+        assert!(
+            t.filter.get().stale() <= 1,
+            "stale {}",
+            t.filter.get().stale()
+        );
+        assert_eq!(purged(t), 0);
+        assert_eq!(t.filter.get().len() - t.filter.get().stale(), 1000);
+        t.check().unwrap();
+    }
+    assert_eq!((grown(&a), grown(&b)), (ga, gb), "the filters grew");
+}
+
+#[test]
+fn fingerprints_left_by_exited_threads_are_purged_not_grown_on() {
+    let t = small_table(13);
+    let grown = || t.t.filter_growths.load(Ordering::Relaxed);
+    // Load the table to just past a filter growth (load about 0.45).
+    let mut k = 1u64;
+    loop {
+        let g = grown();
+        assert!(t.insert_key(k, k).unwrap());
+        k += 1;
+        if k > 500 && grown() > g {
+            break;
+        }
+    }
+    let live = k - 1;
+    let (buckets, g) = (t.filter.get().buckets(), grown());
+    // Each thread deletes a key and exits before its next write: its
+    // fingerprint stays behind.
+    for i in 0..3000u64 {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert!(t.insert_key(1_000_000 + i, i).unwrap());
+                assert!(t.remove_key(1_000_000 + i).unwrap());
+            });
+        });
+    }
+    assert!(
+        t.t.filter_purges.load(Ordering::Relaxed) >= 1,
+        "never purged"
+    );
+    assert_eq!(grown(), g, "the filter grew on left-behind fingerprints");
+    assert_eq!(t.filter.get().buckets(), buckets);
+    for k in 1..=live {
+        assert_eq!(t.get_key(k), Some(k));
+    }
+    t.check().unwrap();
+}

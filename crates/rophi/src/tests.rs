@@ -11,15 +11,7 @@ use engine::Engine;
 
 #[test]
 fn a_run_of_hits_skips_the_filter_and_every_answer_stays_exact() {
-    let opts = test_pool_options(
-        crate::LAYOUT,
-        b"rophi-unit-uuid!",
-        Mode::Volatile,
-        1 << 20,
-        64 << 20,
-        7,
-    );
-    let t = Rophi::create(mem_pool(&opts), &strict_config(16, 1)).unwrap();
+    let t = small_table(7);
     // Keys 3k (present) and 3k + 1 (never inserted); the table grows
     // from 16 heads, so chains and doublings are both exercised.
     for k in 1..=3000u64 {
@@ -66,6 +58,7 @@ fn a_run_of_hits_skips_the_filter_and_every_answer_stays_exact() {
     assert_eq!(t.get_key(3 * 9 + 1), None);
 }
 
+/// A volatile table of 16 heads (it grows), pool seeded by `seed`.
 fn small_table(seed: u64) -> Rophi {
     let opts = test_pool_options(
         crate::LAYOUT,

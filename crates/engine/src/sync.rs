@@ -348,7 +348,7 @@ struct Padded(AtomicI64);
 const SHARDS: usize = 64;
 
 /// Indices a live thread can own: `0..OWNED`; [`OWNED`] is the shared one.
-pub(crate) const OWNED: usize = 63;
+pub const OWNED: usize = 63;
 /// Bit `i`: index `i` is owned by a live thread.
 static TAKEN: AtomicU64 = AtomicU64::new(0);
 

@@ -29,7 +29,6 @@ impl Rophi {
             filter_expected_fpr: Fixed(f.expected_fpr()),
             filter_bytes: f.bytes(),
             filter_growths: c(&self.t.filter_growths),
-            filter_purges: c(&self.t.filter_purges),
             filter_full_on_insert: c(&self.t.filter_full),
             filter_build_ms: ms(&self.t.filter_build_us),
             filter_build_threads: c(&self.t.filter_build_threads),

@@ -22,14 +22,6 @@ use crate::Rophi;
 /// a smaller sweep).
 const REHASH_HEADS_PER_THREAD: u64 = 512;
 
-/// A filter due to grow whose live keys (its fingerprints less the stale
-/// ones, `CuckooFilter::stale`) fill less than this share of its slots is
-/// rebuilt at its size instead: what filled it were fingerprints of deleted
-/// keys left behind by threads that exited (`Rophi::settle`). Below the
-/// growth load (0.9) by enough that a purge is not followed at once by
-/// another rebuild.
-pub(crate) const PURGE_LOAD: f64 = 0.75;
-
 /// Reserves, zeroes and names a table block of 2^k heads: `owner` (a root
 /// word) ends up holding its descriptor.
 ///
@@ -225,7 +217,7 @@ impl Rophi {
         let start = Instant::now();
         let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
         let _closed = self.gate.close();
-        let (buckets, seed, purge) = {
+        let (buckets, seed) = {
             let f = self.filter.get();
             let due = match seen {
                 Some(b) => f.buckets() == b,
@@ -234,21 +226,11 @@ impl Rophi {
             if !due {
                 return Ok(());
             }
-            // Grown to its load by fingerprints of deleted keys that their
-            // threads left behind (`Rophi::settle`): rebuilt at its size.
-            // An insert that found no room (`seen`) always doubles it.
-            let live = f.len().saturating_sub(f.stale());
-            let purge = seen.is_none() && (live as f64) < PURGE_LOAD * f.slots() as f64;
-            (f.buckets(), f.seed(), purge)
+            (f.buckets(), f.seed())
         };
-        let nb = if purge { buckets } else { buckets * 2 };
-        let nf = self.build_filter(self.table(), nb, seed);
+        let nf = self.build_filter(self.table(), buckets * 2, seed);
         self.filter.replace(nf);
-        if purge {
-            self.t.filter_purges.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.t.filter_growths.fetch_add(1, Ordering::Relaxed);
-        }
+        self.t.filter_growths.fetch_add(1, Ordering::Relaxed);
         self.t.structural.record(start);
         Ok(())
     }

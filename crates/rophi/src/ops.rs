@@ -9,24 +9,16 @@
 //! be mistaken for an unchanged value (the paper's value re-check would be
 //! fooled by an update that writes back an earlier value).
 
-use std::cell::Cell;
 use std::sync::atomic::{fence, Ordering};
 
 use engine::cuckoo::CuckooFilter;
 use engine::{hits, Result};
 
 use crate::layout::*;
-use crate::Rophi;
+use crate::{Rophi, Unremoved};
 
 /// Batch width of [`Rophi::get_many`]: keys whose misses overlap.
 const BATCH: usize = 16;
-
-thread_local! {
-    /// The fingerprint this thread's last delete left in a filter: that
-    /// filter's [`CuckooFilter::id`] and the key, or id 0. See
-    /// [`Rophi::settle`].
-    static UNREMOVED: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-}
 
 /// What a locked walk of one chain found.
 pub(crate) struct Scan {
@@ -385,48 +377,61 @@ impl Rophi {
         // the call returns, and before the fingerprint leaves the filter
         // (a reader that the filter turns away must not miss a key a crash
         // could bring back). The fingerprint leaves at this thread's next
-        // insert or delete (`settle`), not here: its removal is a locked
-        // instruction, which right after the persist would wait for the
-        // line's write-back; there the wait overlaps that operation's
-        // first misses.
+        // insert or delete on this table (`settle`), not here: its removal
+        // is a locked instruction, which right after the persist would
+        // wait for the line's write-back; there the wait overlaps that
+        // operation's first misses.
         self.pool.persist_line(b);
-        if UNREMOVED.get().0 == 0 {
-            UNREMOVED.set((f.id(), key));
-            f.note_stale(1);
-        } else {
-            // This thread still owes another table's filter a removal
-            // (`settle` only pays this table's): this one is made now, so
-            // that a thread deleting from two tables in turn leaves no
-            // fingerprint behind.
-            let removed = f.remove_probe(&p);
-            debug_assert!(removed, "the filter lacked a key that PM held");
+        match self.unremoved_slot() {
+            Some(u) => {
+                // Empty: `settle` above emptied it.
+                u.key.store(key, Ordering::Relaxed);
+                u.filter.store(f.id(), Ordering::Relaxed);
+                f.note_stale(1);
+            }
+            None => {
+                // Past the 63rd live thread: no slot, removed now.
+                let removed = f.remove_probe(&p);
+                debug_assert!(removed, "the filter lacked a key that PM held");
+            }
         }
         drop(region);
         self.len.add(-1);
         Ok(true)
     }
 
-    /// Takes out of `f` the fingerprint this thread's last delete left in
-    /// it, if `f` is the filter that delete saw. A fingerprint left behind
-    /// is only a false positive: a lookup it sends to PM finds no key
-    /// there. It waits for this thread's next insert, or next delete that
-    /// the filter does not turn away, on this table; one that is never
-    /// taken out (its thread exited first) stays until its filter is
-    /// rebuilt from PM (a growth, a purge, an open), and one whose filter
-    /// was rebuilt since is dropped here. Such fingerprints are counted
-    /// (`CuckooFilter::stale`), and a filter whose live keys fill less than
-    /// [`PURGE_LOAD`](crate::grow::PURGE_LOAD) of it when it reaches its
-    /// growth load is rebuilt at its size instead of doubled. The removal
-    /// finds a copy: every present key, and every key whose removal is
-    /// pending, has its own copy of its fingerprint in its bucket pair
+    /// This thread's slot of [`Rophi::unremoved`]; none past the 63rd live
+    /// thread.
+    #[inline]
+    fn unremoved_slot(&self) -> Option<&Unremoved> {
+        self.unremoved.get(engine::sync::thread_index())
+    }
+
+    /// Takes out of `f` the fingerprint that the last delete of this
+    /// thread's slot left in it. A fingerprint left behind is only a false
+    /// positive: a lookup it sends to PM finds no key there. It waits for
+    /// the slot's next insert, or next delete that the filter does not
+    /// turn away, on this table (a thread that exits hands its slot, and
+    /// the removal, to the next thread given its index), so each filter
+    /// holds at most one per slot. One whose filter was rebuilt from PM
+    /// since (a growth, or an open) is dropped: the new filter lacks it.
+    /// Such fingerprints are counted (`CuckooFilter::stale`). The removal
+    /// finds a copy: every present key, and every key whose removal
+    /// waits, has its own copy of its fingerprint in its bucket pair
     /// (unless the filter is saturated, when every lookup answers
     /// "maybe" anyway).
     #[inline]
     fn settle(&self, f: &CuckooFilter) {
-        let (id, key) = UNREMOVED.get();
+        let Some(u) = self.unremoved_slot() else {
+            return;
+        };
+        let id = u.filter.load(Ordering::Relaxed);
+        if id == 0 {
+            return;
+        }
+        u.filter.store(0, Ordering::Relaxed);
         if id == f.id() {
-            UNREMOVED.set((0, 0));
-            let removed = f.remove(key);
+            let removed = f.remove(u.key.load(Ordering::Relaxed));
             debug_assert!(removed, "the filter lacked a deleted key's fingerprint");
             f.note_stale(-1);
         }

@@ -258,8 +258,6 @@ pub struct CuckooFilter {
     saturated: std::sync::atomic::AtomicBool,
     /// See [`id`](Self::id).
     id: u64,
-    /// See [`stale`](Self::stale).
-    stale: crate::sync::Counter,
 }
 
 /// The next filter's [`CuckooFilter::id`].
@@ -324,7 +322,6 @@ impl CuckooFilter {
             stash_used: AtomicU64::new(0),
             saturated: std::sync::atomic::AtomicBool::new(false),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            stale: crate::sync::Counter::default(),
         }
     }
 
@@ -796,22 +793,6 @@ impl CuckooFilter {
     /// Buckets in all.
     pub fn buckets(&self) -> usize {
         self.buckets.len()
-    }
-
-    /// Fingerprints counted in [`len`](Self::len) that the owner knows
-    /// to be of keys it no longer holds, left for a later removal (see
-    /// [`note_stale`](Self::note_stale)). A consistency check compares
-    /// `len() - stale()` with the owner's keys.
-    pub fn stale(&self) -> u64 {
-        self.stale.get().max(0) as u64
-    }
-
-    /// Counts `d` more (negative: fewer) [`stale`](Self::stale)
-    /// fingerprints, on the calling thread's shard of the count (a plain
-    /// store, or an atomic add past the 63rd thread).
-    #[inline]
-    pub fn note_stale(&self, d: i64) {
-        self.stale.add(d);
     }
 
     /// `len / slots`.

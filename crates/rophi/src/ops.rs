@@ -387,7 +387,6 @@ impl Rophi {
                 // Empty: `settle` above emptied it.
                 u.key.store(key, Ordering::Relaxed);
                 u.filter.store(f.id(), Ordering::Relaxed);
-                f.note_stale(1);
             }
             None => {
                 // Past the 63rd live thread: no slot, removed now.
@@ -398,6 +397,17 @@ impl Rophi {
         drop(region);
         self.len.add(-1);
         Ok(true)
+    }
+
+    /// Fingerprints in `f` of deleted keys whose removal waits in a slot
+    /// (`settle`): what `check` subtracts from the filter's count. Exact
+    /// while no writer runs.
+    pub(crate) fn stale(&self, f: &CuckooFilter) -> u64 {
+        let id = f.id();
+        self.unremoved
+            .iter()
+            .filter(|u| u.filter.load(Ordering::Relaxed) == id)
+            .count() as u64
     }
 
     /// This thread's slot of [`Rophi::unremoved`]; none past the 63rd live
@@ -415,7 +425,7 @@ impl Rophi {
     /// the removal, to the next thread given its index), so each filter
     /// holds at most one per slot. One whose filter was rebuilt from PM
     /// since (a growth, or an open) is dropped: the new filter lacks it.
-    /// Such fingerprints are counted (`CuckooFilter::stale`). The removal
+    /// [`stale`](Self::stale) counts them. The removal
     /// finds a copy: every present key, and every key whose removal
     /// waits, has its own copy of its fingerprint in its bucket pair
     /// (unless the filter is saturated, when every lookup answers
@@ -433,7 +443,6 @@ impl Rophi {
         if id == f.id() {
             let removed = f.remove(u.key.load(Ordering::Relaxed));
             debug_assert!(removed, "the filter lacked a deleted key's fingerprint");
-            f.note_stale(-1);
         }
     }
 }

@@ -452,11 +452,11 @@ pub(crate) fn check(rp: &Rophi) -> Result<CheckReport> {
     }
     // Deleted keys whose fingerprints wait for their deleters' next
     // writes (`Rophi::settle`) are counted apart.
-    if f.len().wrapping_sub(f.stale()) != n {
+    let stale = rp.stale(&f);
+    if f.len().wrapping_sub(stale) != n {
         return Err(corrupt(format!(
-            "the filter holds {} fingerprints ({} of deleted keys) for {n} keys",
-            f.len(),
-            f.stale()
+            "the filter holds {} fingerprints ({stale} of deleted keys) for {n} keys",
+            f.len()
         )));
     }
     if rp.len.get() != n as i64 {

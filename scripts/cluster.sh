@@ -63,20 +63,34 @@ is_local() {
 alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" | cut -c1)" != Z ]; }
 running() { [ -f "$1" ] && alive "$(cat "$1")"; }
 
-# Waits until something accepts connections on ADDR (bash's /dev/tcp),
-# and fails at once, with the end of LOG, if process PID exits first.
-wait_listening() {
-  local addr=$1 what=$2 pid=$3 log=$4 i
-  for i in $(seq 1 300); do
-    if (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then return 0; fi
+# Waits until ADDR is ready, and fails at once, with the end of LOG, if
+# process PID exits first. `pmhash serve` binds its address before it
+# opens its store, and the kernel accepts connections from then on, so a
+# shard (CHECK=ping) is ready once it answers a PING: any reply will do
+# (-NOAUTH included). The proxy (CHECK=connect) is ready once it accepts.
+# START_TIMEOUT (seconds, default 300) bounds the wait: opening a large
+# store replays its logs.
+wait_ready() {
+  local addr=$1 what=$2 pid=$3 log=$4 check=$5
+  local deadline=$((SECONDS + ${START_TIMEOUT:-300}))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    if [ "$check" = ping ]; then
+      # bash's /dev/tcp; the read waits up to 2 s for the reply.
+      if ( exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" && printf 'PING\r\n' >&3 \
+           && IFS= read -r -t 2 line <&3 && [ -n "$line" ] ) 2>/dev/null; then
+        return 0
+      fi
+    elif (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then
+      return 0
+    fi
     if ! alive "$pid"; then
-      echo "cluster.sh: $what exited before listening on $addr:" >&2
+      echo "cluster.sh: $what exited before serving on $addr:" >&2
       tail -n 5 "$log" >&2
       return 1
     fi
     sleep 0.1
   done
-  echo "cluster.sh: $what did not listen on $addr within 30 s" >&2
+  echo "cluster.sh: $what did not serve on $addr within ${START_TIMEOUT:-300} s" >&2
   return 1
 }
 
@@ -88,7 +102,7 @@ start_server() {
   "$PMHASH" serve --dir "$data" --addr "$addr" "${serve_args[@]}" \
     >> "$dir/server$n.log" 2>&1 < /dev/null &
   echo $! > "$dir/server$n.pid"
-  wait_listening "$addr" "shard $n ($PMHASH serve)" "$!" "$dir/server$n.log"
+  wait_ready "$addr" "shard $n ($PMHASH serve)" "$!" "$dir/server$n.log" ping
 }
 
 write_proxy_config() {
@@ -139,7 +153,7 @@ case "$cmd" in
         -s "${stats##*:}" -a "${stats%:*}" < /dev/null > /dev/null 2>&1 &
       echo $! > "$dir/nutcracker.pid"
     fi
-    wait_listening "$proxy" "nutcracker" "$(cat "$dir/nutcracker.pid")" "$dir/nutcracker.log"
+    wait_ready "$proxy" "nutcracker" "$(cat "$dir/nutcracker.pid")" "$dir/nutcracker.log" connect
     echo "cluster.sh: ${#servers[@]} shards behind $proxy"
     ;;
   down)

@@ -26,6 +26,8 @@
 # whose address is not local is not started here). The proxy's config is
 # written to DIR/nutcracker.yml; logs and pid files go to DIR. PMHASH names
 # the binary (default: target/release/pmhash of this checkout).
+# START_TIMEOUT bounds, in seconds, the wait for each process started to
+# serve (default 300).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -74,19 +76,20 @@ wait_ready() {
   local addr=$1 what=$2 pid=$3 log=$4 check=$5
   local deadline=$((SECONDS + ${START_TIMEOUT:-300}))
   while [ "$SECONDS" -lt "$deadline" ]; do
-    if [ "$check" = ping ]; then
-      # bash's /dev/tcp; the read waits up to 2 s for the reply.
-      if ( exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" && printf 'PING\r\n' >&3 \
-           && IFS= read -r -t 2 line <&3 && [ -n "$line" ] ) 2>/dev/null; then
-        return 0
-      fi
-    elif (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then
-      return 0
-    fi
     if ! alive "$pid"; then
       echo "cluster.sh: $what exited before serving on $addr:" >&2
       tail -n 5 "$log" >&2
       return 1
+    fi
+    # Ready only while PID lives: another process on ADDR could answer.
+    if [ "$check" = ping ]; then
+      # bash's /dev/tcp; the read waits up to 2 s for the reply.
+      if ( exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" && printf 'PING\r\n' >&3 \
+           && IFS= read -r -t 2 line <&3 && [ -n "$line" ] ) 2>/dev/null; then
+        alive "$pid" && return 0
+      fi
+    elif (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then
+      alive "$pid" && return 0
     fi
     sleep 0.1
   done

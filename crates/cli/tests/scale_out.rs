@@ -3,7 +3,8 @@
 //! proxy spread evenly over the shards and read back; a shard killed with
 //! SIGKILL leaves the other shards' keys served without a failed request,
 //! and comes back with every write it acknowledged (strict durability).
-//! `docs/scale-out.md` describes the setup.
+//! `cluster.sh` waits for each shard to open its store before it starts
+//! the proxy. `docs/scale-out.md` describes the setup.
 
 // The harness is shared with the other serve tests; this uses part of it.
 #![allow(dead_code)]
@@ -19,10 +20,15 @@ fn repo() -> PathBuf {
 
 /// Runs `scripts/cluster.sh ARGS...` and fails the test on a non-zero exit.
 fn cluster(args: &[&str]) {
+    cluster_with(Path::new(env!("CARGO_BIN_EXE_pmhash")), args);
+}
+
+/// [`cluster`] with `bin` started as each shard's `pmhash`.
+fn cluster_with(bin: &Path, args: &[&str]) {
     let out = Command::new("bash")
         .arg(repo().join("scripts/cluster.sh"))
         .args(args)
-        .env("PMHASH", env!("CARGO_BIN_EXE_pmhash"))
+        .env("PMHASH", bin)
         .stdin(Stdio::null())
         .output()
         .expect("run scripts/cluster.sh");
@@ -67,6 +73,11 @@ impl Cluster {
     /// Writes `cluster.conf` naming the first `n` shards, then runs
     /// `cluster.sh CMD` (`up` or `reload`).
     fn run_with(&self, n: usize, cmd: &str) {
+        self.run_as(Path::new(env!("CARGO_BIN_EXE_pmhash")), n, cmd);
+    }
+
+    /// [`run_with`](Self::run_with), with `bin` as each shard's `pmhash`.
+    fn run_as(&self, bin: &Path, n: usize, cmd: &str) {
         let mut conf = format!(
             "proxy 127.0.0.1:{}\nstats 127.0.0.1:{}\n",
             self.proxy, self.stats
@@ -77,7 +88,7 @@ impl Cluster {
         }
         conf += "serve-args --durability strict\n";
         std::fs::write(self.dir.path().join("cluster.conf"), conf).unwrap();
-        cluster(&[cmd, self.path()]);
+        cluster_with(bin, &[cmd, self.path()]);
     }
 }
 
@@ -348,4 +359,34 @@ fn adding_a_shard_moves_the_remapped_keys_and_loses_none() {
     for (i, r) in pipeline(&mut c, &gets).into_iter().enumerate() {
         assert_eq!(r, V::Bulk(value(i)), "GET of key {i} after the move");
     }
+}
+
+/// `pmhash serve` binds its address before it opens its store, and the
+/// kernel accepts connections from then on: `cluster.sh up` must wait for
+/// each shard's answer, not its port, or the proxy it starts next forwards
+/// to a shard still opening and, after its 2 s timeout, ejects it. A shard
+/// that takes 1.5 s to open (`support/slow_open_serve.py`, which binds at
+/// once and answers only once open) has opened when `up` returns; after
+/// `kill`, `start` waits the same way.
+#[test]
+fn up_and_start_wait_until_each_shard_has_opened_its_store() {
+    let cl = Cluster::new("slow-open", 2);
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/slow_open_serve.py");
+    let opened = |i: usize| cl.dir.path().join(format!("data{i}/opened"));
+    let t0 = Instant::now();
+    cl.run_as(&fake, 2, "up");
+    let took = t0.elapsed();
+    for i in 0..2 {
+        assert!(
+            opened(i).exists(),
+            "cluster.sh up returned after {took:?}, before shard {i} opened its store"
+        );
+    }
+    std::fs::remove_file(opened(1)).unwrap();
+    cluster_with(&fake, &["kill", cl.path(), "1"]);
+    cluster_with(&fake, &["start", cl.path(), "1"]);
+    assert!(
+        opened(1).exists(),
+        "cluster.sh start returned before shard 1 opened its store"
+    );
 }

@@ -65,31 +65,30 @@ is_local() {
 alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" | cut -c1)" != Z ]; }
 running() { [ -f "$1" ] && alive "$(cat "$1")"; }
 
-# Waits until ADDR is ready, and fails at once, with the end of LOG, if
-# process PID exits first. `pmhash serve` binds its address before it
-# opens its store, and the kernel accepts connections from then on, so a
-# shard (CHECK=ping) is ready once it answers a PING: any reply will do
-# (-NOAUTH included). The proxy (CHECK=connect) is ready once it accepts.
-# START_TIMEOUT (seconds, default 300) bounds the wait: opening a large
-# store replays its logs.
+# Waits until a process started here serves, and fails at once, with the
+# end of LOG, if process PID exits first. `pmhash serve` binds its address
+# before it opens its store, and the kernel accepts connections from then
+# on, so a shard serves once it prints `pmhash serve: listening on` (after
+# its store is open) to LOG past byte FROM: its own line, which no other
+# process on the address can fake. The proxy serves once ADDR accepts
+# (FROM empty). START_TIMEOUT (seconds, default 300) bounds the wait:
+# opening a large store after a crash scans its logs.
 wait_ready() {
-  local addr=$1 what=$2 pid=$3 log=$4 check=$5
+  local addr=$1 what=$2 pid=$3 log=$4 from=$5 seen
   local deadline=$((SECONDS + ${START_TIMEOUT:-300}))
   while [ "$SECONDS" -lt "$deadline" ]; do
+    if [ -n "$from" ]; then
+      # grep -c reads to the end: grep -q could close the pipe early, and
+      # tail's SIGPIPE would fail the pipeline (pipefail).
+      seen=$(tail -c +$((from + 1)) "$log" 2>/dev/null | grep -c '^pmhash serve: listening on' || true)
+      [ "${seen:-0}" -gt 0 ] && return 0
+    elif (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null && alive "$pid"; then
+      return 0
+    fi
     if ! alive "$pid"; then
       echo "cluster.sh: $what exited before serving on $addr:" >&2
       tail -n 5 "$log" >&2
       return 1
-    fi
-    # Ready only while PID lives: another process on ADDR could answer.
-    if [ "$check" = ping ]; then
-      # bash's /dev/tcp; the read waits up to 2 s for the reply.
-      if ( exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" && printf 'PING\r\n' >&3 \
-           && IFS= read -r -t 2 line <&3 && [ -n "$line" ] ) 2>/dev/null; then
-        alive "$pid" && return 0
-      fi
-    elif (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then
-      alive "$pid" && return 0
     fi
     sleep 0.1
   done
@@ -102,10 +101,12 @@ start_server() {
   is_local "$addr" || return 0
   if running "$dir/server$n.pid"; then return 0; fi
   mkdir -p "$data"
+  local from
+  from=$(stat -c %s "$dir/server$n.log" 2>/dev/null || echo 0)
   "$PMHASH" serve --dir "$data" --addr "$addr" "${serve_args[@]}" \
     >> "$dir/server$n.log" 2>&1 < /dev/null &
   echo $! > "$dir/server$n.pid"
-  wait_ready "$addr" "shard $n ($PMHASH serve)" "$!" "$dir/server$n.log" ping
+  wait_ready "$addr" "shard $n ($PMHASH serve)" "$!" "$dir/server$n.log" "$from"
 }
 
 write_proxy_config() {
@@ -156,7 +157,7 @@ case "$cmd" in
         -s "${stats##*:}" -a "${stats%:*}" < /dev/null > /dev/null 2>&1 &
       echo $! > "$dir/nutcracker.pid"
     fi
-    wait_ready "$proxy" "nutcracker" "$(cat "$dir/nutcracker.pid")" "$dir/nutcracker.log" connect
+    wait_ready "$proxy" "nutcracker" "$(cat "$dir/nutcracker.pid")" "$dir/nutcracker.log" ""
     echo "cluster.sh: ${#servers[@]} shards behind $proxy"
     ;;
   down)

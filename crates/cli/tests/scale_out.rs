@@ -29,6 +29,8 @@ fn cluster_with(bin: &Path, args: &[&str]) {
         .arg(repo().join("scripts/cluster.sh"))
         .args(args)
         .env("PMHASH", bin)
+        // A shard that never opens fails the test in a minute, not five.
+        .env("START_TIMEOUT", "60")
         .stdin(Stdio::null())
         .output()
         .expect("run scripts/cluster.sh");
@@ -363,11 +365,12 @@ fn adding_a_shard_moves_the_remapped_keys_and_loses_none() {
 
 /// `pmhash serve` binds its address before it opens its store, and the
 /// kernel accepts connections from then on: `cluster.sh up` must wait for
-/// each shard's answer, not its port, or the proxy it starts next forwards
-/// to a shard still opening and, after its 2 s timeout, ejects it. A shard
-/// that takes 1.5 s to open (`support/slow_open_serve.py`, which binds at
-/// once and answers only once open) has opened when `up` returns; after
-/// `kill`, `start` waits the same way.
+/// each shard's "listening" line, printed once its store is open, not for
+/// its port, or the proxy it starts next forwards to a shard still opening
+/// and, after its 2 s timeout, ejects it. A shard that takes 1.5 s to open
+/// (`support/slow_open_serve.py`, which binds at once and prints the line
+/// and answers only once open) has opened when `up` returns; after `kill`,
+/// `start` waits the same way.
 #[test]
 fn up_and_start_wait_until_each_shard_has_opened_its_store() {
     let cl = Cluster::new("slow-open", 2);

@@ -290,13 +290,14 @@ impl Checker {
         let spec = self.spec;
         let ecfg = engine_config(&self.cfg);
         let durability = self.cfg.durability;
+        let max_size = max_pool_size(&self.cfg);
         // Every eighth state also crashes during its own recovery.
         let recrash = self
             .checked
             .is_multiple_of(8)
             .then(|| self.cfg.seed ^ self.checked.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            verify(spec, &ecfg, durability, image, model, recrash)
+            verify(spec, &ecfg, durability, image, max_size, model, recrash)
         }));
         self.report.states += 1;
         match outcome {
@@ -329,9 +330,15 @@ fn engine_config(cfg: &Config) -> EngineConfig {
     }
 }
 
-/// Recovers `image` and checks it; returns the leaked bytes or a violation.
 /// Crash states kept from one recovery, to recover again.
 const RECRASH_IMAGES: usize = 2;
+
+/// The size a checked pool may grow to: the fresh pool's limit, and the
+/// recovered one's, so that a crash image taken before a growth recovers to
+/// a pool that can still make it (the check's new insert may need it).
+fn max_pool_size(cfg: &Config) -> u64 {
+    cfg.pool_size * 4
+}
 
 /// Recovers `image` and checks it. With `recrash`, crash states are also
 /// taken during the recovery itself (pool and engine), up to
@@ -343,6 +350,7 @@ fn verify(
     ecfg: &EngineConfig,
     durability: Durability,
     image: Vec<u8>,
+    max_size: u64,
     model: &Model,
     recrash: Option<u64>,
 ) -> std::result::Result<(u64, u64), String> {
@@ -352,12 +360,13 @@ fn verify(
     type Kept = (u64, Vec<(u64, Vec<u8>)>);
     let kept: Arc<Mutex<Kept>> = Arc::new(Mutex::new((0, Vec::new())));
     let pool = match recrash {
-        None => Pool::from_image(image, Mode::Simulated),
+        None => Pool::from_image_growable(image, Mode::Simulated, max_size),
         Some(seed) => {
             let kept = kept.clone();
             let mut rng = Rng(seed);
             Pool::from_image_hooked(
                 image,
+                max_size,
                 Box::new(move |fence, site| {
                     // Reservoir sampling over the recovery's fences.
                     let mut k = kept.lock().expect("recrash lock");
@@ -394,7 +403,7 @@ fn verify(
     let mut leaked_total = 0;
     let images = std::mem::take(&mut kept.lock().expect("recrash lock").1);
     for (fence, img) in images {
-        let (leaked, n) = verify(spec, ecfg, durability, img, model, None)
+        let (leaked, n) = verify(spec, ecfg, durability, img, max_size, model, None)
             .map_err(|e| format!("crash at fence {fence} of the recovery: {e}"))?;
         checked += n;
         leaked_total += leaked;
@@ -499,7 +508,7 @@ fn fresh_engine(spec: &EngineSpec, cfg: &Config) -> Result<(Arc<Pool>, Box<dyn E
     let opts = PoolOptions {
         mode: Mode::Simulated,
         size: cfg.pool_size,
-        max_size: cfg.pool_size * 4,
+        max_size: max_pool_size(cfg),
         layout: layout.to_string(),
         // A uuid from the seed: engines that seed their hashes from it
         // behave the same in the dry run and the checked run.

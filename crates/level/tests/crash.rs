@@ -184,6 +184,17 @@ fn checker_relaxed_mode() {
     assert_clean(&c);
 }
 
+/// A crash image taken while the pool could still grow must recover to a
+/// pool that can: the checker's new insert after recovery expands the
+/// table here, which needs the pool to grow past its created 2 MiB (seed
+/// 9248 failed CI with "recovered engine refused a new insert: out of
+/// space" while the checker recovered images with no room to grow).
+#[test]
+fn a_recovered_table_that_must_expand_can_grow_its_pool() {
+    let r = assert_clean(&checker_cfg(9248, 20_000, 20_000, 2100));
+    eprintln!("{} states", r.states);
+}
+
 // ----- a phased crash checker -------------------------------------------------------
 
 /// What a recovered state may hold (strict): the committed map, except the

@@ -483,13 +483,20 @@ impl Pool {
         Self::from_image_with(image, mode, size, "", None)
     }
 
-    /// [`from_image`](Self::from_image) in simulated mode with a fence hook
-    /// installed before recovery starts, so that crash states can be taken
-    /// during the pool's own recovery (and the engine's, if it runs on this
-    /// pool next). The hook stays installed.
-    pub fn from_image_hooked(image: Vec<u8>, hook: FenceHook) -> Result<Pool> {
-        let size = image.len() as u64;
-        Self::from_image_with(image, Mode::Simulated, size, "", Some(hook))
+    /// [`from_image`](Self::from_image), with room to grow to `max_size`
+    /// (never below the image's size), as a file opened with that
+    /// [`PoolOptions::max_size`] has: a crash image of a pool that could
+    /// still grow recovers to one that can.
+    pub fn from_image_growable(image: Vec<u8>, mode: Mode, max_size: u64) -> Result<Pool> {
+        Self::from_image_with(image, mode, max_size, "", None)
+    }
+
+    /// [`from_image_growable`](Self::from_image_growable) in simulated mode
+    /// with a fence hook installed before recovery starts, so that crash
+    /// states can be taken during the pool's own recovery (and the
+    /// engine's, if it runs on this pool next). The hook stays installed.
+    pub fn from_image_hooked(image: Vec<u8>, max_size: u64, hook: FenceHook) -> Result<Pool> {
+        Self::from_image_with(image, Mode::Simulated, max_size, "", Some(hook))
     }
 
     fn from_image_with(

@@ -259,6 +259,31 @@ fn allocator_crash_images_during_growth() {
 }
 
 #[test]
+fn an_image_recovers_with_the_room_to_grow_it_is_given() {
+    // A pool that may grow to 4 MiB, imaged before it grew: recovered with
+    // that limit it can still grow; recovered by `from_image`, whose
+    // limit is the image's size, the same reservation is refused.
+    let (pool, table) = sim_pool(MIB, 4 * MIB);
+    let owner = table + 32;
+    let img = pool.crash_image(CrashChoice::Persisted).unwrap();
+    let need = 4 * CHUNK - 64;
+    let fixed = Pool::from_image(img.clone(), Mode::Simulated).unwrap();
+    let refused = fixed.reserve(need, Link::Pointer { owner });
+    assert!(
+        refused.is_err(),
+        "from_image keeps the image's size as the limit"
+    );
+    let rec = Pool::from_image_growable(img, Mode::Simulated, 4 * MIB).unwrap();
+    let r = rec
+        .reserve(need, Link::Pointer { owner })
+        .expect("the recovered pool grows within its limit");
+    assert!(rec.size() > MIB && rec.size() <= 4 * MIB, "{}", rec.size());
+    rec.commit(r);
+    let too_big = rec.reserve(8 * MIB, Link::Pointer { owner: owner + 8 });
+    assert!(too_big.is_err(), "nor past it");
+}
+
+#[test]
 fn set_root_crash_images_hold_the_old_or_the_new_root() {
     let (pool, table) = sim_pool(MIB, 0);
     let a = pool.reserve(64, Link::Nothing).unwrap();

@@ -192,7 +192,8 @@ fn checker_relaxed_mode() {
 #[test]
 fn a_recovered_table_that_must_expand_can_grow_its_pool() {
     let r = assert_clean(&checker_cfg(9248, 20_000, 20_000, 2100));
-    eprintln!("{} states", r.states);
+    // The run still reaches the table sizes that need the growth.
+    assert!(report_paths(&r).expansions >= 6, "{:?}", report_paths(&r));
 }
 
 // ----- a phased crash checker -------------------------------------------------------

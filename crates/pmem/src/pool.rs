@@ -484,10 +484,11 @@ impl Pool {
     }
 
     /// [`from_image`](Self::from_image), with room to grow to `max_size`
-    /// (never below the image's size), as a file opened with that
-    /// [`PoolOptions::max_size`] has: a crash image of a pool that could
+    /// (rounded up to whole chunks, never below the pool's size), as a
+    /// file opened with that [`PoolOptions::max_size`] has: a crash image of a pool that could
     /// still grow recovers to one that can.
     pub fn from_image_growable(image: Vec<u8>, mode: Mode, max_size: u64) -> Result<Pool> {
+        let max_size = round_up(max_size, alloc::CHUNK);
         Self::from_image_with(image, mode, max_size, "", None)
     }
 
@@ -496,6 +497,7 @@ impl Pool {
     /// states can be taken during the pool's own recovery (and the
     /// engine's, if it runs on this pool next). The hook stays installed.
     pub fn from_image_hooked(image: Vec<u8>, max_size: u64, hook: FenceHook) -> Result<Pool> {
+        let max_size = round_up(max_size, alloc::CHUNK);
         Self::from_image_with(image, Mode::Simulated, max_size, "", Some(hook))
     }
 

@@ -277,6 +277,7 @@ fn an_image_recovers_with_the_room_to_grow_it_is_given() {
     let r = rec
         .reserve(need, Link::Pointer { owner })
         .expect("the recovered pool grows within its limit");
+    assert_eq!(rec.max_size(), 4 * MIB);
     assert!(rec.size() > MIB && rec.size() <= 4 * MIB, "{}", rec.size());
     rec.commit(r);
     let too_big = rec.reserve(8 * MIB, Link::Pointer { owner: owner + 8 });

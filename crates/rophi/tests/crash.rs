@@ -170,7 +170,7 @@ fn check_image(img: Vec<u8>, ex: &Expect, nested: bool, t: &mut Tally, ctx: &str
         let s2 = sink.clone();
         let p = Pool::from_image_hooked(
             img,
-            0, // no room to grow: the image's size is the limit
+            0, // no room to grow: the pool's recorded size is the limit
             Box::new(move |n, site| {
                 let mut v = s2.lock().unwrap();
                 v.push((n, site.image(CrashChoice::Persisted)));

@@ -485,10 +485,9 @@ impl Pool {
 
     /// [`from_image`](Self::from_image), with room to grow to `max_size`
     /// (rounded up to whole chunks, never below the pool's size), as a
-    /// file opened with that [`PoolOptions::max_size`] has: a crash image of a pool that could
-    /// still grow recovers to one that can.
+    /// file opened with that [`PoolOptions::max_size`] has: a crash image
+    /// of a pool that could still grow recovers to one that can.
     pub fn from_image_growable(image: Vec<u8>, mode: Mode, max_size: u64) -> Result<Pool> {
-        let max_size = round_up(max_size, alloc::CHUNK);
         Self::from_image_with(image, mode, max_size, "", None)
     }
 
@@ -497,7 +496,6 @@ impl Pool {
     /// states can be taken during the pool's own recovery (and the
     /// engine's, if it runs on this pool next). The hook stays installed.
     pub fn from_image_hooked(image: Vec<u8>, max_size: u64, hook: FenceHook) -> Result<Pool> {
-        let max_size = round_up(max_size, alloc::CHUNK);
         Self::from_image_with(image, Mode::Simulated, max_size, "", Some(hook))
     }
 
@@ -521,7 +519,8 @@ impl Pool {
         };
         Self::check_identity(&identity, &opts)?;
         let size = state.size;
-        let max_size = max_size.max(size);
+        // Whole chunks, as `create` and a file open round it.
+        let max_size = round_up(max_size, alloc::CHUNK).max(size);
         let map = Mapping::reserve(reservation(size, max_size)?, Backing::Anonymous)
             .map_err(|e| Error::io("cannot reserve address space", None, e))?;
         map.map(None, 0, size as usize)

@@ -195,8 +195,11 @@ fn fingerprint(hash: u64) -> u64 {
 #[inline]
 fn alt(i: usize, fp: u64, nb: usize) -> usize {
     // (h − i) mod n is an involution for any n, so the bucket count need
-    // not be a power of two.
-    let h = range(fmix64(fp) >> 32, nb);
+    // not be a power of two. `h` spreads the 4095 fingerprints over
+    // `0..n` by Fibonacci hashing (one multiply: the top 32 bits of
+    // `fp · 2^64/φ` are evenly spaced for consecutive `fp`); a full
+    // `fmix64` here was a tenth of a negative get's instructions.
+    let h = range(fp.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32, nb);
     if h >= i {
         h - i
     } else {
@@ -402,14 +405,56 @@ impl CuckooFilter {
     /// [`expected_fpr`](Self::expected_fpr)).
     #[inline]
     pub fn contains_probe(&self, p: &Probe) -> bool {
-        let p = self.rebase(p);
+        self.contains_at(&self.rebase(p))
+    }
+
+    /// Whether `key` may be present.
+    #[inline(always)]
+    pub fn contains(&self, key: u64) -> bool {
+        self.contains_at(&self.probe(key))
+    }
+
+    /// [`contains_probe`](Self::contains_probe) for a probe of this
+    /// filter's size. The common answers (a fingerprint found, or none
+    /// with no kick under way and nothing stashed) are inline; the rest
+    /// is out of line ([`contains_slow`](Self::contains_slow)). A negative
+    /// get is the two bucket loads and a few dozen instructions around
+    /// them: at 10M keys its throughput is set by how many gets' misses
+    /// the core overlaps, which falls as a get's instructions grow
+    /// (`docs/engines/rophi.md`, "Negative get").
+    #[inline(always)]
+    fn contains_at(&self, p: &Probe) -> bool {
+        let want = fingerprint(p.hash).wrapping_mul(LANE_LO);
+        let seq = self.moves.load(Ordering::Acquire);
+        // Both loads before either test: no branch between them, so the
+        // two cache misses overlap even when the first test is
+        // mispredicted.
+        let b1 = self.buckets[p.i1].load(Ordering::Relaxed);
+        let b2 = self.buckets[p.i2].load(Ordering::Relaxed);
+        if zero_lanes(b1 ^ want) | zero_lanes(b2 ^ want) != 0 {
+            return true;
+        }
+        // See `contains_slow` for why this validates a negative answer.
+        fence(Ordering::Acquire);
+        if seq & 1 == 0
+            && self.moves.load(Ordering::Relaxed) == seq
+            && self.stash_used.load(Ordering::Relaxed) == 0
+            && !self.saturated.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        self.contains_slow(p)
+    }
+
+    /// The probe loop of [`contains_at`](Self::contains_at) when a kick
+    /// was under way, the stash holds keys or a build gave up.
+    #[cold]
+    #[inline(never)]
+    fn contains_slow(&self, p: &Probe) -> bool {
         let want = fingerprint(p.hash).wrapping_mul(LANE_LO);
         let mut tries = 0u32;
         loop {
             let seq = self.moves.load(Ordering::Acquire);
-            // Both loads before either test: no branch between them, so
-            // the two cache misses overlap even when the first test is
-            // mispredicted.
             let b1 = self.buckets[p.i1].load(Ordering::Relaxed);
             let b2 = self.buckets[p.i2].load(Ordering::Relaxed);
             if zero_lanes(b1 ^ want) | zero_lanes(b2 ^ want) != 0 {
@@ -431,12 +476,6 @@ impl CuckooFilter {
                 std::hint::spin_loop();
             }
         }
-    }
-
-    /// Whether `key` may be present.
-    #[inline]
-    pub fn contains(&self, key: u64) -> bool {
-        self.contains_probe(&self.probe(key))
     }
 
     fn lock(&self) -> WriterGuard<'_> {

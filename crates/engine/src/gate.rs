@@ -34,6 +34,9 @@ struct Slot(AtomicU64);
 /// See the module documentation.
 pub struct WriterGate {
     closed: AtomicBool,
+    /// [`asymmetric`], read once at creation: the writers' fast path then
+    /// costs no `OnceLock` check per entry.
+    cheap: bool,
     closers: Mutex<()>,
     slots: Box<[Slot]>,
     shared: AtomicU64,
@@ -91,6 +94,7 @@ impl Default for WriterGate {
     fn default() -> Self {
         WriterGate {
             closed: AtomicBool::new(false),
+            cheap: asymmetric(),
             closers: Mutex::new(()),
             slots: (0..OWN_SLOTS).map(|_| Slot::default()).collect(),
             shared: AtomicU64::new(0),
@@ -105,10 +109,31 @@ impl WriterGate {
     }
 
     /// Enters as a writer, waiting while the gate is closed.
-    #[inline]
+    #[inline(always)]
     pub fn enter(&self) -> Inside<'_> {
+        // The common case inline: a thread with a slot of its own, the
+        // fence left to the closer (`membarrier`), the gate open. Two
+        // stores and a load; every other case is `enter_slow`.
         let slot = thread_slot();
-        let cheap = asymmetric();
+        if slot < OWN_SLOTS && self.cheap {
+            let s = &self.slots[slot].0;
+            s.store(1, Ordering::Relaxed);
+            compiler_fence(Ordering::SeqCst);
+            if !self.closed.load(Ordering::Relaxed) {
+                fence(Ordering::Acquire);
+                return Inside { gate: self, slot };
+            }
+            s.store(0, Ordering::Release);
+        }
+        self.enter_slow(slot)
+    }
+
+    /// [`enter`](Self::enter) when the gate was closed, the thread shares
+    /// the counter, or the kernel lacks `membarrier`.
+    #[cold]
+    #[inline(never)]
+    fn enter_slow(&self, slot: usize) -> Inside<'_> {
+        let cheap = self.cheap;
         loop {
             if slot < OWN_SLOTS {
                 let s = &self.slots[slot].0;
@@ -140,7 +165,7 @@ impl WriterGate {
     pub fn close(&self) -> Closed<'_> {
         let serial = self.closers.lock().unwrap_or_else(|p| p.into_inner());
         self.closed.store(true, Ordering::SeqCst);
-        if asymmetric() {
+        if self.cheap {
             membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
         }
         fence(Ordering::SeqCst);
@@ -212,5 +237,55 @@ mod tests {
         });
         assert_eq!(violations.load(Ordering::Relaxed), 0);
         assert_eq!(passes.load(Ordering::Relaxed), 80_000);
+    }
+
+    /// More threads alive at once than there are own slots: the later ones
+    /// take the shared counter (`enter_slow`), and the closer keeps them
+    /// out as well.
+    #[test]
+    fn threads_past_the_own_slots_are_excluded_too() {
+        const THREADS: usize = OWN_SLOTS + 9;
+        let gate = WriterGate::new();
+        let inside = AtomicUsize::new(0);
+        let violations = AtomicUsize::new(0);
+        let passes = AtomicUsize::new(0);
+        let shared_seen = AtomicUsize::new(0);
+        let ready = std::sync::Barrier::new(THREADS + 1);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    // Every thread claims its index (given back at its
+                    // exit) while all are alive, so some get none.
+                    crate::sync::thread_index();
+                    ready.wait();
+                    for _ in 0..500 {
+                        let g = gate.enter();
+                        if g.slot >= OWN_SLOTS {
+                            shared_seen.fetch_add(1, Ordering::Relaxed);
+                        }
+                        inside.fetch_add(1, Ordering::SeqCst);
+                        passes.fetch_add(1, Ordering::Relaxed);
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    }
+                });
+            }
+            s.spawn(|| {
+                ready.wait();
+                for _ in 0..100 {
+                    let _c = gate.close();
+                    for _ in 0..20 {
+                        if inside.load(Ordering::SeqCst) != 0 {
+                            violations.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        });
+        assert_eq!(violations.load(Ordering::Relaxed), 0);
+        assert_eq!(passes.load(Ordering::Relaxed), THREADS * 500);
+        assert!(
+            shared_seen.load(Ordering::Relaxed) > 0,
+            "no thread used the shared counter"
+        );
     }
 }

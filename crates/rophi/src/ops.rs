@@ -90,17 +90,18 @@ impl Rophi {
         // PM reads for absent keys. (Prefetching the head under the
         // filter probe for every get was measured at 10M keys: +8%
         // positive gets, -40% negative gets.)
-        let h = self.hash(key);
         if hits::in_run() {
-            let r = self.walk(h, key);
+            let r = self.walk(self.hash(key), key);
             hits::record(r.is_some());
             return r;
         }
+        // The table's hash only once the filter admits the key: a negative
+        // get computes the filter's alone.
         if !self.filter.get().contains(key) {
             hits::record(false);
             return None;
         }
-        let r = self.walk(h, key);
+        let r = self.walk(self.hash(key), key);
         // A false positive of the filter is a miss all the same.
         hits::record(r.is_some());
         r

@@ -196,9 +196,10 @@ fn fingerprint(hash: u64) -> u64 {
 fn alt(i: usize, fp: u64, nb: usize) -> usize {
     // (h − i) mod n is an involution for any n, so the bucket count need
     // not be a power of two. `h` spreads the 4095 fingerprints over
-    // `0..n` by Fibonacci hashing (one multiply: the top 32 bits of
-    // `fp · 2^64/φ` are evenly spaced for consecutive `fp`); a full
-    // `fmix64` here was a tenth of a negative get's instructions.
+    // `0..n` by Fibonacci hashing: one multiply, and the top 32 bits of
+    // `fp · 2^64/φ` for consecutive `fp` fall in gaps of at most three
+    // sizes (the three-gap theorem), where a full `fmix64` took about a
+    // dozen instructions of every probe.
     let h = range(fp.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32, nb);
     if h >= i {
         h - i
@@ -208,9 +209,12 @@ fn alt(i: usize, fp: u64, nb: usize) -> usize {
 }
 
 /// `x` (32 bits) mapped onto `0..n` by multiply-shift (Lemire's fast range).
+/// The product is taken in 128 bits, so a count past 2^32 buckets (up to
+/// [`MAX_BUCKETS`]) maps exactly too; below it the result is the same as a
+/// 64-bit product's.
 #[inline]
 fn range(x: u64, n: usize) -> usize {
-    ((x * n as u64) >> 32) as usize
+    ((x as u128 * n as u128) >> 32) as usize
 }
 
 /// The fingerprint in lane `lane` of bucket word `w`.
@@ -416,12 +420,13 @@ impl CuckooFilter {
 
     /// [`contains_probe`](Self::contains_probe) for a probe of this
     /// filter's size. The common answers (a fingerprint found, or none
-    /// with no kick under way and nothing stashed) are inline; the rest
+    /// with no kick under way, nothing stashed and no saturated build)
+    /// are inline; the rest
     /// is out of line ([`contains_slow`](Self::contains_slow)). A negative
     /// get is the two bucket loads and a few dozen instructions around
     /// them: at 10M keys its throughput is set by how many gets' misses
     /// the core overlaps, which falls as a get's instructions grow
-    /// (`docs/engines/rophi.md`, "Negative get").
+    /// (`docs/engines/rophi.md`, "A negative get's length").
     #[inline(always)]
     fn contains_at(&self, p: &Probe) -> bool {
         let want = fingerprint(p.hash).wrapping_mul(LANE_LO);
@@ -1159,6 +1164,26 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
     use std::time::Duration;
+
+    /// `range` maps a 32-bit value in proportion onto any count up to
+    /// `MAX_BUCKETS`, past 2^32 too (a 64-bit product would wrap there).
+    #[test]
+    fn range_is_proportional_up_to_the_largest_count() {
+        for n in [
+            1usize,
+            7,
+            1 << 20,
+            (1 << 32) - 1,
+            1 << 32,
+            3 << 33,
+            MAX_BUCKETS,
+        ] {
+            assert_eq!(range(0, n), 0);
+            assert!(range(u32::MAX as u64, n) < n, "n {n}");
+            assert_eq!(range(1 << 31, n), n / 2, "n {n}");
+        }
+        assert_eq!(range(u32::MAX as u64, MAX_BUCKETS), MAX_BUCKETS - 256);
+    }
 
     /// A remove does not wait for the writer lock (a kick or a stash
     /// change in progress): with the lock held, removes of present keys

@@ -421,26 +421,17 @@ impl CuckooFilter {
     /// [`contains_probe`](Self::contains_probe) for a probe of this
     /// filter's size. The common answers (a fingerprint found, or none
     /// with no kick under way, nothing stashed and no saturated build)
-    /// are inline; the rest
-    /// is out of line ([`contains_slow`](Self::contains_slow)). A negative
-    /// get is the two bucket loads and a few dozen instructions around
-    /// them: at 10M keys its throughput is set by how many gets' misses
-    /// the core overlaps, which falls as a get's instructions grow
-    /// (`docs/engines/rophi.md`, "A negative get's length").
+    /// are inline; the rest is out of line
+    /// ([`contains_slow`](Self::contains_slow)). A negative get is the two
+    /// bucket loads and a few dozen instructions around them: at 10M keys
+    /// its throughput is set by how many gets' misses the core overlaps,
+    /// which falls as a get's instructions grow (`docs/engines/rophi.md`,
+    /// "A negative get's length").
     #[inline(always)]
     fn contains_at(&self, p: &Probe) -> bool {
-        let want = fingerprint(p.hash).wrapping_mul(LANE_LO);
-        let seq = self.moves.load(Ordering::Acquire);
-        // Both loads before either test: no branch between them, so the
-        // two cache misses overlap even when the first test is
-        // mispredicted.
-        let b1 = self.buckets[p.i1].load(Ordering::Relaxed);
-        let b2 = self.buckets[p.i2].load(Ordering::Relaxed);
-        if zero_lanes(b1 ^ want) | zero_lanes(b2 ^ want) != 0 {
+        let Some(seq) = self.look(p) else {
             return true;
-        }
-        // See `contains_slow` for why this validates a negative answer.
-        fence(Ordering::Acquire);
+        };
         if seq & 1 == 0
             && self.moves.load(Ordering::Relaxed) == seq
             && self.stash_used.load(Ordering::Relaxed) == 0
@@ -451,24 +442,39 @@ impl CuckooFilter {
         self.contains_slow(p)
     }
 
+    /// One look at both buckets of `p`: `None` when one holds its
+    /// fingerprint, else the kick counter `moves` as read before the
+    /// loads, with an acquire fence after them. The caller's negative
+    /// answer holds if `moves` reads the same even value now: if either
+    /// load saw a store of a kick, the kick's release fence (after it made
+    /// `moves` odd) synchronises with this fence, so a load of `moves`
+    /// after it sees `moves` odd or later.
+    #[inline(always)]
+    fn look(&self, p: &Probe) -> Option<u64> {
+        let want = fingerprint(p.hash).wrapping_mul(LANE_LO);
+        let seq = self.moves.load(Ordering::Acquire);
+        // Both loads before either test: no branch between them, so the
+        // two cache misses overlap even when the first test is
+        // mispredicted.
+        let b1 = self.buckets[p.i1].load(Ordering::Relaxed);
+        let b2 = self.buckets[p.i2].load(Ordering::Relaxed);
+        if zero_lanes(b1 ^ want) | zero_lanes(b2 ^ want) != 0 {
+            return None;
+        }
+        fence(Ordering::Acquire);
+        Some(seq)
+    }
+
     /// The probe loop of [`contains_at`](Self::contains_at) when a kick
     /// was under way, the stash holds keys or a build gave up.
     #[cold]
     #[inline(never)]
     fn contains_slow(&self, p: &Probe) -> bool {
-        let want = fingerprint(p.hash).wrapping_mul(LANE_LO);
         let mut tries = 0u32;
         loop {
-            let seq = self.moves.load(Ordering::Acquire);
-            let b1 = self.buckets[p.i1].load(Ordering::Relaxed);
-            let b2 = self.buckets[p.i2].load(Ordering::Relaxed);
-            if zero_lanes(b1 ^ want) | zero_lanes(b2 ^ want) != 0 {
+            let Some(seq) = self.look(p) else {
                 return true;
-            }
-            // If either load saw a store of a kick, the kick's release
-            // fence (after it made `moves` odd) synchronises with this
-            // fence, so the load below sees `moves` odd or later.
-            fence(Ordering::Acquire);
+            };
             if seq & 1 == 0 && self.moves.load(Ordering::Relaxed) == seq {
                 return (self.stash_used.load(Ordering::Relaxed) != 0 && self.in_stash(p.hash))
                     || self.saturated.load(Ordering::Relaxed);

@@ -162,7 +162,7 @@ impl Spill {
 
 pub(crate) struct Heads {
     shift: u32,
-    chunks: Box<[OnceLock<Box<[Head]>>]>,
+    chunks: Box<[OnceLock<Box<[Head; CHUNK]>>]>,
 }
 
 impl Heads {
@@ -181,8 +181,13 @@ impl Heads {
     #[inline]
     pub(crate) fn get(&self, seg: u64) -> &[AtomicU64; HEAD_WORDS] {
         let i = (seg >> self.shift) as usize;
-        let chunk =
-            self.chunks[i / CHUNK].get_or_init(|| (0..CHUNK).map(|_| Head::default()).collect());
+        // A chunk of fixed length: `i % CHUNK` needs no bounds check.
+        let chunk = self.chunks[i / CHUNK].get_or_init(|| {
+            let heads: Box<[Head]> = (0..CHUNK).map(|_| Head::default()).collect();
+            heads
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("CHUNK heads"))
+        });
         &chunk[i % CHUNK].0
     }
 

@@ -241,6 +241,17 @@ impl Ident {
         Some(Ident { ld, prefix })
     }
 
+    /// Whether `w` decodes to an identity that owns hash `h`, as one
+    /// comparison: for depth `ld` the only such word is `h`'s top `ld` bits
+    /// under that depth. Lookup's check, on every get; the same answer as
+    /// `decode(w)` then `owns(h)` (tested).
+    #[inline]
+    pub(crate) fn word_owns(w: u64, h: u64) -> bool {
+        let ld = ((w >> 32) & 0xffff) as u32;
+        ld.wrapping_sub(1) < DEPTH_LIMIT
+            && w == SEG_MAGIC << 48 | (ld as u64) << 32 | ((h >> 32) as u32 & mask(ld)) as u64
+    }
+
     /// Whether this segment owns hash `h`.
     #[inline]
     pub(crate) fn owns(&self, h: u64) -> bool {
@@ -329,6 +340,46 @@ mod tests {
             prefix: 0x8000_0000,
         };
         assert!(!ind.owns(ind.invalid_hi() << 32));
+    }
+
+    #[test]
+    fn word_owns_answers_as_decode_then_owns() {
+        // Words near valid identities (every depth, with a bit of the
+        // magic, the depth or the prefix flipped) and pseudo-random words,
+        // against hashes inside and outside each prefix.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut words = vec![0, u64::MAX, SEG_MAGIC << 48];
+        for ld in 0..=40u32 {
+            // A random prefix of the depth, and the two a depth past the
+            // limit would most easily pass with (all zero, top bit only).
+            for prefix in [(next() as u32) & mask(ld.min(32)), 0, 0x8000_0000] {
+                let w = SEG_MAGIC << 48 | (ld as u64) << 32 | prefix as u64;
+                words.push(w);
+                for bit in [0, 1, 31, 32, 33, 47, 48, 63] {
+                    words.push(w ^ 1 << bit);
+                }
+            }
+        }
+        words.extend((0..2000).map(|_| next()));
+        let mut owned = 0;
+        for &w in &words {
+            let mut hashes: Vec<u64> = (0..8).map(|_| next()).collect();
+            // Hashes with the word's own top bits, so owning ones occur.
+            hashes.extend((0..8).map(|_| (w << 32) | (next() >> 32)));
+            hashes.extend((0..8).map(|_| (w << 32) ^ (next() >> 20)));
+            for h in hashes {
+                let want = Ident::decode(w).is_some_and(|id| id.owns(h));
+                assert_eq!(Ident::word_owns(w, h), want, "word {w:#x} hash {h:#x}");
+                owned += want as u32;
+            }
+        }
+        assert!(owned > 500, "only {owned} owning pairs were tried");
     }
 
     #[test]

@@ -82,8 +82,7 @@ impl Hmeh {
 
     /// Scans the slots of one line for hash halves (`hi`, `lo`).
     #[inline(always)]
-    fn probe_line(&self, line: u64, hi: u64, lo: u64) -> Option<u64> {
-        let w = self.words(line);
+    fn probe_line(w: &[AtomicU64; 8], hi: u64, lo: u64) -> Option<u64> {
         for s in 0..SLOTS {
             let w1 = w[2 * s + 1].load(Ordering::Relaxed);
             if w1 >> 32 == lo {
@@ -99,73 +98,114 @@ impl Hmeh {
     /// Optimistic lookup (paper Alg. 2 with the §4.1 fixes: version read,
     /// then ownership verified, value copied, version re-read on hits and
     /// misses alike).
+    ///
+    /// Kept short: a get on a grown table waits on one memory miss, and how
+    /// many gets' misses overlap is set by how many instructions each runs
+    /// (`docs/engines/hmeh.md`, "A get's length"). So one attempt is inline
+    /// and the retries are out of line, the segment's lines are
+    /// bounds-checked once (`Pool::lines`), ownership is one comparison
+    /// (`Ident::word_owns`), and the stash and overflow scans, which most
+    /// gets skip, are out of line.
+    #[inline(always)]
     pub(crate) fn lookup(&self, h: u64) -> Option<u64> {
-        let (hi, lo) = (h >> 32, h & 0xffff_ffff);
-        let home = self.geo.home(h);
+        match self.lookup_once(h) {
+            Some(res) => res,
+            None => self.lookup_retry(h),
+        }
+    }
+
+    /// Lookups whose first attempt met a writer or a split.
+    #[cold]
+    #[inline(never)]
+    fn lookup_retry(&self, h: u64) -> Option<u64> {
         loop {
-            let f0 = self.frees.load(Ordering::Acquire);
-            let (_, seg) = self.locate(h);
-            self.pool.prefetch(self.geo.bucket(seg, home));
-            let hw = self.head(seg);
-            let v1 = hw[HD_LOCK].load(Ordering::Acquire);
-            if !self.lock.is_free(v1) {
-                std::hint::spin_loop();
-                continue;
-            }
-            match Ident::decode(hw[HD_IDENT].load(Ordering::Relaxed)) {
-                Some(id) if id.owns(h) => {}
-                _ => {
-                    std::hint::spin_loop();
-                    continue;
-                }
-            }
-            let mut res = None;
-            // Without the home's spill bit the key can only be in its home
-            // bucket (or the stash, or an overflow block).
-            let probe = Spill::head_reach(hw, home);
-            for j in 0..probe {
-                let mut b = home + j;
-                if b >= self.geo.buckets {
-                    b -= self.geo.buckets;
-                }
-                res = self.probe_line(self.geo.bucket(seg, b), hi, lo);
-                if res.is_some() {
-                    break;
-                }
-            }
-            if res.is_none()
-                && hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0
-            {
-                for i in 0..self.geo.stash {
-                    res = self.probe_line(self.geo.stash_bucket(seg, i), hi, lo);
-                    if res.is_some() {
-                        break;
-                    }
-                }
-            }
-            if res.is_none() {
-                let mut ovf = hw[HD_OVERFLOW].load(Ordering::Relaxed);
-                let mut hops = 0;
-                'chain: while ovf != 0 && hops < 1 << 20 {
-                    if self.pool.check_range(ovf, self.geo.bytes()).is_err() {
-                        break;
-                    }
-                    for l in 1..self.geo.lines {
-                        res = self.probe_line(ovf + l * LINE, hi, lo);
-                        if res.is_some() {
-                            break 'chain;
-                        }
-                    }
-                    ovf = self.pool.load_u64(ovf + H_OVERFLOW);
-                    hops += 1;
-                }
-            }
-            fence(Ordering::Acquire);
-            if hw[HD_LOCK].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0
-            {
+            std::hint::spin_loop();
+            if let Some(res) = self.lookup_once(h) {
                 return res;
             }
         }
+    }
+
+    /// One optimistic attempt: `None` when it must be retried (the segment
+    /// was locked, does not own `h`, or changed while read).
+    #[inline(always)]
+    fn lookup_once(&self, h: u64) -> Option<Option<u64>> {
+        let (hi, lo) = (h >> 32, h & 0xffff_ffff);
+        let home = self.geo.home(h);
+        let f0 = self.frees.load(Ordering::Acquire);
+        let (_, seg) = self.locate(h);
+        self.pool.prefetch(self.geo.bucket(seg, home));
+        let hw = self.head(seg);
+        let v1 = hw[HD_LOCK].load(Ordering::Acquire);
+        if !self.lock.is_free(v1) || !Ident::word_owns(hw[HD_IDENT].load(Ordering::Relaxed), h) {
+            return None;
+        }
+        // Line 0 is the header; normal bucket b is line 1 + b.
+        let lines = self.pool.lines(seg, self.geo.lines as usize);
+        let mut res = None;
+        // Without the home's spill bit the key can only be in its home
+        // bucket (or the stash, or an overflow block).
+        let probe = Spill::head_reach(hw, home);
+        let mut b = home;
+        for _ in 0..probe {
+            res = Self::probe_line(&lines[1 + b as usize], hi, lo);
+            if res.is_some() {
+                break;
+            }
+            b += 1;
+            if b == self.geo.buckets {
+                b = 0;
+            }
+        }
+        if res.is_none() {
+            let stashed = hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
+            let ovf = hw[HD_OVERFLOW].load(Ordering::Relaxed);
+            if stashed || ovf != 0 {
+                res = self.lookup_beyond(lines, stashed, ovf, hi, lo);
+            }
+        }
+        fence(Ordering::Acquire);
+        (hw[HD_LOCK].load(Ordering::Relaxed) == v1 && self.frees.load(Ordering::Relaxed) == f0)
+            .then_some(res)
+    }
+
+    /// The rest of a lookup's probe: the stash (where the home's stash bit
+    /// is set) and the overflow chain from `ovf`. The caller validates the
+    /// result with the segment's version, as for the window.
+    #[cold]
+    #[inline(never)]
+    fn lookup_beyond(
+        &self,
+        lines: &[[AtomicU64; 8]],
+        stashed: bool,
+        mut ovf: u64,
+        hi: u64,
+        lo: u64,
+    ) -> Option<u64> {
+        if stashed {
+            let first = 1 + self.geo.buckets as usize;
+            for line in &lines[first..first + self.geo.stash as usize] {
+                if let Some(v) = Self::probe_line(line, hi, lo) {
+                    return Some(v);
+                }
+            }
+        }
+        let mut hops = 0;
+        while ovf != 0 && hops < 1 << 20 {
+            // A torn or stale pointer (the version check discards what it
+            // read) must not fault.
+            if !ovf.is_multiple_of(LINE) || self.pool.check_range(ovf, self.geo.bytes()).is_err() {
+                break;
+            }
+            for line in &self.pool.lines(ovf, self.geo.lines as usize)[1..] {
+                if let Some(v) = Self::probe_line(line, hi, lo) {
+                    return Some(v);
+                }
+            }
+            ovf = self.pool.load_u64(ovf + H_OVERFLOW);
+            hops += 1;
+        }
+        None
     }
 
     // ----- writes ----------------------------------------------------------------

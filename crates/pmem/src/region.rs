@@ -224,6 +224,27 @@ impl Region {
         }
     }
 
+    /// `n` consecutive cache lines from `off` (8-byte aligned; a line is
+    /// eight words) with one bounds check: a segment's buckets, which a
+    /// lookup then indexes with one compare a line instead of a bounds
+    /// check a line (hmeh measured 20 instructions a probed line less).
+    #[inline]
+    #[track_caller]
+    pub fn lines(&self, off: u64, n: usize) -> &[[AtomicU64; 8]] {
+        let len = n.checked_mul(64).expect("line count overflows");
+        self.bounds(off, len);
+        assert!(off.is_multiple_of(8), "lines at unaligned offset {off:#x}");
+        // SAFETY: `n` lines of 64 bytes in bounds (checked) and 8-byte
+        // aligned (checked; [AtomicU64; 8] needs 8); the mapping lives as
+        // long as &self; atomics tolerate concurrent access.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.base().add(off as usize) as *const [AtomicU64; 8],
+                n,
+            )
+        }
+    }
+
     /// [`words`](Self::words) for an offset that may be stale or torn (a
     /// reader's unvalidated snapshot): `None` instead of a panic when the
     /// range is outside the pool or misaligned.

@@ -241,9 +241,9 @@ impl Ident {
         Some(Ident { ld, prefix })
     }
 
-    /// Whether `w` decodes to an identity that owns hash `h`, as one
-    /// comparison: for depth `ld` the only such word is `h`'s top `ld` bits
-    /// under that depth. Lookup's check, on every get; the same answer as
+    /// Whether `w` decodes to an identity that owns hash `h`, as a depth
+    /// range check and one comparison: for depth `ld` the only such word is
+    /// `h`'s top `ld` bits under that depth. Lookup's check, on every get; the same answer as
     /// `decode(w)` then `owns(h)` (tested).
     #[inline]
     pub(crate) fn word_owns(w: u64, h: u64) -> bool {

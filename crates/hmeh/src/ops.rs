@@ -103,7 +103,7 @@ impl Hmeh {
     /// many gets' misses overlap is set by how many instructions each runs
     /// (`docs/engines/hmeh.md`, "A get's length"). So one attempt is inline
     /// and the retries are out of line, the segment's lines are
-    /// bounds-checked once (`Pool::lines`), ownership is one comparison
+    /// bounds-checked once (`Region::lines`), ownership is one test
     /// (`Ident::word_owns`), and the stash and overflow scans, which most
     /// gets skip, are out of line.
     #[inline(always)]
@@ -127,7 +127,8 @@ impl Hmeh {
     }
 
     /// One optimistic attempt: `None` when it must be retried (the segment
-    /// was locked, does not own `h`, or changed while read).
+    /// was locked, did not own `h`, or changed while read, or a block was
+    /// freed anywhere meanwhile: the table's free counter moved).
     #[inline(always)]
     fn lookup_once(&self, h: u64) -> Option<Option<u64>> {
         let (hi, lo) = (h >> 32, h & 0xffff_ffff);

@@ -364,8 +364,8 @@ impl Level {
     #[inline(always)]
     fn probe_fast(&self, buckets: [u64; 2], level: usize, key: u64, fp: u64) -> Probe {
         for b in buckets {
-            for line in [b, b + LINE] {
-                let w = self.pool.words(line, 8);
+            // The bucket's two lines with one bounds check.
+            for (line, w) in [b, b + LINE].into_iter().zip(self.pool.lines(b, 2)) {
                 let v1 = w[W_LOCK].load(Ordering::Acquire);
                 let hdr = w[W_HDR].load(Ordering::Acquire);
                 if !self.lock.is_free(v1) {

@@ -347,13 +347,8 @@ mod tests {
         // Words near valid identities (every depth, with a bit of the
         // magic, the depth or the prefix flipped) and pseudo-random words,
         // against hashes inside and outside each prefix.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = engine::testkit::Rng::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = || rng.next();
         let mut words = vec![0, u64::MAX, SEG_MAGIC << 48];
         for ld in 0..=40u32 {
             // A random prefix of the depth, and the two a depth past the

@@ -6,17 +6,14 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
-use pmhash_pmem::{Mode, Pool, PoolOptions};
+use pmhash_pmem::Pool;
+
+mod common;
 
 fn pool() -> Pool {
     Pool::create(
         std::path::Path::new(""),
-        &PoolOptions {
-            mode: Mode::Volatile,
-            size: 1 << 20,
-            layout: "access".into(),
-            ..PoolOptions::default()
-        },
+        &common::simulated(common::MIB, 0, "access"),
     )
     .unwrap()
 }

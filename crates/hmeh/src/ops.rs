@@ -45,8 +45,8 @@ impl Hmeh {
         }
     }
 
-    /// Locks the segment that owns `h`: its header words and identity.
-    pub(crate) fn lock_owner(&self, h: u64) -> (u64, Ident) {
+    /// Locks the segment that owns `h`: its offset, identity and head.
+    pub(crate) fn lock_owner(&self, h: u64) -> (u64, Ident, &[AtomicU64; HEAD_WORDS]) {
         let home = self.geo.home(h);
         loop {
             let (d, seg) = self.locate(h);
@@ -66,7 +66,7 @@ impl Hmeh {
             };
             if let Some(id) = id {
                 if now == seg && id.owns(h) && hw[HD_RETIRED].load(Ordering::Relaxed) == 0 {
-                    return (seg, id);
+                    return (seg, id, hw);
                 }
             }
             self.lock.unlock(&hw[HD_LOCK]);
@@ -211,6 +211,55 @@ impl Hmeh {
 
     // ----- writes ----------------------------------------------------------------
 
+    /// The line and slot of `h`'s item in a locked segment, probed as a
+    /// lookup probes (the window up to the home's reach, then the stash and
+    /// the overflow chain out of line).
+    #[inline(always)]
+    fn find_locked(
+        &self,
+        seg: u64,
+        id: Ident,
+        hw: &[AtomicU64; HEAD_WORDS],
+        h: u64,
+    ) -> Option<(u64, usize)> {
+        let (hi, lo) = (h >> 32, h & 0xffff_ffff);
+        let home = self.geo.home(h);
+        let lines = self.pool.lines(seg, self.geo.lines as usize);
+        let mut b = home;
+        for _ in 0..Spill::head_reach(hw, home) {
+            if let Some(s) = Self::slot_of(&lines[1 + b as usize], hi, lo) {
+                return Some((self.geo.bucket(seg, b), s));
+            }
+            b += 1;
+            if b == self.geo.buckets {
+                b = 0;
+            }
+        }
+        let stashed = hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
+        if stashed || hw[HD_OVERFLOW].load(Ordering::Relaxed) != 0 {
+            return self.find_beyond(seg, id, h);
+        }
+        None
+    }
+
+    /// `find_locked` past the window: the stash and the overflow chain.
+    #[cold]
+    #[inline(never)]
+    fn find_beyond(&self, seg: u64, id: Ident, h: u64) -> Option<(u64, usize)> {
+        self.scan(seg, id, h, Want::Find)
+            .found
+            .map(|(slot, _, _)| (slot.line, slot.s))
+    }
+
+    /// The slot of one line that holds hash halves (`hi`, `lo`).
+    #[inline(always)]
+    fn slot_of(w: &[AtomicU64; 8], hi: u64, lo: u64) -> Option<usize> {
+        (0..SLOTS).find(|&s| {
+            w[2 * s + 1].load(Ordering::Relaxed) >> 32 == lo
+                && w[2 * s].load(Ordering::Relaxed) >> 32 == hi
+        })
+    }
+
     /// Every slot a key may occupy in a locked segment: window, stash,
     /// overflow chain. Finds the key and the first slot free for it.
     fn scan(&self, seg: u64, id: Ident, h: u64, want: Want) -> Scan {
@@ -304,8 +353,8 @@ impl Hmeh {
     /// Invalidates a slot with one 8-byte store (failure-atomic): word 0
     /// gets this segment's prefix with its top bit flipped, which no
     /// segment of the subtree takes for valid.
-    fn kill_slot(&self, id: Ident, slot: Slot) {
-        self.words(slot.line)[2 * slot.s].store(id.invalid_hi() << 32, Ordering::Release);
+    fn kill_slot(&self, id: Ident, line: u64, s: usize) {
+        self.words(line)[2 * s].store(id.invalid_hi() << 32, Ordering::Release);
     }
 
     /// Sets the spill bit when an item with hash `h` goes to a normal
@@ -330,8 +379,7 @@ impl Hmeh {
     }
 
     /// Adjusts a locked segment's item count (DRAM meaning).
-    fn count_add(&self, seg: u64, d: i64) {
-        let hw = self.head(seg);
+    fn count_add(hw: &[AtomicU64; HEAD_WORDS], d: i64) {
         let c = hw[HD_COUNT].load(Ordering::Relaxed);
         hw[HD_COUNT].store(c.wrapping_add(d as u64), Ordering::Relaxed);
     }
@@ -493,7 +541,7 @@ impl Hmeh {
             }));
         }
         loop {
-            let (seg, id) = self.lock_owner(h);
+            let (seg, id, hw) = self.lock_owner(h);
             let sc = self.scan(seg, id, h, Want::Insert);
             if sc.found.is_some() {
                 self.unlock(seg);
@@ -527,8 +575,8 @@ impl Hmeh {
                     // persist per insert, the point of cross-KV.
                     self.pool.persist_line(f.line);
                 }
-                self.count_add(seg, 1);
-                self.unlock(seg);
+                Self::count_add(hw, 1);
+                self.lock.unlock(&hw[HD_LOCK]);
                 self.len.add(1);
                 return Ok(true);
             }
@@ -566,7 +614,7 @@ impl Hmeh {
             }));
         }
         loop {
-            let (seg, id) = self.lock_owner(h);
+            let (seg, id, _) = self.lock_owner(h);
             let sc = self.scan(seg, id, h, Want::Both);
             let Some((slot, w0, w1)) = sc.found else {
                 self.unlock(seg);
@@ -604,7 +652,7 @@ impl Hmeh {
                 // both (recovery keeps one: either is allowed for an update
                 // in flight) or new only, never neither.
                 self.write_slot(id, Slot { s, ..slot }, h, value);
-                self.kill_slot(id, slot);
+                self.kill_slot(id, slot.line, slot.s);
                 if self.strict() {
                     self.pool.persist_line(slot.line);
                 }
@@ -618,7 +666,7 @@ impl Hmeh {
                 // persist: the new copy durable before the old one dies,
                 // in both modes: otherwise a crash could keep neither.
                 self.pool.persist_line(f.line);
-                self.kill_slot(id, slot);
+                self.kill_slot(id, slot.line, slot.s);
                 if self.strict() {
                     self.pool.persist_line(slot.line);
                 }
@@ -648,21 +696,20 @@ impl Hmeh {
                 true
             }));
         }
-        let (seg, id) = self.lock_owner(h);
-        let sc = self.scan(seg, id, h, Want::Find);
-        let Some((slot, _, _)) = sc.found else {
-            self.unlock(seg);
+        let (seg, id, hw) = self.lock_owner(h);
+        let Some((line, s)) = self.find_locked(seg, id, hw, h) else {
+            self.lock.unlock(&hw[HD_LOCK]);
             return Ok(false);
         };
-        self.kill_slot(id, slot);
+        self.kill_slot(id, line, s);
         // persist: one 8-byte store, failure-atomic; durable before the
         // lock is released (CRASH-PATTERNS #6).
         if self.strict() {
-            self.pool.persist_line(slot.line);
+            self.pool.persist_line(line);
         }
-        self.count_add(seg, -1);
+        Self::count_add(hw, -1);
         self.len.add(-1);
-        self.maybe_merge(seg, id);
+        self.maybe_merge(seg, id, hw);
         Ok(true)
     }
 }

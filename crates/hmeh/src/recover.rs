@@ -88,53 +88,36 @@ fn validate_chains(
 /// Calls `f(hash, w0, w1)` for every slot of segment `s` (identity `id`)
 /// and of its overflow chain that `for_each` lists ([`Hmeh::listed`]:
 /// valid, and within its search's reach), in [`Hmeh::each_valid`]'s
-/// order, applied to each block's words taken once, with no dynamic call
-/// and no division per slot: the clean open's count and the store's slot
-/// check read every slot of the table.
+/// order, with no dynamic call and no division per slot: the clean open's
+/// count and the store's slot check read every slot of the table.
 fn valid_slots(hm: &Hmeh, s: u64, id: Ident, mut f: impl FnMut(u64, u64, u64)) {
     let geo = hm.geo;
-    let per_line = (LINE / 8) as usize;
     let (spill, stash_bits) = hm.search_bits(s);
-    // One block: `normal` buckets (a slot counts in its home's probe
-    // window only, and past its home only with the home's spill bit),
-    // then stash lines (with the home's stash bit; `stash` false: an
-    // overflow block, where any slot of the segment's hashes counts).
-    let mut block = |off: u64, normal: u64, stash: bool| {
-        let words = hm.pool.words(off, (geo.lines * LINE / 8) as usize);
-        for (l, line) in words.chunks_exact(per_line).enumerate().skip(1) {
-            let bucket = l as u64 - 1;
-            for slot in 0..SLOTS {
-                let w0 = line[2 * slot].load(Ordering::Relaxed);
-                let w1 = line[2 * slot + 1].load(Ordering::Relaxed);
-                let h = decode_slot(w0, w1).0;
-                if h == 0 || !id.owns(h) {
-                    continue;
-                }
-                let home = geo.home(h);
-                if bucket < normal {
-                    // `Geometry::in_window`: home and bucket are both below
-                    // `buckets`, so the distance takes one subtraction at
-                    // most, not a division.
-                    let d = bucket + geo.buckets - home;
-                    let d = if d >= geo.buckets { d - geo.buckets } else { d };
-                    if d >= spill.reach(home) {
-                        continue;
-                    }
-                } else if stash && stash_bits & Geometry::spill_bit(home) == 0 {
-                    continue;
-                }
-                f(h, w0, w1);
-            }
+    hm.slot_words(s, |bucket, stash, w0, w1| {
+        let h = decode_slot(w0, w1).0;
+        if h == 0 || !id.owns(h) {
+            return;
         }
-    };
-    block(s, geo.buckets, true);
-    let mut ovf = hm.pool.load_u64(s + H_OVERFLOW);
-    let mut hops = 0u64;
-    while ovf != 0 && hops < 1 << 20 {
-        block(ovf, 0, false);
-        ovf = hm.pool.load_u64(ovf + H_OVERFLOW);
-        hops += 1;
-    }
+        let home = geo.home(h);
+        match bucket {
+            // A slot counts in its home's probe window only, and past
+            // its home only with the home's spill bit. `in_window`'s
+            // distance: home and bucket are both below `buckets`, so it
+            // takes one subtraction at most, not a division.
+            Some(b) => {
+                let d = b + geo.buckets - home;
+                let d = if d >= geo.buckets { d - geo.buckets } else { d };
+                if d >= spill.reach(home) {
+                    return;
+                }
+            }
+            // A stash slot with its home's stash bit; in an overflow
+            // block any slot of the segment's hashes counts.
+            None if stash && stash_bits & Geometry::spill_bit(home) == 0 => return,
+            None => {}
+        }
+        f(h, w0, w1);
+    });
 }
 
 /// The valid slots of segment `s` and its overflow chain.
@@ -148,14 +131,47 @@ impl Hmeh {
     /// Calls `f(hash, word0, word1)` for every valid item of a segment
     /// (buckets, stash, overflow chain).
     pub(crate) fn each_valid(&self, seg: u64, id: Ident, f: &mut dyn FnMut(u64, u64, u64)) {
-        self.each_slot(seg, &mut |line, s, bucket, _| {
-            let w = self.words(line);
-            let w0 = w[2 * s].load(Ordering::Relaxed);
-            let w1 = w[2 * s + 1].load(Ordering::Relaxed);
+        self.slot_words(seg, |bucket, _, w0, w1| {
             if self.valid(id, w0, w1, bucket) {
                 f(decode_slot(w0, w1).0, w0, w1);
             }
         });
+    }
+
+    /// Calls `f(bucket, stash, word0, word1)` for every slot of segment
+    /// `seg` and of its overflow chain, in `each_slot`'s order: `bucket`
+    /// is a normal bucket's number, `stash` tells the segment's stash lines
+    /// from an overflow block's (both bucket-less).
+    ///
+    /// Each block's lines are taken once (one bounds check) and `f` is
+    /// called statically: a merge reads both buddies' slots, most of them
+    /// free, and a dynamic call and a bounds check a slot (`each_slot`)
+    /// were most of a merge's instructions.
+    #[inline]
+    fn slot_words(&self, seg: u64, mut f: impl FnMut(Option<u64>, bool, u64, u64)) {
+        let n = self.geo.lines as usize;
+        // Line 0 is the header; lines 1..=`normal` are normal buckets.
+        let mut block = |off: u64, normal: u64, stash: bool| {
+            for (l, w) in (1u64..).zip(&self.pool.lines(off, n)[1..]) {
+                let bucket = (l <= normal).then(|| l - 1);
+                for s in 0..SLOTS {
+                    f(
+                        bucket,
+                        stash,
+                        w[2 * s].load(Ordering::Relaxed),
+                        w[2 * s + 1].load(Ordering::Relaxed),
+                    );
+                }
+            }
+        };
+        block(seg, self.geo.buckets, true);
+        let mut ovf = self.pool.load_u64(seg + H_OVERFLOW);
+        let mut hops = 0u64;
+        while ovf != 0 && hops < 1 << 20 {
+            block(ovf, 0, false);
+            ovf = self.pool.load_u64(ovf + H_OVERFLOW);
+            hops += 1;
+        }
     }
 
     /// Calls `f(line, slot, bucket, stash)` for every slot of a segment

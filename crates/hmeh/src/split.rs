@@ -384,9 +384,9 @@ impl Hmeh {
     }
 
     /// After a delete: merges locked `seg` with its buddy when both are
-    /// nearly empty (the inverse of a split). Releases `seg`'s lock.
-    pub(crate) fn maybe_merge(&self, seg: u64, id: Ident) {
-        let hw = self.head(seg);
+    /// nearly empty (the inverse of a split). Releases `seg`'s lock; `hw`
+    /// is its head.
+    pub(crate) fn maybe_merge(&self, seg: u64, id: Ident, hw: &[AtomicU64; HEAD_WORDS]) {
         let few = hw[HD_COUNT].load(Ordering::Relaxed) <= self.geo.slots() / 8;
         if !few
             || id.ld < 2
@@ -394,7 +394,7 @@ impl Hmeh {
             || hw[HD_OVERFLOW].load(Ordering::Relaxed) != 0
             || self.recovering.load(Ordering::Relaxed)
         {
-            self.unlock(seg);
+            self.lock.unlock(&hw[HD_LOCK]);
             return;
         }
         let bid = Ident {

@@ -1469,7 +1469,7 @@ fn failed_merge_unlocks_and_gives_back_its_new_segment() {
 
     // A split reuses the block (its init_segment takes M's lock).
     let kc = 2u64 << 62 | 5;
-    let (seg, id) = hm.lock_owner(kc);
+    let (seg, id, _) = hm.lock_owner(kc);
     hm.split(seg, id).unwrap();
     assert_eq!(tally(&hm.t.splits), 1);
     assert!(
@@ -1529,7 +1529,7 @@ fn clean_open_clears_retired_words() {
     }
     // Every key's owner can be locked (a retired flag would loop forever).
     for k in model.keys() {
-        let (seg, id) = h2.lock_owner(h2.hasher.hash(*k));
+        let (seg, id, _) = h2.lock_owner(h2.hasher.hash(*k));
         assert!(id.owns(h2.hasher.hash(*k)));
         h2.unlock(seg);
     }

@@ -5,6 +5,8 @@
 //! looks) is refused by the clean open, the file untouched, with an error
 //! that points at `pmhash check`; the same damage made after an open is
 //! not listed by `for_each`, so every key it lists is one `get` finds.
+//! The same holds for an item moved into a stash line whose home has no
+//! stash bit.
 
 #[allow(unused_imports)]
 mod common;
@@ -169,4 +171,57 @@ fn for_each_lists_only_keys_that_get_finds() {
     assert_eq!(listed.len(), b.keys.len() - 1, "every other key is listed");
     // `check` reports the slot.
     assert!(e.check().is_err(), "check reports the moved slot");
+}
+
+/// The same damage into the stash: the key with home 2 moved from its
+/// bucket to the segment's first stash line, and its home has no stash
+/// bit, so no lookup reads it there. A clean open refuses it, the file
+/// untouched; made after an open, `for_each` does not list it.
+#[test]
+fn a_slot_moved_into_the_stash_without_its_stash_bit_is_not_listed() {
+    let b = built();
+    // keys[1]'s slot is in its home bucket 2, line 3 of its segment.
+    let slot = b.at - 8;
+    let seg = (slot & !63) - 3 * 64;
+    assert_eq!(
+        word(&b.good, seg + 8) >> 48,
+        0x4853,
+        "the segment's identity word"
+    );
+    let stash = seg + (1 + BUCKETS) * 64;
+    assert!(
+        (0..8).all(|i| word(&b.good, stash + 8 * i) == 0),
+        "the stash line is empty"
+    );
+    let (w0, w1) = (word(&b.good, slot), word(&b.good, slot + 8));
+    let moves = [(slot, 0), (slot + 8, 0), (stash + 8, w1), (stash, w0)];
+    let mut bad = b.good.clone();
+    for (off, w) in moves {
+        bad[off as usize..off as usize + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    std::fs::write(&b.path, &bad).unwrap();
+    for read_only in [true, false] {
+        let msg = match tool_open(&b.path, read_only) {
+            Ok(e) => panic!(
+                "read-only {read_only}: the open accepted it: len {}",
+                e.len()
+            ),
+            Err(m) => m,
+        };
+        assert!(msg.contains("pmhash check"), "{msg}");
+        assert!(std::fs::read(&b.path).unwrap() == bad, "the file changed");
+    }
+    std::fs::write(&b.path, &b.good).unwrap();
+    let (pool, e) = open_guarded::<HmehSubject>(&b.path, false).unwrap();
+    for (off, w) in moves {
+        pool.store_u64(off, w);
+    }
+    assert_eq!(e.get(b.keys[1]), None, "no lookup reads the stash line");
+    let mut listed = Vec::new();
+    e.for_each(&mut |k, v| listed.push((k, v)));
+    assert!(
+        listed.iter().all(|&(k, v)| e.get(k) == Some(v)),
+        "every listed key is found: {listed:x?}"
+    );
+    assert_eq!(listed.len(), b.keys.len() - 1, "every other key is listed");
 }

@@ -121,6 +121,7 @@ struct Counters {
     delayed_splits: AtomicU64,
     doublings: AtomicU64,
     merges: AtomicU64,
+    merge_refusals: AtomicU64,
     overflow_blocks: AtomicU64,
     special_writes: AtomicU64,
     displacements: AtomicU64,
@@ -485,6 +486,7 @@ impl Hmeh {
         }
         Spill::expand(pw[W_SPILL].load(Ordering::Relaxed)).store(hw);
         hw[HD_RETIRED].store(0, Ordering::Relaxed);
+        hw[HD_NO_MERGE].store(0, Ordering::Relaxed);
         hw[HD_LOCK].store(0, Ordering::Release);
     }
 

@@ -392,6 +392,7 @@ impl Hmeh {
             || id.ld < 2
             || hw[HD_BACKUP].load(Ordering::Relaxed) != 0
             || hw[HD_OVERFLOW].load(Ordering::Relaxed) != 0
+            || hw[HD_NO_MERGE].load(Ordering::Relaxed) != 0
             || self.recovering.load(Ordering::Relaxed)
         {
             self.lock.unlock(&hw[HD_LOCK]);
@@ -451,6 +452,14 @@ impl Hmeh {
             pl.depth - NODE_BITS
         };
         if pl.node != pu.node || pu.start != pl.start + pl.len || mid.ld < min {
+            // Neither segment's place in the RT-directory changes while it
+            // lives (a node split moves only the splitting segment's
+            // entries; a merge makes a new segment; no node is removed), so
+            // this pair stays unmergeable: later deletes skip the attempt.
+            for s in [l, u] {
+                self.head(s)[HD_NO_MERGE].store(1, Ordering::Relaxed);
+            }
+            self.t.merge_refusals.fetch_add(1, Ordering::Relaxed);
             return Err(Error::InvalidArgument("not mergeable here".into()));
         }
         let first = pl.entry(pl.start);

@@ -26,6 +26,9 @@ engine::tallies! {
         doublings: u64 => "doublings",
         /// Segment merges.
         merges: u64 => "merges",
+        /// Merges refused for where the two buddies sit in the
+        /// RT-directory; each segment is refused once, then remembers it.
+        merge_refusals: u64 => "merge refusals",
         /// Overflow blocks chained at the depth cap.
         overflow_blocks: u64 => "overflow blocks",
         /// RT-node backups made (relaxed durability).
@@ -74,6 +77,7 @@ impl Hmeh {
             delayed_splits: c(&self.t.delayed_splits),
             doublings: c(&self.t.doublings),
             merges: c(&self.t.merges),
+            merge_refusals: c(&self.t.merge_refusals),
             overflow_blocks: c(&self.t.overflow_blocks),
             backups_made: c(&self.t.backups_made),
             backups_merged: c(&self.t.backups_merged),

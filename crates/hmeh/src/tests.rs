@@ -1601,3 +1601,48 @@ fn most_homes_of_a_grown_table_read_one_bucket() {
     );
     hm.check().unwrap();
 }
+
+/// A merge refused for where the buddies sit in the RT-directory is not
+/// tried again by later deletes in either segment: draining a grown table
+/// refuses at most once per segment that ever lived, where trying on every
+/// delete into a nearly empty segment refused thousands of times, and the
+/// drain still merges.
+#[test]
+fn a_refused_merge_is_not_tried_again() {
+    let pool = Arc::new(
+        Pool::create(
+            Path::new(""),
+            &PoolOptions {
+                mode: Mode::Volatile,
+                size: 16 * MIB,
+                max_size: 512 * MIB,
+                layout: LAYOUT.into(),
+                ..PoolOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let mut cfg = ecfg(Durability::Strict);
+    cfg.initial_capacity = 1024;
+    let hm = Hmeh::create(pool, &cfg).unwrap();
+    let first = hm.tallies().segments;
+    let mut rng = Rng(6);
+    let keys: Vec<u64> = (0..100_000).map(|_| rng.next()).collect();
+    for &k in &keys {
+        hm.insert(k, 1).unwrap();
+    }
+    for &k in &keys {
+        assert!(hm.remove(k).unwrap());
+    }
+    let t = hm.tallies();
+    let lived = first + 2 * t.splits + t.merges;
+    assert!(t.merges > 0, "the drain merged nothing: {t:?}");
+    assert!(t.merge_refusals > 0, "no merge was refused: {t:?}");
+    assert!(
+        t.merge_refusals <= lived,
+        "{} refusals for {lived} segments that lived",
+        t.merge_refusals
+    );
+    assert_eq!(hm.len(), 0);
+    hm.check().unwrap();
+}

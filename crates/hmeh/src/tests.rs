@@ -1543,15 +1543,9 @@ fn clean_open_clears_retired_words() {
     h2.check().unwrap();
 }
 
-/// A negative lookup reads past its home bucket only where the home's
-/// spill planes say an item of it may sit there (`head::Spill::reach`).
-/// After a table grows from empty to 300K keys, most homes must read one
-/// bucket and every item must be within its home's reach. Before the
-/// per-home planes and the compacting split, one spill bit stood for
-/// ~4 homes and splits kept every item's position: about 5% of homes
-/// read one bucket.
-#[test]
-fn most_homes_of_a_grown_table_read_one_bucket() {
+/// A strict table on a volatile pool, sized for 1,024 keys, that grows
+/// as it is filled (to at most 512 MiB).
+fn growing_volatile() -> Hmeh {
     let pool = Arc::new(
         Pool::create(
             Path::new(""),
@@ -1567,7 +1561,19 @@ fn most_homes_of_a_grown_table_read_one_bucket() {
     );
     let mut cfg = ecfg(Durability::Strict);
     cfg.initial_capacity = 1024;
-    let hm = Hmeh::create(pool, &cfg).unwrap();
+    Hmeh::create(pool, &cfg).unwrap()
+}
+
+/// A negative lookup reads past its home bucket only where the home's
+/// spill planes say an item of it may sit there (`head::Spill::reach`).
+/// After a table grows from empty to 300K keys, most homes must read one
+/// bucket and every item must be within its home's reach. Before the
+/// per-home planes and the compacting split, one spill bit stood for
+/// ~4 homes and splits kept every item's position: about 5% of homes
+/// read one bucket.
+#[test]
+fn most_homes_of_a_grown_table_read_one_bucket() {
+    let hm = growing_volatile();
     let mut rng = Rng(5);
     for _ in 0..300_000 {
         hm.insert(rng.next(), 1).unwrap();
@@ -1609,22 +1615,7 @@ fn most_homes_of_a_grown_table_read_one_bucket() {
 /// drain still merges.
 #[test]
 fn a_refused_merge_is_not_tried_again() {
-    let pool = Arc::new(
-        Pool::create(
-            Path::new(""),
-            &PoolOptions {
-                mode: Mode::Volatile,
-                size: 16 * MIB,
-                max_size: 512 * MIB,
-                layout: LAYOUT.into(),
-                ..PoolOptions::default()
-            },
-        )
-        .unwrap(),
-    );
-    let mut cfg = ecfg(Durability::Strict);
-    cfg.initial_capacity = 1024;
-    let hm = Hmeh::create(pool, &cfg).unwrap();
+    let hm = growing_volatile();
     let first = hm.tallies().segments;
     let mut rng = Rng(6);
     let keys: Vec<u64> = (0..100_000).map(|_| rng.next()).collect();

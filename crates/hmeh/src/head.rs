@@ -45,9 +45,11 @@ pub(crate) const HD_BACKUP: usize = 9;
 pub(crate) const HD_RETIRED: usize = 10;
 /// Four words of spill plane B (see [`Spill`]).
 pub(crate) const HD_SPILL_FAR: usize = 11;
-/// Nonzero once a merge with the buddy was refused for where the two sit
-/// in the RT-directory (`Hmeh::merge`): that does not change while the
-/// segment lives, so later deletes do not try again.
+/// The identity (`Ident::encode`, never 0) under which a merge with the
+/// buddy was refused for where the two sit in the RT-directory
+/// (`Hmeh::merge`): that does not change while both keep their
+/// identities, so later deletes do not try again. A split gives the
+/// segment a new identity, which voids the word.
 pub(crate) const HD_NO_MERGE: usize = 15;
 pub(crate) const HEAD_WORDS: usize = 16;
 

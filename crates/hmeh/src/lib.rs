@@ -471,7 +471,7 @@ impl Hmeh {
     }
 
     /// Fills segment `seg`'s head from its PM header (at open and create):
-    /// lock free, not retired.
+    /// lock free, not retired, no merge refused.
     pub(crate) fn load_head(&self, seg: u64) {
         let hw = self.head(seg);
         let pw = self.words(seg);

@@ -392,7 +392,7 @@ impl Hmeh {
             || id.ld < 2
             || hw[HD_BACKUP].load(Ordering::Relaxed) != 0
             || hw[HD_OVERFLOW].load(Ordering::Relaxed) != 0
-            || hw[HD_NO_MERGE].load(Ordering::Relaxed) != 0
+            || Self::merge_refused(hw, id)
             || self.recovering.load(Ordering::Relaxed)
         {
             self.lock.unlock(&hw[HD_LOCK]);
@@ -432,6 +432,12 @@ impl Hmeh {
         }
     }
 
+    /// Whether a merge of the segment with head `hw` and identity `id` was
+    /// refused for where it sits in the RT-directory (`HD_NO_MERGE`).
+    pub(crate) fn merge_refused(hw: &[AtomicU64; HEAD_WORDS], id: Ident) -> bool {
+        hw[HD_NO_MERGE].load(Ordering::Relaxed) == id.encode()
+    }
+
     /// Merges two locked buddies into a new segment; `Err` (nothing
     /// changed) when they cannot be merged. Releases both locks on success.
     fn merge(&self, a: u64, aid: Ident, b: u64, bid: Ident) -> Result<()> {
@@ -452,12 +458,15 @@ impl Hmeh {
             pl.depth - NODE_BITS
         };
         if pl.node != pu.node || pu.start != pl.start + pl.len || mid.ld < min {
-            // Neither segment's place in the RT-directory changes while it
-            // lives (a node split moves only the splitting segment's
-            // entries; a merge makes a new segment; no node is removed), so
-            // this pair stays unmergeable: later deletes skip the attempt.
-            for s in [l, u] {
-                self.head(s)[HD_NO_MERGE].store(1, Ordering::Relaxed);
+            // A segment's place in the RT-directory follows from its
+            // identity and the tree, which only grows (a node split moves
+            // only the splitting segment's entries; a merge makes a new
+            // segment; no node is removed), so this pair stays
+            // unmergeable while both keep their identities: later deletes
+            // skip the attempt. A split changes the identity and so voids
+            // the mark.
+            for (s, id) in [(l, lid), (u, uid)] {
+                self.head(s)[HD_NO_MERGE].store(id.encode(), Ordering::Relaxed);
             }
             self.t.merge_refusals.fetch_add(1, Ordering::Relaxed);
             return Err(Error::InvalidArgument("not mergeable here".into()));

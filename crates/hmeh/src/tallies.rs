@@ -27,7 +27,8 @@ engine::tallies! {
         /// Segment merges.
         merges: u64 => "merges",
         /// Merges refused for where the two buddies sit in the
-        /// RT-directory; each segment is refused once, then remembers it.
+        /// RT-directory; a segment is refused once under each identity,
+        /// then remembers it.
         merge_refusals: u64 => "merge refusals",
         /// Overflow blocks chained at the depth cap.
         overflow_blocks: u64 => "overflow blocks",

@@ -1637,3 +1637,27 @@ fn a_refused_merge_is_not_tried_again() {
     assert_eq!(hm.len(), 0);
     hm.check().unwrap();
 }
+
+/// A merge refusal is remembered under the identity it was made for: the
+/// refused segment skips later attempts, and once it splits (a new
+/// identity, a new buddy, a new place in the RT-directory) it tries again.
+#[test]
+fn a_merge_refusal_ends_when_the_segment_splits() {
+    let hm = growing_volatile();
+    let mut rng = Rng(7);
+    for _ in 0..20_000 {
+        hm.insert(rng.next(), 1).unwrap();
+    }
+    let h = hm.hasher.hash(rng.next());
+    let (seg, id, hw) = hm.lock_owner(h);
+    hw[HD_NO_MERGE].store(id.encode(), Ordering::Relaxed);
+    assert!(Hmeh::merge_refused(hw, id), "refused under its identity");
+    hm.split(seg, id).unwrap();
+    let now = Ident::decode(hm.head(seg)[HD_IDENT].load(Ordering::Relaxed)).unwrap();
+    assert_eq!(now.ld, id.ld + 1, "the segment kept the lower half");
+    assert!(
+        !Hmeh::merge_refused(hm.head(seg), now),
+        "a refusal made under {id:?} holds for {now:?}"
+    );
+    hm.check().unwrap();
+}

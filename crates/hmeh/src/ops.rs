@@ -211,9 +211,9 @@ impl Hmeh {
 
     // ----- writes ----------------------------------------------------------------
 
-    /// The line and slot of `h`'s item in a locked segment, probed as a
-    /// lookup probes (the window up to the home's reach, then the stash and
-    /// the overflow chain out of line).
+    /// The slot of `h`'s item in a locked segment, probed as a lookup
+    /// probes (the window up to the home's reach, then the stash and the
+    /// overflow chain out of line).
     #[inline(always)]
     fn find_locked(
         &self,
@@ -221,14 +221,19 @@ impl Hmeh {
         id: Ident,
         hw: &[AtomicU64; HEAD_WORDS],
         h: u64,
-    ) -> Option<(u64, usize)> {
+    ) -> Option<Slot> {
         let (hi, lo) = (h >> 32, h & 0xffff_ffff);
         let home = self.geo.home(h);
         let lines = self.pool.lines(seg, self.geo.lines as usize);
         let mut b = home;
         for _ in 0..Spill::head_reach(hw, home) {
             if let Some(s) = Self::slot_of(&lines[1 + b as usize], hi, lo) {
-                return Some((self.geo.bucket(seg, b), s));
+                return Some(Slot {
+                    line: self.geo.bucket(seg, b),
+                    s,
+                    bucket: Some(b),
+                    stash: false,
+                });
             }
             b += 1;
             if b == self.geo.buckets {
@@ -245,10 +250,10 @@ impl Hmeh {
     /// `find_locked` past the window: the stash and the overflow chain.
     #[cold]
     #[inline(never)]
-    fn find_beyond(&self, seg: u64, id: Ident, h: u64) -> Option<(u64, usize)> {
+    fn find_beyond(&self, seg: u64, id: Ident, h: u64) -> Option<Slot> {
         self.scan(seg, id, h, Want::Find)
             .found
-            .map(|(slot, _, _)| (slot.line, slot.s))
+            .map(|(slot, _, _)| slot)
     }
 
     /// The slot of one line that holds hash halves (`hi`, `lo`).
@@ -353,8 +358,8 @@ impl Hmeh {
     /// Invalidates a slot with one 8-byte store (failure-atomic): word 0
     /// gets this segment's prefix with its top bit flipped, which no
     /// segment of the subtree takes for valid.
-    fn kill_slot(&self, id: Ident, line: u64, s: usize) {
-        self.words(line)[2 * s].store(id.invalid_hi() << 32, Ordering::Release);
+    fn kill_slot(&self, id: Ident, slot: Slot) {
+        self.words(slot.line)[2 * slot.s].store(id.invalid_hi() << 32, Ordering::Release);
     }
 
     /// Sets the spill bit when an item with hash `h` goes to a normal
@@ -614,14 +619,17 @@ impl Hmeh {
             }));
         }
         loop {
-            let (seg, id, _) = self.lock_owner(h);
-            let sc = self.scan(seg, id, h, Want::Both);
-            let Some((slot, w0, w1)) = sc.found else {
-                self.unlock(seg);
+            let (seg, id, hw) = self.lock_owner(h);
+            let Some(slot) = self.find_locked(seg, id, hw, h) else {
+                self.lock.unlock(&hw[HD_LOCK]);
                 return Ok(false);
             };
             let (n0, n1) = encode_slot(h, value);
             let w = self.words(slot.line);
+            let (w0, w1) = (
+                w[2 * slot.s].load(Ordering::Relaxed),
+                w[2 * slot.s + 1].load(Ordering::Relaxed),
+            );
             if n0 == w0 || n1 == w1 {
                 // One value half changes: one 8-byte store, failure-atomic.
                 if n0 == w0 {
@@ -634,7 +642,7 @@ impl Hmeh {
                     self.pool.persist_line(slot.line);
                 }
                 self.t.inplace_updates.fetch_add(1, Ordering::Relaxed);
-                self.unlock(seg);
+                self.lock.unlock(&hw[HD_LOCK]);
                 return Ok(true);
             }
             let same_line = (0..SLOTS).find(|&s| {
@@ -652,26 +660,27 @@ impl Hmeh {
                 // both (recovery keeps one: either is allowed for an update
                 // in flight) or new only, never neither.
                 self.write_slot(id, Slot { s, ..slot }, h, value);
-                self.kill_slot(id, slot.line, slot.s);
+                self.kill_slot(id, slot);
                 if self.strict() {
                     self.pool.persist_line(slot.line);
                 }
                 self.t.line_updates.fetch_add(1, Ordering::Relaxed);
-                self.unlock(seg);
+                self.lock.unlock(&hw[HD_LOCK]);
                 return Ok(true);
             }
-            if let Some(f) = sc.free {
+            // A slot elsewhere: the full scan, for the first free one.
+            if let Some(f) = self.scan(seg, id, h, Want::Both).free {
                 self.mark_spill(seg, f, h);
                 self.write_slot(id, f, h, value);
                 // persist: the new copy durable before the old one dies,
                 // in both modes: otherwise a crash could keep neither.
                 self.pool.persist_line(f.line);
-                self.kill_slot(id, slot.line, slot.s);
+                self.kill_slot(id, slot);
                 if self.strict() {
                     self.pool.persist_line(slot.line);
                 }
                 self.t.cross_updates.fetch_add(1, Ordering::Relaxed);
-                self.unlock(seg);
+                self.lock.unlock(&hw[HD_LOCK]);
                 return Ok(true);
             }
             self.grow(seg, id)?;
@@ -697,15 +706,15 @@ impl Hmeh {
             }));
         }
         let (seg, id, hw) = self.lock_owner(h);
-        let Some((line, s)) = self.find_locked(seg, id, hw, h) else {
+        let Some(slot) = self.find_locked(seg, id, hw, h) else {
             self.lock.unlock(&hw[HD_LOCK]);
             return Ok(false);
         };
-        self.kill_slot(id, line, s);
+        self.kill_slot(id, slot);
         // persist: one 8-byte store, failure-atomic; durable before the
         // lock is released (CRASH-PATTERNS #6).
         if self.strict() {
-            self.pool.persist_line(line);
+            self.pool.persist_line(slot.line);
         }
         Self::count_add(hw, -1);
         self.len.add(-1);

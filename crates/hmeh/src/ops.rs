@@ -242,7 +242,7 @@ impl Hmeh {
         }
         let stashed = hw[HD_STASH].load(Ordering::Relaxed) & Geometry::spill_bit(home) != 0;
         if stashed || hw[HD_OVERFLOW].load(Ordering::Relaxed) != 0 {
-            return self.find_beyond(seg, id, h);
+            return self.find_beyond(seg, id, hw, h);
         }
         None
     }
@@ -250,8 +250,14 @@ impl Hmeh {
     /// `find_locked` past the window: the stash and the overflow chain.
     #[cold]
     #[inline(never)]
-    fn find_beyond(&self, seg: u64, id: Ident, h: u64) -> Option<Slot> {
-        self.scan(seg, id, h, Want::Find)
+    fn find_beyond(
+        &self,
+        seg: u64,
+        id: Ident,
+        hw: &[AtomicU64; HEAD_WORDS],
+        h: u64,
+    ) -> Option<Slot> {
+        self.scan(seg, id, hw, h, Want::Find)
             .found
             .map(|(slot, _, _)| slot)
     }
@@ -266,8 +272,9 @@ impl Hmeh {
     }
 
     /// Every slot a key may occupy in a locked segment: window, stash,
-    /// overflow chain. Finds the key and the first slot free for it.
-    fn scan(&self, seg: u64, id: Ident, h: u64, want: Want) -> Scan {
+    /// overflow chain. Finds the key and the first slot free for it; `hw`
+    /// is the segment's head.
+    fn scan(&self, seg: u64, id: Ident, hw: &[AtomicU64; HEAD_WORDS], h: u64, want: Want) -> Scan {
         let want_free = want != Want::Find;
         let (hi, lo) = (h >> 32, h & 0xffff_ffff);
         let home = self.geo.home(h);
@@ -296,7 +303,6 @@ impl Hmeh {
             }
             out.found.is_some() && (want != Want::Both || out.free.is_some())
         };
-        let hw = self.head(seg);
         let reach = Spill::head_reach(hw, home);
         for j in 0..PROBE {
             // Past the home bucket only a spilled key, or a free slot we
@@ -365,11 +371,10 @@ impl Hmeh {
     /// Sets the spill bit when an item with hash `h` goes to a normal
     /// bucket other than its home, the stash bit when it goes to the stash
     /// (the writer holds the lock; before the item is written, so a reader
-    /// that sees the item sees the bit).
+    /// that sees the item sees the bit). `hw` is the segment's head.
     #[inline]
-    fn mark_spill(&self, seg: u64, slot: Slot, h: u64) {
+    fn mark_spill(&self, hw: &[AtomicU64; HEAD_WORDS], slot: Slot, h: u64) {
         let home = self.geo.home(h);
-        let hw = self.head(seg);
         match slot.bucket {
             Some(b) if b != home => Spill::head_set(hw, home, self.geo.dist(home, b)),
             None if slot.stash => {
@@ -512,7 +517,7 @@ impl Hmeh {
                 w[2 * ps].load(Ordering::Relaxed),
                 w[2 * ps + 1].load(Ordering::Relaxed),
             );
-            self.mark_spill(seg, to, hx);
+            self.mark_spill(self.head(seg), to, hx);
             self.write_slot(id, to, hx, vx);
             self.pool.persist_line(to.line);
             self.t.displacements.fetch_add(1, Ordering::Relaxed);
@@ -547,9 +552,9 @@ impl Hmeh {
         }
         loop {
             let (seg, id, hw) = self.lock_owner(h);
-            let sc = self.scan(seg, id, h, Want::Insert);
+            let sc = self.scan(seg, id, hw, h, Want::Insert);
             if sc.found.is_some() {
-                self.unlock(seg);
+                self.lock.unlock(&hw[HD_LOCK]);
                 return Ok(false);
             }
             // Window, then a displacement chain (breadth first, up to 16
@@ -572,7 +577,7 @@ impl Hmeh {
                     .or_else(|| self.displace(seg, id, home, true)),
             };
             if let Some(f) = free {
-                self.mark_spill(seg, f, h);
+                self.mark_spill(hw, f, h);
                 self.write_slot(id, f, h, value);
                 if self.strict() {
                     // persist: the slot's line before the lock is released
@@ -669,8 +674,8 @@ impl Hmeh {
                 return Ok(true);
             }
             // A slot elsewhere: the full scan, for the first free one.
-            if let Some(f) = self.scan(seg, id, h, Want::Both).free {
-                self.mark_spill(seg, f, h);
+            if let Some(f) = self.scan(seg, id, hw, h, Want::Both).free {
+                self.mark_spill(hw, f, h);
                 self.write_slot(id, f, h, value);
                 // persist: the new copy durable before the old one dies,
                 // in both modes: otherwise a crash could keep neither.

@@ -29,6 +29,7 @@ impl Rophi {
             filter_expected_fpr: Fixed(f.expected_fpr()),
             filter_bytes: f.bytes(),
             filter_growths: c(&self.t.filter_growths),
+            filter_refreshes: c(&self.t.filter_refreshes),
             filter_full_on_insert: c(&self.t.filter_full),
             filter_build_ms: ms(&self.t.filter_build_us),
             filter_build_threads: c(&self.t.filter_build_threads),

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use engine::cuckoo::CuckooFilter;
+use engine::cuckoo::{CuckooFilter, MAX_LOAD};
 use engine::{Error, Result};
 use pmem::{Link, Pool};
 
@@ -211,13 +211,20 @@ impl Rophi {
         f
     }
 
-    /// Doubles the filter, rebuilt from PM, if it is still the one of
-    /// `seen` buckets (a failed insert saw it full) or over its load.
+    /// Rebuilds the filter from PM if it is still the one of `seen`
+    /// buckets (a failed insert saw its key's pair full: doubled) or over
+    /// its load. Over its load, it is rebuilt at the same size while the
+    /// stored keys would fill at most half of it (the rest of its load is
+    /// deleted keys' fingerprints, which the rebuild drops) and it has a
+    /// slot per head bucket, and doubled otherwise. So at least 45% of
+    /// its slots in inserts, and as many as the table's heads, separate
+    /// two rebuilds: a rebuild's walk of the table (every head, which
+    /// deletes never shrink) is paid for by them.
     pub(crate) fn grow_filter(&self, seen: Option<usize>) -> Result<()> {
         let start = Instant::now();
         let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
         let _closed = self.gate.close();
-        let (buckets, seed) = {
+        let (buckets, seed, double) = {
             let f = self.filter.get();
             let due = match seen {
                 Some(b) => f.buckets() == b,
@@ -226,11 +233,21 @@ impl Rophi {
             if !due {
                 return Ok(());
             }
-            (f.buckets(), f.seed())
+            // Exact: every writer is held out.
+            let stored = self.len.get().max(0) as f64;
+            let double = seen.is_some()
+                || stored > MAX_LOAD / 2.0 * f.slots() as f64
+                || f.slots() < self.table().heads();
+            (f.buckets(), f.seed(), double)
         };
-        let nf = self.build_filter(self.table(), buckets * 2, seed);
+        let nb = if double { buckets * 2 } else { buckets };
+        let nf = self.build_filter(self.table(), nb, seed);
         self.filter.replace(nf);
-        self.t.filter_growths.fetch_add(1, Ordering::Relaxed);
+        if double {
+            self.t.filter_growths.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.t.filter_refreshes.fetch_add(1, Ordering::Relaxed);
+        }
         self.t.structural.record(start);
         Ok(())
     }

@@ -61,10 +61,11 @@ pub fn spec() -> EngineSpec {
 #[derive(Default)]
 pub(crate) struct Counters {
     pub resizes: AtomicU64,
-    /// Head-array doublings and filter doublings (each a rebuild), and
-    /// the time spent in them (`Stats::structural_*`).
+    /// Head-array doublings and filter rebuilds, and the time spent in
+    /// them (`Stats::structural_*`).
     pub structural: engine::StructuralClock,
     pub filter_growths: AtomicU64,
+    pub filter_refreshes: AtomicU64,
     pub filter_full: AtomicU64,
     pub chain_inserts: AtomicU64,
     pub slabs_added: AtomicU64,
@@ -101,6 +102,9 @@ engine::tallies! {
         filter_bytes: u64 => "filter bytes",
         /// Filter doublings.
         filter_growths: u64 => "filter growths",
+        /// Filter rebuilds at the same size, which drop deleted keys'
+        /// fingerprints.
+        filter_refreshes: u64 => "filter refreshes",
         /// Inserts that found the filter full.
         filter_full_on_insert: u64 => "filter full on insert",
         /// Milliseconds spent building the filter.
@@ -145,26 +149,12 @@ pub struct Rophi {
     pub(crate) slab_total: AtomicU64,
     /// After a resize failed for room, the count at which to try again.
     pub(crate) resize_retry_at: AtomicU64,
+    /// The DRAM filter: a fingerprint of every stored key, and of keys
+    /// deleted since it was last rebuilt from PM (deletes leave theirs).
     pub(crate) filter: FilterCell,
-    /// Per thread index (`engine::sync::thread_index`), the fingerprint
-    /// its last delete left in the filter (`Rophi::settle`).
-    pub(crate) unremoved: Box<[Unremoved]>,
     pub(crate) len: Counter,
     pub(crate) closed: AtomicBool,
     pub(crate) t: Counters,
-}
-
-/// A deleted key's fingerprint left in the filter for the next insert or
-/// delete of the thread that holds this slot's index (`Rophi::settle`).
-/// Only that thread reads or writes the slot; a thread that takes the
-/// index over after an exit is ordered after the exited one by the
-/// index's claim.
-#[repr(align(64))]
-#[derive(Default)]
-pub(crate) struct Unremoved {
-    /// The filter's `CuckooFilter::id`, 0 for none.
-    pub filter: AtomicU64,
-    pub key: AtomicU64,
 }
 
 pub(crate) fn corrupt(m: impl Into<String>) -> Error {
@@ -276,9 +266,6 @@ impl Rophi {
             slab_total: AtomicU64::new(0),
             resize_retry_at: AtomicU64::new(0),
             filter: FilterCell::new(filter),
-            unremoved: (0..engine::sync::OWNED)
-                .map(|_| Unremoved::default())
-                .collect(),
             len: Counter::default(),
             closed: AtomicBool::new(false),
             t: Counters::default(),

@@ -11,11 +11,10 @@
 
 use std::sync::atomic::{fence, Ordering};
 
-use engine::cuckoo::CuckooFilter;
 use engine::{hits, Result};
 
 use crate::layout::*;
-use crate::{Rophi, Unremoved};
+use crate::Rophi;
 
 /// Batch width of [`Rophi::get_many`]: keys whose misses overlap.
 const BATCH: usize = 16;
@@ -213,27 +212,31 @@ impl Rophi {
             let f = self.filter.get();
             let p = f.probe(key);
             f.prefetch(&p);
-            self.settle(&f);
             let region = self.lock_region(bn);
             // The uniqueness check runs under the region lock (the paper
             // runs it before locking: two inserts of one key could both
             // pass). A writer of this key puts it in the filter before it
-            // releases the region, and takes it out only after its delete
-            // persisted, so here the filter has no false negatives, and a
-            // filter miss skips the PM key compare.
+            // releases the region, and nothing but a rebuild from PM takes
+            // a fingerprint out, so here the filter has no false negatives,
+            // and a filter miss skips the PM key compare.
             let maybe = f.contains_probe(&p);
             let s = self.scan(head, key, maybe);
             if s.hit.is_some() {
                 return Ok(false);
             }
-            // The fingerprint goes into the filter before the pair into PM.
-            // A filter insert is a locked instruction: after the pair's
+            // The fingerprint goes into the filter before the pair into PM,
+            // unless a copy of it is in the key's bucket pair already (a
+            // deleted key's, or another key's with the same fingerprint and
+            // pair): copies leave only when the filter is rebuilt from PM,
+            // which puts every stored key back, so that copy covers this
+            // key too, and a key deleted and put back adds nothing. A
+            // filter insert is a locked instruction: after the pair's
             // persist it would wait for the line's write-back, before it it
             // waits for nothing (the write-back then overlaps this thread's
             // next operation). No reader reaches the pair early: one that
             // the fingerprint sends to PM walks the chain under this
             // region's version, odd until the pair is durable.
-            if f.insert(key).is_err() {
+            if !maybe && f.insert(key).is_err() {
                 // The filter found no room: grow it and start over.
                 self.t.filter_full.fetch_add(1, Ordering::Relaxed);
                 if grown {
@@ -268,16 +271,12 @@ impl Rophi {
                     self.pool.persist_line(slot.0);
                 }
                 None => {
-                    let nb = match self.take_bucket(t) {
-                        Ok(nb) => nb,
-                        Err(e) => {
-                            // Nothing of the key reached PM: its
-                            // fingerprint leaves the filter again.
-                            let removed = f.remove_probe(&p);
-                            debug_assert!(removed, "the filter lost a fingerprint just put in");
-                            return Err(e);
-                        }
-                    };
+                    // Nothing of the key reaches PM on an error: a copy of
+                    // its fingerprint put in above stays, a false positive
+                    // until the next rebuild (another key with the same
+                    // fingerprint and pair may have found it since and
+                    // relied on it).
+                    let nb = self.take_bucket(t)?;
                     let w = self.pool.words(nb, 8);
                     w[w_key(0)].store(key, Ordering::Relaxed);
                     w[w_val(0)].store(value, Ordering::Relaxed);
@@ -350,23 +349,15 @@ impl Rophi {
         let t = self.table();
         let bn = t.bucket_of(h);
         self.pool.prefetch(t.head(bn));
-        let f = self.filter.get();
-        let p = f.probe(key);
-        if hits::in_run() {
-            // In a run of hits (see `get_key`) the key is looked for in PM
-            // straight away: its filter buckets load meanwhile, for the
-            // removal below.
-            f.prefetch(&p);
-        } else if !f.contains_probe(&p) {
-            // A filter miss answers without touching PM.
+        // In a run of hits (see `get_key`) the key is looked for in PM
+        // straight away; otherwise a filter miss answers without touching
+        // PM.
+        if !hits::in_run() && !self.filter.get().contains(key) {
             hits::record(false);
             return Ok(false);
         }
-        self.settle(&f);
         let region = self.lock_region(bn);
         let Some((b, i)) = self.scan(t.head(bn), key, true).hit else {
-            // Not in PM (a false positive of the filter, or no filter
-            // asked): a fingerprint there is another key's and must stay.
             hits::record(false);
             return Ok(false);
         };
@@ -375,75 +366,14 @@ impl Rophi {
         let tok = w[W_TOKENS].load(Ordering::Relaxed);
         w[W_TOKENS].store(tok & !token(i), Ordering::Release);
         // persist: the token (lazy deletion: the pair's bytes stay) before
-        // the call returns, and before the fingerprint leaves the filter
-        // (a reader that the filter turns away must not miss a key a crash
-        // could bring back). The fingerprint leaves at this thread's next
-        // insert or delete on this table (`settle`), not here: its removal
-        // is a locked instruction, which right after the persist would
-        // wait for the line's write-back; there the wait overlaps that
-        // operation's first misses.
+        // the call returns. The key's fingerprint stays in the filter, a
+        // false positive for it (and cover for a re-insert) until the
+        // filter is next rebuilt from PM (`grow_filter`): taking it out
+        // would be a locked instruction and its bucket lines on every
+        // delete (`docs/engines/rophi.md`, "Delete").
         self.pool.persist_line(b);
-        match self.unremoved_slot() {
-            Some(u) => {
-                // Empty: `settle` above emptied it.
-                u.key.store(key, Ordering::Relaxed);
-                u.filter.store(f.id(), Ordering::Relaxed);
-            }
-            None => {
-                // Past the 63rd live thread: no slot, removed now.
-                let removed = f.remove_probe(&p);
-                debug_assert!(removed, "the filter lacked a key that PM held");
-            }
-        }
         drop(region);
         self.len.add(-1);
         Ok(true)
-    }
-
-    /// Fingerprints in `f` of deleted keys whose removal waits in a slot
-    /// (`settle`): what `check` subtracts from the filter's count. Exact
-    /// while no writer runs.
-    pub(crate) fn stale(&self, f: &CuckooFilter) -> u64 {
-        let id = f.id();
-        self.unremoved
-            .iter()
-            .filter(|u| u.filter.load(Ordering::Relaxed) == id)
-            .count() as u64
-    }
-
-    /// This thread's slot of [`Rophi::unremoved`]; none past the 63rd live
-    /// thread.
-    #[inline]
-    fn unremoved_slot(&self) -> Option<&Unremoved> {
-        self.unremoved.get(engine::sync::thread_index())
-    }
-
-    /// Takes out of `f` the fingerprint that the last delete of this
-    /// thread's slot left in it. A fingerprint left behind is only a false
-    /// positive: a lookup it sends to PM finds no key there. It waits for
-    /// the slot's next insert, or next delete that the filter does not
-    /// turn away, on this table (a thread that exits hands its slot, and
-    /// the removal, to the next thread given its index), so each filter
-    /// holds at most one per slot. One whose filter was rebuilt from PM
-    /// since (a growth, or an open) is dropped: the new filter lacks it.
-    /// [`stale`](Self::stale) counts them. The removal
-    /// finds a copy: every present key, and every key whose removal
-    /// waits, has its own copy of its fingerprint in its bucket pair
-    /// (unless the filter is saturated, when every lookup answers
-    /// "maybe" anyway).
-    #[inline]
-    fn settle(&self, f: &CuckooFilter) {
-        let Some(u) = self.unremoved_slot() else {
-            return;
-        };
-        let id = u.filter.load(Ordering::Relaxed);
-        if id == 0 {
-            return;
-        }
-        u.filter.store(0, Ordering::Relaxed);
-        if id == f.id() {
-            let removed = f.remove(u.key.load(Ordering::Relaxed));
-            debug_assert!(removed, "the filter lacked a deleted key's fingerprint");
-        }
     }
 }

@@ -394,8 +394,10 @@ fn build_handle(pool: &Arc<Pool>, cfg: &EngineConfig, root: u64, v: Validated) -
 }
 
 /// Read-only walk of the whole table: pairs well formed, no key twice,
-/// every key in the filter and no other fingerprint but the stale ones,
-/// the count right, and the bytes reachable.
+/// every key in the filter (which may hold more: deleted keys'
+/// fingerprints stay until it is rebuilt, and keys with the same
+/// fingerprint and bucket pair share a copy), the count right, and the
+/// bytes reachable.
 pub(crate) fn check(rp: &Rophi) -> Result<CheckReport> {
     let _m = rp.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
     let pool = &*rp.pool;
@@ -449,15 +451,6 @@ pub(crate) fn check(rp: &Rophi) -> Result<CheckReport> {
             }
             b = w[W_NEXT].load(Ordering::Relaxed);
         }
-    }
-    // Deleted keys whose fingerprints wait for their deleters' next
-    // writes (`Rophi::settle`) are counted apart.
-    let stale = rp.stale(&f);
-    if f.len().wrapping_sub(stale) != n {
-        return Err(corrupt(format!(
-            "the filter holds {} fingerprints ({stale} of deleted keys) for {n} keys",
-            f.len()
-        )));
     }
     if rp.len.get() != n as i64 {
         return Err(corrupt(format!(

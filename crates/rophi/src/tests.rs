@@ -1,6 +1,6 @@
 //! White-box tests: the run-of-hits mode of the get path, which skips
-//! the filter, checked against exact answers; the deferred removal of a
-//! deleted key's fingerprint.
+//! the filter, checked against exact answers; deleted keys'
+//! fingerprints, left in the filter until a rebuild drops them.
 
 use super::*;
 use engine::testkit::{mem_pool, strict_config, test_pool_options};
@@ -25,19 +25,20 @@ fn a_run_of_hits_skips_the_filter_and_every_answer_stays_exact() {
     // Without the filter: absent, removed, updated and re-inserted
     // keys all answer from PM exactly.
     assert_eq!(t.get_key(3 * 5 + 1), None);
-    // Removes in the run ask PM first; the fingerprint leaves the
-    // filter only for a key that was there (at this thread's next write).
+    // Removes in the run ask PM first, and leave the filter alone.
     let len = t.filter.get().len();
     assert!(!t.remove_key(3 * 5 + 1).unwrap());
     assert_eq!(t.filter.get().len(), len);
     assert!(score() >= RUN_AT, "still in the run: score {}", score());
     assert!(t.remove_key(3 * 7).unwrap());
     assert!(!t.remove_key(3 * 7).unwrap());
-    assert_eq!(t.filter.get().len(), len - 1);
+    assert_eq!(t.filter.get().len(), len);
     assert_eq!(t.get_key(3 * 7), None);
     assert!(t.update_key(3 * 8, 88).unwrap());
     assert_eq!(t.get_key(3 * 8), Some(88));
+    // Put back, the key finds its own fingerprint still there.
     assert!(t.insert_key(3 * 7, 77).unwrap());
+    assert_eq!(t.filter.get().len(), len);
     assert_eq!(t.get_key(3 * 7), Some(77));
     assert!(score() >= RUN_AT, "still in the run: score {}", score());
     for k in 1..=3000u64 {
@@ -72,149 +73,125 @@ fn small_table(seed: u64) -> Rophi {
 }
 
 #[test]
-fn a_deleted_keys_fingerprint_leaves_the_filter_at_the_threads_next_write() {
+fn a_deleted_keys_fingerprint_stays_until_a_rebuild_drops_it() {
     let t = small_table(8);
     for k in 1..=200u64 {
         assert!(t.insert_key(k, k).unwrap());
     }
     let n = t.filter.get().len();
     assert_eq!(n, 200);
-    assert!(t.remove_key(5).unwrap());
-    // Still in the filter, counted stale, and absent all the same.
-    assert_eq!(t.filter.get().len(), n);
-    assert_eq!(t.stale(&t.filter.get()), 1);
-    assert_eq!(t.get_key(5), None);
-    assert!(!t.update_key(5, 1).unwrap());
-    assert_eq!(t.filter.get().len(), n);
-    // The next delete takes it out, even one that finds nothing.
-    assert!(!t.remove_key(5).unwrap());
-    assert_eq!(t.filter.get().len(), n - 1);
-    assert_eq!(t.stale(&t.filter.get()), 0);
-    assert!(t.insert_key(1000, 1).unwrap());
-    assert_eq!(t.filter.get().len(), n);
-    // The next insert takes it out before it puts its own in.
-    assert!(t.remove_key(9).unwrap());
-    assert!(t.insert_key(1001, 1).unwrap());
-    assert_eq!(t.filter.get().len(), n);
-    assert!(t.remove_key(1001).unwrap());
-    assert!(t.insert_key(9, 9).unwrap());
-    assert!(t.remove_key(6).unwrap());
-    assert!(t.remove_key(7).unwrap());
-    assert_eq!(t.filter.get().len(), n - 1);
-    // Re-inserting the key whose removal waits: one copy goes, one comes.
-    assert!(t.insert_key(7, 70).unwrap());
-    assert_eq!(t.filter.get().len(), n - 1);
-    assert_eq!(t.get_key(7), Some(70));
-    // Another thread's writes leave this thread's removal alone.
-    assert!(t.remove_key(8).unwrap());
-    std::thread::scope(|s| {
-        s.spawn(|| assert!(t.insert_key(2000, 2).unwrap()));
-    });
-    assert_eq!(t.filter.get().len(), n);
-    assert!(t.insert_key(3000, 3).unwrap());
-    assert_eq!(t.filter.get().len(), n);
-    assert_eq!(t.filter.get().len() as i64, t.len.get());
-    t.check().unwrap();
-}
-
-#[test]
-fn a_removal_left_waiting_never_takes_a_fingerprint_out_of_a_rebuilt_filter() {
-    let t = small_table(9);
-    for k in 1..=200u64 {
-        assert!(t.insert_key(k, k).unwrap());
+    for k in 1..=150u64 {
+        assert!(t.remove_key(k).unwrap());
     }
-    // Key 6's fingerprint is left in the filter; then the filter is
-    // rebuilt from PM, without it.
-    assert!(t.remove_key(6).unwrap());
+    // Still in the filter, and absent all the same.
+    assert_eq!(t.filter.get().len(), n);
+    for k in 1..=150u64 {
+        assert!(t.filter.get().contains(k));
+        assert_eq!(t.get_key(k), None);
+        assert!(!t.update_key(k, 1).unwrap());
+        assert!(!t.remove_key(k).unwrap());
+    }
+    // A key put back adds no copy: its own is there.
+    assert!(t.insert_key(7, 70).unwrap());
+    assert_eq!(t.filter.get().len(), n);
+    assert_eq!(t.get_key(7), Some(70));
+    t.check().unwrap();
+    // A rebuild from PM holds the 51 stored keys alone.
     let b = t.filter.get().buckets();
     t.grow_filter(Some(b)).unwrap();
-    let (nb, seed) = {
-        let f = t.filter.get();
-        (f.buckets(), f.seed())
-    };
-    assert_eq!(nb, 2 * b);
-    assert_eq!(t.filter.get().len(), 199);
-    assert_eq!(t.stale(&t.filter.get()), 0);
-    // A key whose fingerprint sits where key 6's would in the new
-    // filter (found with a filter of the same size and seed), put in by
-    // another thread, so that this thread's waiting removal is still
-    // there when it writes next.
-    let scratch = engine::cuckoo::CuckooFilter::with_buckets(nb).seeded(seed);
-    let twin = (10_000u64..)
-        .find(|&c| {
-            scratch.insert(c).unwrap();
-            let same = scratch.remove(6);
-            if !same {
-                assert!(scratch.remove(c));
-            }
-            same
-        })
-        .unwrap();
-    std::thread::scope(|s| {
-        s.spawn(|| assert!(t.insert_key(twin, 42).unwrap()));
-    });
-    // This thread's next write: the waiting removal belongs to the old
-    // filter, and must not take the twin's fingerprint out of the new one.
-    assert!(t.insert_key(5000, 5).unwrap());
-    assert_eq!(
-        t.get_key(twin),
-        Some(42),
-        "the twin {twin} lost its fingerprint"
-    );
-    assert_eq!(t.filter.get().len(), 201);
+    assert_eq!(t.filter.get().len(), 51);
+    for k in 1..=200u64 {
+        let want = match k {
+            7 => Some(70),
+            1..=150 => None,
+            _ => Some(k),
+        };
+        assert_eq!(t.get_key(k), want, "key {k}");
+    }
     t.check().unwrap();
 }
 
 #[test]
-fn a_thread_deleting_from_two_tables_in_turn_leaves_no_fingerprint_behind() {
-    let (a, b) = (small_table(11), small_table(12));
-    for k in 1..=1000u64 {
-        assert!(a.insert_key(k, k).unwrap());
-        assert!(b.insert_key(k, k).unwrap());
-    }
-    let grown = |t: &Rophi| t.t.filter_growths.load(Ordering::Relaxed);
-    let (ga, gb) = (grown(&a), grown(&b));
-    for k in 10_000..30_000u64 {
-        assert!(a.insert_key(k, k).unwrap());
-        assert!(b.insert_key(k, k).unwrap());
-        assert!(a.remove_key(k).unwrap());
-        assert!(b.remove_key(k).unwrap());
-    }
-    for t in [&a, &b] {
-        let f = t.filter.get();
-        assert_eq!(t.stale(&f), 1, "one removal waits in each table");
-        assert_eq!(f.len() - t.stale(&f), 1000);
-        drop(f);
-        t.check().unwrap();
-    }
-    assert_eq!((grown(&a), grown(&b)), (ga, gb), "the filters grew");
-}
-
-#[test]
-fn a_thread_that_exits_hands_its_waiting_removal_to_the_next_one() {
-    let t = small_table(13);
+fn keys_coming_and_going_refresh_the_filter_in_place() {
+    // A stable set of 1000 keys, and 100k others each inserted and
+    // deleted: the deleted keys' fingerprints fill the filter, and the
+    // rebuilds that drop them keep its size (the stored keys fit in half
+    // of it), each after at least half a filter's worth of inserts.
+    let t = small_table(11);
     for k in 1..=1000u64 {
         assert!(t.insert_key(k, k).unwrap());
     }
-    let grown = || t.t.filter_growths.load(Ordering::Relaxed);
-    let g = grown();
-    // Each thread deletes a key and exits before its next write; the next
-    // thread, given the same index, takes the fingerprint out.
-    for i in 0..3000u64 {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                assert!(t.insert_key(1_000_000 + i, i).unwrap());
-                assert!(t.remove_key(1_000_000 + i).unwrap());
-            });
-        });
+    let tally = |t: &Rophi| {
+        (
+            t.t.filter_growths.load(Ordering::Relaxed),
+            t.t.filter_refreshes.load(Ordering::Relaxed),
+        )
+    };
+    // Let the stable set's own growths happen first.
+    let (g0, r0) = tally(&t);
+    let slots = t.filter.get().slots();
+    let churn = 100_000u64;
+    for k in 1_000_000..1_000_000 + churn {
+        assert!(t.insert_key(k, k).unwrap());
+        assert!(t.remove_key(k).unwrap());
     }
-    let stale = t.stale(&t.filter.get());
+    let (g, r) = tally(&t);
+    let slots_after = t.filter.get().slots();
+    assert!(r > r0, "no refresh in {churn} inserts of new keys");
+    // Each refresh follows at least (0.9 - 0.45) of the slots in inserts.
+    let most = churn / (slots_after as f64 * 0.45) as u64 + 1;
     assert!(
-        (1..=engine::sync::OWNED as u64).contains(&stale),
-        "stale fingerprints: {stale}"
+        r - r0 <= most,
+        "{} refreshes in {churn} inserts, {slots_after} slots (at most {most})",
+        r - r0
     );
-    assert_eq!(grown(), g, "the filter grew on left-behind fingerprints");
-    for k in 1..=1000 {
+    assert!(
+        g - g0 <= 1 && slots_after <= 2 * slots,
+        "the filter grew on deleted keys: {slots} -> {slots_after} slots, {} growths",
+        g - g0
+    );
+    for k in 1..=1000u64 {
+        assert_eq!(t.get_key(k), Some(k));
+    }
+    t.check().unwrap();
+}
+
+#[test]
+fn a_small_filter_over_a_large_table_grows_before_it_refreshes() {
+    // A table grown to 40k keys and emptied keeps its heads; a filter
+    // sized for the few keys left (as an open sizes it) would be rebuilt,
+    // with a walk of every head, after a few hundred inserts. It doubles
+    // until it has a slot per head instead.
+    let t = small_table(12);
+    for k in 1..=40_000u64 {
+        assert!(t.insert_key(k, k).unwrap());
+    }
+    for k in 11..=40_000u64 {
+        assert!(t.remove_key(k).unwrap());
+    }
+    let heads = t.table().heads();
+    {
+        let _closed = t.gate.close();
+        let seed = t.filter.get().seed();
+        t.filter.replace(t.build_filter(t.table(), 2, seed));
+    }
+    assert!(t.filter.get().slots() < heads);
+    let refreshes = || t.t.filter_refreshes.load(Ordering::Relaxed);
+    let r0 = refreshes();
+    let churn = 50_000u64;
+    for k in 1_000_000..1_000_000 + churn {
+        assert!(t.insert_key(k, k).unwrap());
+        assert!(t.remove_key(k).unwrap());
+    }
+    let slots = t.filter.get().slots();
+    assert!(slots >= heads, "{slots} slots for {heads} heads");
+    let most = churn / (0.45 * heads as f64) as u64 + 1;
+    assert!(
+        refreshes() - r0 <= most,
+        "{} refreshes over {heads} heads in {churn} inserts (at most {most})",
+        refreshes() - r0
+    );
+    for k in 1..=10u64 {
         assert_eq!(t.get_key(k), Some(k));
     }
     t.check().unwrap();

@@ -578,8 +578,8 @@ fn same_key_insert_remove_and_upsert_races() {
 /// insert filler keys that make the table and the filter grow meanwhile).
 /// Per key, successful inserts minus successful removes must be 1 if it is
 /// present at the end and 0 if not; a value read is always one some thread
-/// wrote; `check()` proves the filter holds exactly one fingerprint per
-/// key.
+/// wrote; `check()` proves every stored key's fingerprint is in the
+/// filter.
 #[test]
 fn hot_key_insert_remove_churn_keeps_counts() {
     let (pool, e) = table(4);

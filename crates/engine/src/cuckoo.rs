@@ -24,7 +24,11 @@
 //!   take no lock and never write. They never report a false negative for
 //!   a key whose `insert` returned `Ok` (before the reader started) and
 //!   whose `remove` has not been called, even while writers move
-//!   fingerprints around with kick-outs.
+//!   fingerprints around with kick-outs. The same holds for every key
+//!   with that key's fingerprint and bucket pair: kicks keep a copy in its
+//!   pair, so on a filter nobody removes from, a reader that once saw a
+//!   copy in a pair sees one there from then on (ROPHI relies on it: an
+//!   insert that finds a copy in its key's pair adds none).
 //! - [`CuckooFilter::insert`] into a free lane takes no lock: a
 //!   compare-and-swap on one of the key's two buckets. Inserts that must
 //!   kick, and changes of the exact stash, are serialised by one internal

@@ -1,5 +1,6 @@
 //! Growth: new tables and overflow slabs, doubling of the head array, and
-//! doubling of the filter.
+//! rebuilds of the filter (doubled, or at the same size to drop deleted
+//! keys' fingerprints).
 //!
 //! The paper's table never grows; ours doubles its head array when the
 //! table holds more than [`GROW_AT`] keys per head. Keys hash to the top
@@ -211,23 +212,26 @@ impl Rophi {
         f
     }
 
-    /// Rebuilds the filter from PM if it is still the one of `seen`
-    /// buckets (a failed insert saw its key's pair full: doubled) or over
+    /// Rebuilds the filter from PM if it is still the one `seen` names
+    /// (its `CuckooFilter::id`: a failed insert saw its key's pair full,
+    /// and it is doubled) or over
     /// its load. Over its load, it is rebuilt at the same size while the
-    /// stored keys would fill at most half of it (the rest of its load is
-    /// deleted keys' fingerprints, which the rebuild drops) and it has a
-    /// slot per head bucket, and doubled otherwise. So at least 45% of
-    /// its slots in inserts, and as many as the table's heads, separate
-    /// two rebuilds: a rebuild's walk of the table (every head, which
-    /// deletes never shrink) is paid for by them.
-    pub(crate) fn grow_filter(&self, seen: Option<usize>) -> Result<()> {
+    /// stored keys would fill at most half its load limit (the rest of its
+    /// load is deleted keys' fingerprints, which the rebuild drops) and it
+    /// has a slot per head bucket, and doubled otherwise, to a slot per
+    /// head bucket at least (one walk, where a filter sized for the keys
+    /// of an emptied table would take one per doubling). So at least 45%
+    /// of its slots in inserts, 0.45 a head bucket or more, separate two
+    /// rebuilds: a rebuild's walk of the table (every head, which deletes
+    /// never shrink) is paid for by them.
+    pub(crate) fn grow_filter(&self, seen: Option<u64>) -> Result<()> {
         let start = Instant::now();
         let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
         let _closed = self.gate.close();
-        let (buckets, seed, double) = {
+        let (buckets, seed, double, per_bucket) = {
             let f = self.filter.get();
             let due = match seen {
-                Some(b) => f.buckets() == b,
+                Some(id) => f.id() == id,
                 None => f.needs_growth(),
             };
             if !due {
@@ -238,9 +242,15 @@ impl Rophi {
             let double = seen.is_some()
                 || stored > MAX_LOAD / 2.0 * f.slots() as f64
                 || f.slots() < self.table().heads();
-            (f.buckets(), f.seed(), double)
+            let per_bucket = (f.slots() / f.buckets() as u64).max(1);
+            (f.buckets(), f.seed(), double, per_bucket)
         };
-        let nb = if double { buckets * 2 } else { buckets };
+        let at_least = self.table().heads().div_ceil(per_bucket);
+        let nb = if double {
+            (buckets * 2).max(usize::try_from(at_least).unwrap_or(usize::MAX))
+        } else {
+            buckets
+        };
         let nf = self.build_filter(self.table(), nb, seed);
         self.filter.replace(nf);
         if double {

@@ -10,8 +10,8 @@
 //! The files, as in every engine: `lib.rs` (the type, its spec, tallies,
 //! create, and the helpers every path shares), [`layout`] (the bytes in
 //! the pool), `ops.rs` (get, get_many, insert, update, remove), `grow.rs`
-//! (doubling of the head array, committed by one 8-byte store, and of the
-//! filter, rebuilt from PM with every thread), `recover.rs` (open in its
+//! (doubling of the head array, committed by one 8-byte store, and the
+//! filter's rebuilds from PM with every thread), `recover.rs` (open in its
 //! numbered phases, crash recovery, the filter rebuild, `check`), `api.rs`
 //! (the `Engine` impl).
 
@@ -139,9 +139,9 @@ pub struct Rophi {
     pub(crate) desc: AtomicU64,
     /// Region seqlocks: odd while a writer holds the region.
     pub(crate) locks: Box<[AtomicU64]>,
-    /// Every mutating call is inside; a resize or a filter growth closes it.
+    /// Every mutating call is inside; a resize or a filter rebuild closes it.
     pub(crate) gate: WriterGate,
-    /// Serialises resizes, filter growths and `for_each`.
+    /// Serialises resizes, filter rebuilds and `for_each`.
     pub(crate) resize_mx: Mutex<()>,
     /// Free buckets of the live table's overflow slabs (DRAM; rebuilt by
     /// open from what the chains reach).

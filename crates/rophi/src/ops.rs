@@ -215,8 +215,9 @@ impl Rophi {
             let region = self.lock_region(bn);
             // The uniqueness check runs under the region lock (the paper
             // runs it before locking: two inserts of one key could both
-            // pass). A writer of this key puts it in the filter before it
-            // releases the region, and nothing but a rebuild from PM takes
+            // pass). A writer of this key puts it in the filter (or finds a
+            // copy in its pair) before it releases the region, and nothing
+            // but a rebuild from PM takes
             // a fingerprint out, so here the filter has no false negatives,
             // and a filter miss skips the PM key compare.
             let maybe = f.contains_probe(&p);
@@ -235,21 +236,24 @@ impl Rophi {
             // waits for nothing (the write-back then overlaps this thread's
             // next operation). No reader reaches the pair early: one that
             // the fingerprint sends to PM walks the chain under this
-            // region's version, odd until the pair is durable.
-            if !maybe && f.insert(key).is_err() {
+            // region's version, odd until the pair is durable. A saturated
+            // filter (it answers "maybe" to every key) still counts the
+            // insert, so that its load brings the rebuild that ends it.
+            if (!maybe || f.is_saturated()) && f.insert(key).is_err() {
                 // The filter found no room: grow it and start over.
                 self.t.filter_full.fetch_add(1, Ordering::Relaxed);
                 if grown {
-                    // Still no room after a growth: the key's bucket pair
-                    // and the filter's exact stash are taken by keys that
-                    // share its fingerprint (a seeded hash makes that an
-                    // attack needing the pool, not bad luck).
+                    // Still no room after a doubling: the key's bucket
+                    // pair is full of other fingerprints and no cuckoo path
+                    // frees a lane, nor does the filter's exact stash have
+                    // room (a seeded hash makes that an attack needing the
+                    // pool, not bad luck).
                     return Err(engine::Error::OutOfSpace(format!(
-                        "the DRAM filter cannot take key {key:#x}: {} keys collide with it",
-                        f.stashed() + 8
+                        "the DRAM filter has no room for key {key:#x}, even doubled ({} keys in its exact stash)",
+                        f.stashed()
                     )));
                 }
-                let seen = f.buckets();
+                let seen = f.id();
                 drop(region);
                 drop(f);
                 drop(gate);
@@ -302,8 +306,9 @@ impl Rophi {
             let filter_full = f.should_grow();
             drop(f);
             drop(gate);
-            // Growth after the pair is durable is best effort: the insert
-            // took, whatever happens here (a failure is counted in stats).
+            // A filter rebuild or table growth after the pair is durable
+            // is best effort: the insert took, whatever happens here (a
+            // failure is counted in stats).
             if filter_full && self.grow_filter(None).is_err() {
                 self.t.resize_failures.fetch_add(1, Ordering::Relaxed);
             }

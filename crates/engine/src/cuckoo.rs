@@ -25,10 +25,11 @@
 //!   a key whose `insert` returned `Ok` (before the reader started) and
 //!   whose `remove` has not been called, even while writers move
 //!   fingerprints around with kick-outs. The same holds for every key
-//!   with that key's fingerprint and bucket pair: kicks keep a copy in its
-//!   pair, so on a filter nobody removes from, a reader that once saw a
-//!   copy in a pair sees one there from then on (ROPHI relies on it: an
-//!   insert that finds a copy in its key's pair adds none).
+//!   with that key's fingerprint and bucket pair while the key's copy is
+//!   held in a bucket (the exact stash matches whole hashes): kicks keep a
+//!   copy in its pair, so on a filter nobody removes from, a reader that
+//!   once saw a copy in a pair sees one there from then on (ROPHI relies
+//!   on it: an insert that finds a copy in its key's pair adds none).
 //! - [`CuckooFilter::insert`] into a free lane takes no lock: a
 //!   compare-and-swap on one of the key's two buckets. Inserts that must
 //!   kick, and changes of the exact stash, are serialised by one internal
@@ -467,6 +468,29 @@ impl CuckooFilter {
         }
         fence(Ordering::Acquire);
         Some(seq)
+    }
+
+    /// Whether one of `p`'s two buckets holds a copy of its fingerprint,
+    /// waiting out a kick under way: the lookup without the exact stash
+    /// and without a saturated filter's blanket "maybe". On a filter
+    /// nobody removes from, a copy this finds stays in the pair.
+    pub fn holds_copy(&self, p: &Probe) -> bool {
+        let p = self.rebase(p);
+        let mut tries = 0u32;
+        loop {
+            let Some(seq) = self.look(&p) else {
+                return true;
+            };
+            if seq & 1 == 0 && self.moves.load(Ordering::Relaxed) == seq {
+                return false;
+            }
+            tries += 1;
+            if tries.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
     }
 
     /// The probe loop of [`contains_at`](Self::contains_at) when a kick

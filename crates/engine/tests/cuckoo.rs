@@ -614,4 +614,31 @@ fn a_build_that_cannot_place_a_key_saturates() {
     assert!(f.is_saturated());
     assert!(f.contains(key));
     assert!(f.contains(key ^ 1), "a saturated filter answers maybe");
+    // `holds_copy` answers from the buckets alone: the key's copies are
+    // there, another key's fingerprint (almost surely) is not.
+    assert!(f.holds_copy(&f.probe(key)));
+    let absent = (1u64..)
+        .map(|k| key ^ (k << 8))
+        .find(|&k| !f.holds_copy(&f.probe(k)))
+        .unwrap();
+    assert!(f.contains(absent), "still maybe for {absent:#x}");
+}
+
+#[test]
+fn holds_copy_answers_from_the_pair_as_contains_does_without_a_stash() {
+    let f = CuckooFilter::with_capacity(1000);
+    for k in 0..500u64 {
+        f.insert(k).unwrap();
+    }
+    for k in 0..500u64 {
+        assert!(f.holds_copy(&f.probe(k)), "key {k}");
+    }
+    // Absent keys: a copy only where the filter has a false positive.
+    let fp = (1_000_000..1_100_000u64)
+        .filter(|&k| f.holds_copy(&f.probe(k)))
+        .count();
+    assert!(fp < 1_000, "{fp} absent keys with a copy in their pair");
+    for k in 1_000_000..1_100_000u64 {
+        assert_eq!(f.holds_copy(&f.probe(k)), f.contains(k), "key {k}");
+    }
 }

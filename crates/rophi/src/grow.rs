@@ -223,8 +223,8 @@ impl Rophi {
     /// of an emptied table would take one per doubling). So at least 45%
     /// of its slots in inserts, 0.45 a head bucket or more, separate two
     /// rebuilds: a rebuild's walk of the table (every head, which deletes
-    /// never shrink) is paid for by them.
-    pub(crate) fn grow_filter(&self, seen: Option<u64>) -> Result<()> {
+    /// never shrink) is paid for by them. Whether it rebuilt.
+    pub(crate) fn grow_filter(&self, seen: Option<u64>) -> Result<bool> {
         let start = Instant::now();
         let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
         let _closed = self.gate.close();
@@ -235,7 +235,7 @@ impl Rophi {
                 None => f.needs_growth(),
             };
             if !due {
-                return Ok(());
+                return Ok(false);
             }
             // Exact: every writer is held out.
             let stored = self.len.get().max(0) as f64;
@@ -259,7 +259,7 @@ impl Rophi {
             self.t.filter_refreshes.fetch_add(1, Ordering::Relaxed);
         }
         self.t.structural.record(start);
-        Ok(())
+        Ok(true)
     }
 
     /// Doubles the head array if the table is over [`GROW_AT`]. A pool

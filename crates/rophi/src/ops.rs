@@ -237,9 +237,12 @@ impl Rophi {
             // next operation). No reader reaches the pair early: one that
             // the fingerprint sends to PM walks the chain under this
             // region's version, odd until the pair is durable. A saturated
-            // filter (it answers "maybe" to every key) still counts the
-            // insert, so that its load brings the rebuild that ends it.
-            if (!maybe || f.is_saturated()) && f.insert(key).is_err() {
+            // filter answers "maybe" to every key, so there the copy is
+            // looked for in the pair itself: a key without one adds one,
+            // and its load brings the next rebuild (saturated again while
+            // the keys that saturated it are stored: the seed is kept).
+            let covered = maybe && (!f.is_saturated() || f.holds_copy(&p));
+            if !covered && f.insert(key).is_err() {
                 // The filter found no room: grow it and start over.
                 self.t.filter_full.fetch_add(1, Ordering::Relaxed);
                 if grown {
@@ -257,8 +260,9 @@ impl Rophi {
                 drop(region);
                 drop(f);
                 drop(gate);
-                self.grow_filter(Some(seen))?;
-                grown = true;
+                // Another thread may have rebuilt the filter meanwhile:
+                // then this insert tries the new one before giving up.
+                grown = self.grow_filter(Some(seen))?;
                 continue;
             }
             match s.empty {

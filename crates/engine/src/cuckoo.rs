@@ -475,15 +475,21 @@ impl CuckooFilter {
     /// and without a saturated filter's blanket "maybe". On a filter
     /// nobody removes from, a copy this finds stays in the pair.
     pub fn holds_copy(&self, p: &Probe) -> bool {
-        let p = self.rebase(p);
+        self.look_settled(&self.rebase(p))
+    }
+
+    /// [`look`](Self::look) repeated until it finds the fingerprint or
+    /// no kick moved anything during a look.
+    fn look_settled(&self, p: &Probe) -> bool {
         let mut tries = 0u32;
         loop {
-            let Some(seq) = self.look(&p) else {
+            let Some(seq) = self.look(p) else {
                 return true;
             };
             if seq & 1 == 0 && self.moves.load(Ordering::Relaxed) == seq {
                 return false;
             }
+            // A kick is a few stores; one that takes long was preempted.
             tries += 1;
             if tries.is_multiple_of(64) {
                 std::thread::yield_now();
@@ -498,23 +504,9 @@ impl CuckooFilter {
     #[cold]
     #[inline(never)]
     fn contains_slow(&self, p: &Probe) -> bool {
-        let mut tries = 0u32;
-        loop {
-            let Some(seq) = self.look(p) else {
-                return true;
-            };
-            if seq & 1 == 0 && self.moves.load(Ordering::Relaxed) == seq {
-                return (self.stash_used.load(Ordering::Relaxed) != 0 && self.in_stash(p.hash))
-                    || self.saturated.load(Ordering::Relaxed);
-            }
-            // A kick is a few stores; one that takes long was preempted.
-            tries += 1;
-            if tries.is_multiple_of(64) {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-        }
+        self.look_settled(p)
+            || (self.stash_used.load(Ordering::Relaxed) != 0 && self.in_stash(p.hash))
+            || self.saturated.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> WriterGuard<'_> {

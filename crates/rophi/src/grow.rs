@@ -214,16 +214,16 @@ impl Rophi {
 
     /// Rebuilds the filter from PM if it is still the one `seen` names
     /// (its `CuckooFilter::id`: a failed insert saw its key's pair full,
-    /// and it is doubled) or over
-    /// its load. Over its load, it is rebuilt at the same size while the
-    /// stored keys would fill at most half its load limit (the rest of its
-    /// load is deleted keys' fingerprints, which the rebuild drops) and it
-    /// has a slot per head bucket, and doubled otherwise, to a slot per
-    /// head bucket at least (one walk, where a filter sized for the keys
-    /// of an emptied table would take one per doubling). So at least 45%
-    /// of its slots in inserts, 0.45 a head bucket or more, separate two
-    /// rebuilds: a rebuild's walk of the table (every head, which deletes
-    /// never shrink) is paid for by them. Whether it rebuilt.
+    /// and it is doubled) or over its load. Over its load, it is rebuilt
+    /// at the same size while the stored keys would fill at most half its
+    /// load limit (the rest of its load is deleted keys' fingerprints,
+    /// which the rebuild drops) and it has a slot per head bucket, and
+    /// doubled otherwise, to a slot per head bucket at least (one walk,
+    /// where a filter sized for the keys of an emptied table would take
+    /// one per doubling). So at least 45% of its slots in inserts, 0.45 a
+    /// head bucket or more, separate two rebuilds: a rebuild's walk of the
+    /// table (every head, which deletes never shrink) is paid for by them.
+    /// Returns whether it rebuilt.
     pub(crate) fn grow_filter(&self, seen: Option<u64>) -> Result<bool> {
         let start = Instant::now();
         let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());

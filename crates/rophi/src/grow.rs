@@ -228,7 +228,9 @@ impl Rophi {
         let start = Instant::now();
         let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
         let _closed = self.gate.close();
-        let (buckets, seed, double, per_bucket) = {
+        // The table is still: resizes hold `resize_mx`.
+        let t = self.table();
+        let (nb, seed, double) = {
             let f = self.filter.get();
             let due = match seen {
                 Some(id) => f.id() == id,
@@ -241,17 +243,17 @@ impl Rophi {
             let stored = self.len.get().max(0) as f64;
             let double = seen.is_some()
                 || stored > MAX_LOAD / 2.0 * f.slots() as f64
-                || f.slots() < self.table().heads();
-            let per_bucket = (f.slots() / f.buckets() as u64).max(1);
-            (f.buckets(), f.seed(), double, per_bucket)
+                || f.slots() < t.heads();
+            let nb = if double {
+                let per_bucket = (f.slots() / f.buckets() as u64).max(1);
+                let at_least = t.heads().div_ceil(per_bucket);
+                (f.buckets() * 2).max(usize::try_from(at_least).unwrap_or(usize::MAX))
+            } else {
+                f.buckets()
+            };
+            (nb, f.seed(), double)
         };
-        let at_least = self.table().heads().div_ceil(per_bucket);
-        let nb = if double {
-            (buckets * 2).max(usize::try_from(at_least).unwrap_or(usize::MAX))
-        } else {
-            buckets
-        };
-        let nf = self.build_filter(self.table(), nb, seed);
+        let nf = self.build_filter(t, nb, seed);
         self.filter.replace(nf);
         if double {
             self.t.filter_growths.fetch_add(1, Ordering::Relaxed);

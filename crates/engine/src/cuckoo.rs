@@ -115,7 +115,7 @@ pub const MAX_LOAD: f64 = 0.9;
 pub const SIZE_LOAD: f64 = 0.85;
 
 /// Slots (lanes) per bucket.
-const SLOTS: u64 = 4;
+pub const SLOTS: u64 = 4;
 /// Bits of a lane; the fingerprint takes the low [`FP_BITS`].
 const LANE_BITS: u32 = 16;
 const LANE_MASK: u64 = (1 << LANE_BITS) - 1;
@@ -782,7 +782,7 @@ impl CuckooFilter {
     /// a reader does. The key's insert must have returned before its
     /// remove starts (the caller orders the two), so a key the stash holds
     /// is seen in `stash_used` here.
-    pub fn remove_probe(&self, p: &Probe) -> bool {
+    fn remove_probe(&self, p: &Probe) -> bool {
         let p = self.rebase(p);
         let fp = fingerprint(p.hash);
         let _w = if self.stash_used.load(Ordering::Acquire) != 0 {

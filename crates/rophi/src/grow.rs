@@ -245,8 +245,7 @@ impl Rophi {
                 || stored > MAX_LOAD / 2.0 * f.slots() as f64
                 || f.slots() < t.heads();
             let nb = if double {
-                let per_bucket = (f.slots() / f.buckets() as u64).max(1);
-                let at_least = t.heads().div_ceil(per_bucket);
+                let at_least = t.heads().div_ceil(engine::cuckoo::SLOTS);
                 (f.buckets() * 2).max(usize::try_from(at_least).unwrap_or(usize::MAX))
             } else {
                 f.buckets()

@@ -36,6 +36,9 @@ impl Rophi {
             resizes: c(&self.t.resizes),
             resize_ms: ms(&self.t.resize_us),
             resize_failures: c(&self.t.resize_failures),
+            tables_prepared: c(&self.t.prepared),
+            ahead_taken: c(&self.t.ahead_taken),
+            prefaulted_mib: Fixed(c(&self.t.prefaulted) as f64 / (1u64 << 20) as f64),
             chain_inserts: c(&self.t.chain_inserts),
             slabs_added: c(&self.t.slabs_added),
             released_at_open: c(&self.t.released),
@@ -130,6 +133,7 @@ impl Engine for Rophi {
         // the count (checked by the next open) and marks the pool clean.
         let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
         let _closed = self.gate.close();
+        self.give_back_ahead()?;
         self.pool.store_u64(self.root + R_LEN, self.len());
         // persist: the count before the clean flag that makes it trusted.
         self.pool.persist(self.root + R_LEN, 8);

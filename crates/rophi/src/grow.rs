@@ -7,8 +7,9 @@
 //! `k` bits, so head `h` of the old table splits into heads `2h` and
 //! `2h + 1` of the new one: the rehash is one sequential sweep.
 
-use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use engine::cuckoo::{CuckooFilter, MAX_LOAD};
@@ -163,7 +164,123 @@ struct Rehashed {
     spent: pmem::persist::Counters,
 }
 
+/// The next doubling's table, reserved ahead of it and named in the root's
+/// `next` word (a crash gives it back, as it gives back a cut resize's),
+/// with the thread that faults its pages in.
+pub(crate) struct Ahead {
+    table: Table,
+    stop: Arc<AtomicBool>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl Ahead {
+    /// Stops the thread faulting the table's pages in (the pages it did
+    /// not reach are faulted in by whoever writes them) and waits for it:
+    /// nothing may write the table while it reads it.
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.worker.take() {
+            w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        }
+    }
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Bytes faulted in between two looks at the stop flag.
+const FAULT_STEP: u64 = 2 << 20;
+
 impl Rophi {
+    /// Reserves the table of the next doubling once the table holds more
+    /// than [`PREPARE_AT`] keys per head and, for several writers
+    /// (`fault_ahead`), starts a thread that faults its heads' pages in:
+    /// the first touch of the fresh pages (on tmpfs, a page allocated and
+    /// cleared each) then runs beside the inserts, not inside the
+    /// doubling, which stops every writer. Best effort: a full pool or a
+    /// thread that cannot start leaves the doubling to reserve or fault in
+    /// its table itself (and report what stopped it).
+    pub(crate) fn prepare_next(&self) {
+        let Ok(_m) = self.resize_mx.try_lock() else {
+            return;
+        };
+        let old = self.table();
+        if self.ahead_k.load(Ordering::Relaxed) > old.k as u64
+            || old.k >= MAX_K
+            || self.closed.load(Ordering::Acquire)
+        {
+            return;
+        }
+        self.ahead_k.store(old.k as u64 + 1, Ordering::Relaxed);
+        let pool = &self.pool;
+        // persist: `new_table` names the block in `next` and persists that
+        // before it commits the reservation; from then on a crash gives the
+        // table back at open (`recover::resolve`), a clean close gives it
+        // back (`give_back_ahead`), and the doubling takes it over.
+        let Ok(table) = new_table(pool, self.root, old.k + 1, self.root + R_NEXT, false) else {
+            return;
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = self
+            .fault_ahead
+            .then(|| {
+                let (pool, stop) = (self.pool.clone(), stop.clone());
+                let faulted = self.t.prefaulted.clone();
+                let (mut at, end) = (table.head(0), table.head(0) + table.bytes() - T_HEADS);
+                std::thread::Builder::new()
+                    .name("pmhash-rophi-ahead".into())
+                    .spawn(move || {
+                        while at < end && !stop.load(Ordering::Relaxed) {
+                            let n = FAULT_STEP.min(end - at);
+                            faulted.fetch_add(pool.prefault(at, n), Ordering::Relaxed);
+                            at += n;
+                        }
+                    })
+                    .ok()
+            })
+            .flatten();
+        self.t.prepared.fetch_add(1, Ordering::Relaxed);
+        *self.ahead.lock().unwrap_or_else(|e| e.into_inner()) = Some(Ahead {
+            table,
+            stop,
+            worker,
+        });
+    }
+
+    /// The table reserved ahead for 2^`k` heads, its thread stopped, if
+    /// there is one; a table reserved for another size is given back.
+    /// Called under `resize_mx`.
+    fn take_ahead(&self, k: u32) -> Result<Option<Table>> {
+        let Some(mut a) = self.ahead.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Ok(None);
+        };
+        a.stop();
+        if a.table.k == k {
+            self.t.ahead_taken.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(a.table));
+        }
+        free_table(&self.pool, a.table, self.root + R_NEXT)?;
+        Ok(None)
+    }
+
+    /// Gives back the table reserved ahead, if any (a clean close leaves
+    /// no table in `next`). Called under `resize_mx`.
+    pub(crate) fn give_back_ahead(&self) -> Result<()> {
+        self.take_ahead(u32::MAX).map(|_| ())
+    }
+
+    /// The descriptor of the table reserved ahead, or 0.
+    pub(crate) fn ahead_desc(&self) -> u64 {
+        self.ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |a| a.table.desc())
+    }
+
     /// A free bucket of the live table's overflow slabs; adds a slab when
     /// none is left.
     pub(crate) fn take_bucket(&self, t: Table) -> Result<u64> {
@@ -278,7 +395,11 @@ impl Rophi {
         }
         let start = Instant::now();
         let pool = &*self.pool;
-        let new = match new_table(pool, self.root, old.k + 1, self.root + R_NEXT, false) {
+        let reserved = match self.take_ahead(old.k + 1)? {
+            Some(t) => Ok(t),
+            None => new_table(pool, self.root, old.k + 1, self.root + R_NEXT, false),
+        };
+        let new = match reserved {
             Ok(t) => t,
             Err(Error::OutOfSpace(_)) => {
                 self.resize_failed();

@@ -49,7 +49,8 @@ pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"ROPHI\0v1");
 pub const R_SEED: u64 = 8;
 /// Root: the live table's descriptor (the commit word of a resize).
 pub const R_TABLE: u64 = 16;
-/// Root: the table a resize is building (0: none).
+/// Root: the table a resize is building, or the one reserved ahead of the
+/// next resize (0: none); open gives it back after a crash.
 pub const R_NEXT: u64 = 24;
 /// Root: the table a finished resize is giving back (0: none).
 pub const R_OLD: u64 = 32;
@@ -90,6 +91,18 @@ pub const MAX_K: u32 = 36;
 /// head bucket (3 slots each): at 2.0 a Poisson load leaves 11% of the keys
 /// in chain buckets, at 1.0 (just after doubling) 2.4%.
 pub const GROW_AT: f64 = 2.0;
+
+/// Reserve the next doubling's table when the table holds more than this
+/// many keys per head, and fault its pages in on a thread of its own, so
+/// that the doubling finds them mapped (`docs/engines/rophi.md`, "The next
+/// table, ahead").
+pub const PREPARE_AT: f64 = 1.5;
+
+/// Only for tables of at least 2^this heads (a next table of 256 KiB): a
+/// smaller one faults in about as fast as a thread starts. The crash
+/// checker's wide run of ROPHI doubles from 2^11 heads, so it crashes
+/// tables reserved ahead too.
+pub const PREPARE_MIN_K: u32 = 11;
 /// A new table gets `capacity / CREATE_LOAD` heads, rounded up to a power
 /// of two.
 pub const CREATE_LOAD: f64 = 2.0;

@@ -76,6 +76,10 @@ pub(crate) struct Counters {
     pub filter_build_threads: AtomicU64,
     pub resize_us: AtomicU64,
     pub resize_failures: AtomicU64,
+    pub prepared: AtomicU64,
+    pub ahead_taken: AtomicU64,
+    /// Bytes faulted in ahead, added to by the thread that faults them in.
+    pub prefaulted: Arc<AtomicU64>,
 }
 
 engine::tallies! {
@@ -117,6 +121,12 @@ engine::tallies! {
         resize_ms: engine::Fixed<1> => "resize ms",
         /// Resizes that failed for room in the pool.
         resize_failures: u64 => "resize failures (pool full)",
+        /// Tables reserved ahead of their doubling (`PREPARE_AT`).
+        tables_prepared: u64 => "tables prepared ahead",
+        /// Doublings that took the table reserved ahead for them.
+        ahead_taken: u64 => "doublings into a table prepared ahead",
+        /// MiB of those tables' pages faulted in before their doubling.
+        prefaulted_mib: engine::Fixed<2> => "pages faulted in ahead MiB",
         /// Inserts that went to a chain bucket.
         chain_inserts: u64 => "chain inserts",
         /// Overflow slabs added.
@@ -143,6 +153,15 @@ pub struct Rophi {
     pub(crate) gate: WriterGate,
     /// Serialises resizes, filter rebuilds and `for_each`.
     pub(crate) resize_mx: Mutex<()>,
+    /// The next doubling's table, reserved ahead (`grow::Ahead`).
+    pub(crate) ahead: Mutex<Option<grow::Ahead>>,
+    /// The head-array size (k) the last preparation was for, tried or done.
+    pub(crate) ahead_k: AtomicU64,
+    /// Whether a table reserved ahead gets a thread that faults its pages
+    /// in: only for several writers (`EngineConfig::threads`), whom a
+    /// doubling stops all at once (`docs/engines/rophi.md`, "The next
+    /// table, ahead").
+    pub(crate) fault_ahead: bool,
     /// Free buckets of the live table's overflow slabs (DRAM; rebuilt by
     /// open from what the chains reach).
     pub(crate) free: Mutex<Vec<u64>>,
@@ -236,6 +255,7 @@ impl Rophi {
             table,
             CuckooFilter::with_capacity(cfg.initial_capacity.min(room / BUCKET))
                 .seeded(engine::cuckoo::random_seed()),
+            cfg,
         );
         Ok(rp)
     }
@@ -253,6 +273,7 @@ impl Rophi {
         seed: u64,
         table: Table,
         filter: CuckooFilter,
+        cfg: &EngineConfig,
     ) -> Rophi {
         Rophi {
             pool,
@@ -262,6 +283,9 @@ impl Rophi {
             locks: (0..LOCKS).map(|_| AtomicU64::new(0)).collect(),
             gate: WriterGate::new(),
             resize_mx: Mutex::new(()),
+            ahead: Mutex::new(None),
+            ahead_k: AtomicU64::new(0),
+            fault_ahead: cfg.threads > 1,
             free: Mutex::new(Vec::new()),
             slab_total: AtomicU64::new(0),
             resize_retry_at: AtomicU64::new(0),

@@ -323,6 +323,11 @@ impl Rophi {
                     && self.grow_table().is_err()
                 {
                     self.t.resize_failures.fetch_add(1, Ordering::Relaxed);
+                } else if len as f64 > PREPARE_AT * t.heads() as f64
+                    && t.k >= PREPARE_MIN_K
+                    && self.ahead_k.load(Ordering::Relaxed) <= t.k as u64
+                {
+                    self.prepare_next();
                 }
             }
             return Ok(true);

@@ -377,6 +377,7 @@ fn build_handle(pool: &Arc<Pool>, cfg: &EngineConfig, root: u64, v: Validated) -
         seed,
         t,
         engine::cuckoo::CuckooFilter::with_buckets(2),
+        cfg,
     );
     let buckets = engine::cuckoo::CuckooFilter::with_capacity(
         len.max(
@@ -411,14 +412,16 @@ pub(crate) fn check(rp: &Rophi) -> Result<CheckReport> {
     for &(s, _) in &slab_list {
         reachable += pool.block_size(s)?;
     }
+    let ahead = rp.ahead_desc();
     for w in [R_NEXT, R_OLD] {
         let x = pool.load_u64(root + w);
         if x == 0 || x == d {
             continue;
         }
-        // Outside a resize only a read-only open (which cannot finish a
-        // cut resize) leaves these set: the blocks are still held.
-        if !pool.is_read_only() {
+        // Outside a resize only the table reserved ahead of the next one
+        // and a read-only open (which cannot finish a cut resize) leave
+        // these set: the blocks are still held.
+        if !(pool.is_read_only() || w == R_NEXT && x == ahead) {
             return Err(corrupt(format!(
                 "root word {w} names table {x:#x} outside a resize"
             )));

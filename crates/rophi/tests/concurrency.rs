@@ -654,3 +654,82 @@ fn hot_key_insert_remove_churn_keeps_counts() {
     assert!(e.tallies().resizes >= 5);
     verify(e, &pool, &model, &hot, "hot churn");
 }
+
+/// A table reserved ahead of its doubling, on a file pool, for several
+/// writers: the thread that faults its heads' pages in runs beside the
+/// inserts and reaches every whole page of them (by the tally), the
+/// doubling takes that very table, and every key is there, before and
+/// after a clean reopen. For one writer the table is reserved ahead and
+/// taken the same way, and nothing is faulted in ahead.
+#[test]
+fn table_reserved_ahead_on_a_file_pool_is_faulted_in_for_several_writers() {
+    reserved_ahead_on_a_file_pool(2);
+    reserved_ahead_on_a_file_pool(1);
+}
+
+fn reserved_ahead_on_a_file_pool(writers: usize) {
+    use pmhash_rophi::layout::{BUCKET, PREPARE_MIN_K, R_NEXT, R_TABLE};
+    let tmp = TempPath::new("ahead");
+    let popts = pool_opts(Mode::Mapped, 4 * MIB, 64 * MIB, 0xa4ead);
+    let pool = Arc::new(Pool::create(tmp.path(), &popts).unwrap());
+    let e = Rophi::create(pool.clone(), &cfg(16, writers)).unwrap();
+    let root = pool.root();
+    // A table of 2^15 heads (2 MiB) reserved ahead of a 2^14-head one.
+    let k = PREPARE_MIN_K + 3;
+    let key = |i: u64| fmix(i ^ 0xfa17);
+    let mut model = HashMap::new();
+    let mut i = 0u64;
+    let mut fill = |e: &Rophi, stop: &dyn Fn(&Rophi) -> bool| {
+        while !stop(e) {
+            assert!(e.insert(key(i), i).unwrap());
+            model.insert(key(i), i);
+            i += 1;
+            assert!(i < 100_000, "the table never reached its mark");
+        }
+    };
+    // Every earlier table's thread has been stopped by its doubling.
+    fill(&e, &|e| head_k(e) == k);
+    let before = e.tallies().prefaulted_mib.0;
+    let prepared = e.tallies().tables_prepared;
+    assert!(prepared >= 3, "only {prepared} tables were reserved ahead");
+    assert_eq!(e.tallies().ahead_taken, prepared);
+    fill(&e, &|e| e.tallies().tables_prepared > prepared);
+    let ahead = pool.load_u64(root + R_NEXT);
+    assert_ne!(ahead, 0);
+    if writers > 1 {
+        // Its heads start one line into the block: every whole page but
+        // the first.
+        let want = ((BUCKET << (k + 1)) - 4096) as f64 / MIB as f64;
+        let start = Instant::now();
+        while e.tallies().prefaulted_mib.0 - before < want {
+            assert!(
+                start.elapsed().as_secs() < 60,
+                "{} MiB faulted in ahead, {want} wanted",
+                e.tallies().prefaulted_mib.0 - before
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            e.tallies().prefaulted_mib.0 - before,
+            want,
+            "faulted past the heads"
+        );
+    }
+    fill(&e, &|e| head_k(e) == k + 1);
+    assert_eq!(pool.load_u64(root + R_TABLE), ahead);
+    assert_eq!(
+        e.tallies().ahead_taken,
+        prepared + 1,
+        "the doubling took another table"
+    );
+    if writers == 1 {
+        assert_eq!(
+            e.tallies().prefaulted_mib.0,
+            0.0,
+            "one writer, yet faulted in ahead"
+        );
+    }
+    verify(&e, &pool, &model, &[key(i)], "after the doubling");
+    let (pool, e) = reopen_file(e, pool, tmp.path(), &popts);
+    verify(&e, &pool, &model, &[key(i)], "after a clean reopen");
+}

@@ -38,6 +38,8 @@ impl Rophi {
             resize_failures: c(&self.t.resize_failures),
             tables_prepared: c(&self.t.prepared),
             ahead_taken: c(&self.t.ahead_taken),
+            ahead_given_back: c(&self.t.ahead_given_back),
+            ahead_failures: c(&self.t.ahead_failures),
             prefaulted_mib: Fixed(c(&self.t.prefaulted) as f64 / (1u64 << 20) as f64),
             chain_inserts: c(&self.t.chain_inserts),
             slabs_added: c(&self.t.slabs_added),
@@ -133,6 +135,10 @@ impl Engine for Rophi {
         // the count (checked by the next open) and marks the pool clean.
         let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
         let _closed = self.gate.close();
+        // persist: the table reserved ahead is given back (`next` cleared
+        // and persisted, then the block freed) before the count and the
+        // clean flag below; a crash before leaves it named, and open gives
+        // it back.
         self.give_back_ahead()?;
         self.pool.store_u64(self.root + R_LEN, self.len());
         // persist: the count before the clean flag that makes it trusted.

@@ -176,11 +176,13 @@ pub(crate) struct Ahead {
 impl Ahead {
     /// Stops the thread faulting the table's pages in (the pages it did
     /// not reach are faulted in by whoever writes them) and waits for it:
-    /// nothing may write the table while it reads it.
+    /// nothing may write the table while it reads it. The thread only
+    /// reads, so a panic of its own has changed nothing and is dropped
+    /// here (re-raising it from `drop` while unwinding would abort).
     fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(w) = self.worker.take() {
-            w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            let _ = w.join();
         }
     }
 }
@@ -191,7 +193,9 @@ impl Drop for Ahead {
     }
 }
 
-/// Bytes faulted in between two looks at the stop flag.
+/// Bytes faulted in between two looks at the stop flag; the steps end on
+/// its multiples, so on page boundaries (`Pool::prefault` faults the whole
+/// pages inside a range).
 const FAULT_STEP: u64 = 2 << 20;
 
 impl Rophi {
@@ -200,27 +204,32 @@ impl Rophi {
     /// (`fault_ahead`), starts a thread that faults its heads' pages in:
     /// the first touch of the fresh pages (on tmpfs, a page allocated and
     /// cleared each) then runs beside the inserts, not inside the
-    /// doubling, which stops every writer. Best effort: a full pool or a
-    /// thread that cannot start leaves the doubling to reserve or fault in
-    /// its table itself (and report what stopped it).
+    /// doubling, which stops every writer. Best effort, tried once per
+    /// table size: a reservation or a thread that fails is counted
+    /// (`ahead failures`) and leaves the doubling to reserve or fault in
+    /// its table itself.
     pub(crate) fn prepare_next(&self) {
         let Ok(_m) = self.resize_mx.try_lock() else {
             return;
         };
+        // The table may have doubled since the caller looked at it.
         let old = self.table();
         if self.ahead_k.load(Ordering::Relaxed) > old.k as u64
             || old.k >= MAX_K
             || self.closed.load(Ordering::Acquire)
+            || self.len.get() as f64 <= PREPARE_AT * old.heads() as f64
         {
             return;
         }
         self.ahead_k.store(old.k as u64 + 1, Ordering::Relaxed);
+        let start = Instant::now();
         let pool = &self.pool;
         // persist: `new_table` names the block in `next` and persists that
         // before it commits the reservation; from then on a crash gives the
         // table back at open (`recover::resolve`), a clean close gives it
         // back (`give_back_ahead`), and the doubling takes it over.
         let Ok(table) = new_table(pool, self.root, old.k + 1, self.root + R_NEXT, false) else {
+            self.t.ahead_failures.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let stop = Arc::new(AtomicBool::new(false));
@@ -234,7 +243,7 @@ impl Rophi {
                     .name("pmhash-rophi-ahead".into())
                     .spawn(move || {
                         while at < end && !stop.load(Ordering::Relaxed) {
-                            let n = FAULT_STEP.min(end - at);
+                            let n = (FAULT_STEP - at % FAULT_STEP).min(end - at);
                             faulted.fetch_add(pool.prefault(at, n), Ordering::Relaxed);
                             at += n;
                         }
@@ -242,7 +251,11 @@ impl Rophi {
                     .ok()
             })
             .flatten();
+        if self.fault_ahead && worker.is_none() {
+            self.t.ahead_failures.fetch_add(1, Ordering::Relaxed);
+        }
         self.t.prepared.fetch_add(1, Ordering::Relaxed);
+        self.t.structural.record(start);
         *self.ahead.lock().unwrap_or_else(|e| e.into_inner()) = Some(Ahead {
             table,
             stop,
@@ -262,8 +275,29 @@ impl Rophi {
             self.t.ahead_taken.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(a.table));
         }
-        free_table(&self.pool, a.table, self.root + R_NEXT)?;
+        // persist: `free_table` clears and persists `next` before the
+        // block is free, so a crash leaves it named (given back at open)
+        // or free, never both; a failure leaves it named and reserved.
+        if let Err(e) = free_table(&self.pool, a.table, self.root + R_NEXT) {
+            *self.ahead.lock().unwrap_or_else(|e| e.into_inner()) = Some(a);
+            return Err(e);
+        }
         Ok(None)
+    }
+
+    /// Gives back the table reserved ahead to make room in a pool that
+    /// cannot grow for what an insert needs now (a slab): true if it did.
+    /// Skipped while a resize holds `resize_mx` (it may be waiting for this
+    /// writer to leave the gate).
+    fn make_room(&self) -> bool {
+        let Ok(_m) = self.resize_mx.try_lock() else {
+            return false;
+        };
+        if self.ahead_desc() == 0 || self.give_back_ahead().is_err() {
+            return false;
+        }
+        self.t.ahead_given_back.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Gives back the table reserved ahead, if any (a clean close leaves
@@ -289,7 +323,10 @@ impl Rophi {
             return Ok(b);
         }
         let n = slab_buckets(t.heads());
-        let s = add_slab(&self.pool, t, n)?;
+        let s = match add_slab(&self.pool, t, n) {
+            Err(Error::OutOfSpace(_)) if self.make_room() => add_slab(&self.pool, t, n)?,
+            r => r?,
+        };
         self.t.slabs_added.fetch_add(1, Ordering::Relaxed);
         self.slab_total.fetch_add(n, Ordering::Relaxed);
         free.extend((0..n).rev().map(|i| s + S_BUCKETS + i * BUCKET));

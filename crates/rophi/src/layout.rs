@@ -99,9 +99,9 @@ pub const GROW_AT: f64 = 2.0;
 pub const PREPARE_AT: f64 = 1.5;
 
 /// Only for tables of at least 2^this heads (a next table of 256 KiB): a
-/// smaller one faults in about as fast as a thread starts. The crash
-/// checker's wide run of ROPHI doubles from 2^11 heads, so it crashes
-/// tables reserved ahead too.
+/// smaller one faults in about as fast as a thread starts. CI's wide
+/// crash-checker run of ROPHI (`.ci/run`) doubles from 2^11 heads, so it
+/// crashes tables reserved ahead too.
 pub const PREPARE_MIN_K: u32 = 11;
 /// A new table gets `capacity / CREATE_LOAD` heads, rounded up to a power
 /// of two.

@@ -78,6 +78,8 @@ pub(crate) struct Counters {
     pub resize_failures: AtomicU64,
     pub prepared: AtomicU64,
     pub ahead_taken: AtomicU64,
+    pub ahead_given_back: AtomicU64,
+    pub ahead_failures: AtomicU64,
     /// Bytes faulted in ahead, added to by the thread that faults them in.
     pub prefaulted: Arc<AtomicU64>,
 }
@@ -125,6 +127,10 @@ engine::tallies! {
         tables_prepared: u64 => "tables prepared ahead",
         /// Doublings that took the table reserved ahead for them.
         ahead_taken: u64 => "doublings into a table prepared ahead",
+        /// Tables reserved ahead given back for room a slab needed.
+        ahead_given_back: u64 => "tables prepared ahead given back for room",
+        /// Reservations ahead, or their faulting threads, that failed.
+        ahead_failures: u64 => "preparations ahead failed",
         /// MiB of those tables' pages faulted in before their doubling.
         prefaulted_mib: engine::Fixed<2> => "pages faulted in ahead MiB",
         /// Inserts that went to a chain bucket.

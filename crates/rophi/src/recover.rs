@@ -347,7 +347,10 @@ pub(crate) fn open(pool: Arc<Pool>, cfg: &EngineConfig) -> Result<Rophi> {
 fn validate_all(pool: &Pool, root: u64) -> Result<Validated> {
     let d = pool.load_u64(root + R_TABLE);
     let (t, slab_list) = validate_table(pool, root, d, "live")?;
-    for (w, what) in [(R_NEXT, "resize's new"), (R_OLD, "resize's old")] {
+    for (w, what) in [
+        (R_NEXT, "resize's new (or reserved ahead)"),
+        (R_OLD, "resize's old"),
+    ] {
         let x = pool.load_u64(root + w);
         if x != 0 && x != d {
             validate_table(pool, root, x, what)?;

@@ -670,12 +670,13 @@ fn table_reserved_ahead_on_a_file_pool_is_faulted_in_for_several_writers() {
 fn reserved_ahead_on_a_file_pool(writers: usize) {
     use pmhash_rophi::layout::{BUCKET, PREPARE_MIN_K, R_NEXT, R_TABLE};
     let tmp = TempPath::new("ahead");
-    let popts = pool_opts(Mode::Mapped, 4 * MIB, 64 * MIB, 0xa4ead);
+    let popts = pool_opts(Mode::Mapped, 4 * MIB, 128 * MIB, 0xa4ead);
     let pool = Arc::new(Pool::create(tmp.path(), &popts).unwrap());
     let e = Rophi::create(pool.clone(), &cfg(16, writers)).unwrap();
     let root = pool.root();
-    // A table of 2^15 heads (2 MiB) reserved ahead of a 2^14-head one.
-    let k = PREPARE_MIN_K + 3;
+    // A table of 2^16 heads (4 MiB: two of the thread's steps) reserved
+    // ahead of a 2^15-head one.
+    let k = PREPARE_MIN_K + 4;
     let key = |i: u64| fmix(i ^ 0xfa17);
     let mut model = HashMap::new();
     let mut i = 0u64;
@@ -684,14 +685,14 @@ fn reserved_ahead_on_a_file_pool(writers: usize) {
             assert!(e.insert(key(i), i).unwrap());
             model.insert(key(i), i);
             i += 1;
-            assert!(i < 100_000, "the table never reached its mark");
+            assert!(i < 200_000, "the table never reached its mark");
         }
     };
     // Every earlier table's thread has been stopped by its doubling.
     fill(&e, &|e| head_k(e) == k);
     let before = e.tallies().prefaulted_mib.0;
     let prepared = e.tallies().tables_prepared;
-    assert!(prepared >= 3, "only {prepared} tables were reserved ahead");
+    assert!(prepared >= 4, "only {prepared} tables were reserved ahead");
     assert_eq!(e.tallies().ahead_taken, prepared);
     fill(&e, &|e| e.tallies().tables_prepared > prepared);
     let ahead = pool.load_u64(root + R_NEXT);

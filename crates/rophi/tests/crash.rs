@@ -970,7 +970,33 @@ fn table_reserved_ahead_crash_at_every_fence_and_given_back_at_close() {
     fill(&e, &mut i, &|e| e.tallies().tables_prepared == 2);
     assert_ne!(pool.load_u64(root + R_NEXT), 0);
     let model = shared.lock().unwrap().ex.acked.clone();
+    // A crash now, opened read-only (what `pmhash check` does): every key
+    // reads back, `check` counts the reserved table, and nothing is written.
+    let img = pool.crash_image(CrashChoice::Persisted).unwrap();
+    let tmp = TempPath::new("ro-ahead");
+    std::fs::write(tmp.path(), &img).unwrap();
+    {
+        let (p, ro) = open_file(tmp.path(), true).unwrap();
+        for (k, v) in &model {
+            assert_eq!(ro.get(*k), Some(*v), "read-only: key {k:#x}");
+        }
+        let r = ro.check().unwrap();
+        assert_eq!(r.reachable_bytes, p.stats().bytes_in_use, "read-only: leak");
+    }
+    assert!(
+        std::fs::read(tmp.path()).unwrap() == img,
+        "a read-only open wrote"
+    );
+    // The close, crashed at every fence.
+    let before = shared.lock().unwrap().t.images;
+    install(&pool, &shared);
     e.close().unwrap();
+    pool.set_fence_hook(None).unwrap();
+    {
+        let g = shared.lock().unwrap();
+        assert!(g.t.failures.is_empty(), "{}", failures_report(&g.t));
+        assert!(g.t.images > before, "the close issued no fence");
+    }
     drop(e);
     assert_eq!(
         pool.load_u64(root + R_NEXT),
@@ -982,4 +1008,59 @@ fn table_reserved_ahead_crash_at_every_fence_and_given_back_at_close() {
     assert!(p2.was_clean());
     let e2 = Rophi::open(p2.clone(), &cfg(16, 1)).unwrap();
     verify(&e2, &p2, &model, &[key(i)], "reopened after a clean close");
+}
+
+/// A table reserved ahead in a pool that cannot grow must not cost an
+/// insert its room: the pool is filled up (blocks of a slab's size taken
+/// by the test) right after the reservation, so the next chain that needs
+/// a slab finds none; the reserved table is given back, the slab takes its
+/// room, the insert succeeds, and nothing leaks.
+#[test]
+fn table_reserved_ahead_is_given_back_when_a_slab_needs_its_room() {
+    let size = 8 * MIB;
+    let pool = mem_pool(Mode::Volatile, size, size, 75);
+    let e = Rophi::create(pool.clone(), &cfg(16, 1)).unwrap();
+    let root = pool.root();
+    let key = |i: u64| fmix(i ^ 0xf011);
+    let mut model = HashMap::new();
+    let mut i = 0u64;
+    while e.tallies().tables_prepared == 0 {
+        assert!(e.insert(key(i), i).unwrap());
+        model.insert(key(i), i);
+        i += 1;
+        assert!(i < 20_000, "no table was reserved ahead");
+    }
+    assert_ne!(pool.load_u64(root + R_NEXT), 0);
+    let k = head_k(&e);
+    let slab_bytes = S_BUCKETS + slab_buckets(1 << k) * BUCKET;
+    let mut extra = 0;
+    while let Ok(r) = pool.reserve(slab_bytes, Link::Nothing) {
+        extra += r.size();
+        pool.commit(r);
+    }
+    let slabs = e.tallies().slabs_added;
+    while e.tallies().slabs_added == slabs {
+        let r = e.insert(key(i), i);
+        assert!(
+            matches!(r, Ok(true)),
+            "insert {i} needing a slab: {r:?} (given back {})",
+            e.tallies().ahead_given_back
+        );
+        model.insert(key(i), i);
+        i += 1;
+        assert!(i < 40_000, "no insert needed a slab");
+    }
+    let t = e.tallies();
+    assert_eq!(
+        t.ahead_given_back, 1,
+        "the reserved table was not given back"
+    );
+    assert_eq!(pool.load_u64(root + R_NEXT), 0);
+    assert_eq!(head_k(&e), k, "the table doubled meanwhile");
+    let r = e.check().unwrap();
+    assert_eq!(r.keys, model.len() as u64);
+    assert_eq!(r.reachable_bytes + extra, pool.stats().bytes_in_use, "leak");
+    for (k, v) in &model {
+        assert_eq!(e.get(*k), Some(*v));
+    }
 }

@@ -139,7 +139,11 @@ impl Engine for Rophi {
         // and persisted, then the block freed) before the count and the
         // clean flag below; a crash before leaves it named, and open gives
         // it back.
-        self.give_back_ahead()?;
+        if let Err(e) = self.give_back_ahead() {
+            // Nothing of the close is done: the engine stays open.
+            self.closed.store(false, Ordering::Release);
+            return Err(e);
+        }
         self.pool.store_u64(self.root + R_LEN, self.len());
         // persist: the count before the clean flag that makes it trusted.
         self.pool.persist(self.root + R_LEN, 8);

@@ -285,19 +285,17 @@ impl Rophi {
         Ok(None)
     }
 
-    /// Gives back the table reserved ahead to make room in a pool that
-    /// cannot grow for what an insert needs now (a slab): true if it did.
-    /// Skipped while a resize holds `resize_mx` (it may be waiting for this
-    /// writer to leave the gate).
-    fn make_room(&self) -> bool {
-        let Ok(_m) = self.resize_mx.try_lock() else {
-            return false;
-        };
-        if self.ahead_desc() == 0 || self.give_back_ahead().is_err() {
-            return false;
+    /// Gives back the table reserved ahead, if any, to make room in a pool
+    /// that had none for what an insert needs now (a slab). The caller is
+    /// outside the writers' gate: `resize_mx` may be held by a resize that
+    /// waits for the gate to empty.
+    pub(crate) fn make_room(&self) -> Result<()> {
+        let _m = self.resize_mx.lock().unwrap_or_else(|e| e.into_inner());
+        if self.ahead_desc() != 0 {
+            self.give_back_ahead()?;
+            self.t.ahead_given_back.fetch_add(1, Ordering::Relaxed);
         }
-        self.t.ahead_given_back.fetch_add(1, Ordering::Relaxed);
-        true
+        Ok(())
     }
 
     /// Gives back the table reserved ahead, if any (a clean close leaves
@@ -323,10 +321,7 @@ impl Rophi {
             return Ok(b);
         }
         let n = slab_buckets(t.heads());
-        let s = match add_slab(&self.pool, t, n) {
-            Err(Error::OutOfSpace(_)) if self.make_room() => add_slab(&self.pool, t, n)?,
-            r => r?,
-        };
+        let s = add_slab(&self.pool, t, n)?;
         self.t.slabs_added.fetch_add(1, Ordering::Relaxed);
         self.slab_total.fetch_add(n, Ordering::Relaxed);
         free.extend((0..n).rev().map(|i| s + S_BUCKETS + i * BUCKET));

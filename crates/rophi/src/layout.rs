@@ -93,9 +93,9 @@ pub const MAX_K: u32 = 36;
 pub const GROW_AT: f64 = 2.0;
 
 /// Reserve the next doubling's table when the table holds more than this
-/// many keys per head, and fault its pages in on a thread of its own, so
-/// that the doubling finds them mapped (`docs/engines/rophi.md`, "The next
-/// table, ahead").
+/// many keys per head and, for several writers, fault its pages in on a
+/// thread of its own, so that the doubling finds them mapped
+/// (`docs/engines/rophi.md`, "The next table, ahead").
 pub const PREPARE_AT: f64 = 1.5;
 
 /// Only for tables of at least 2^this heads (a next table of 256 KiB): a

@@ -284,7 +284,21 @@ impl Rophi {
                     // until the next rebuild (another key with the same
                     // fingerprint and pair may have found it since and
                     // relied on it).
-                    let nb = self.take_bucket(t)?;
+                    let nb = match self.take_bucket(t) {
+                        // A pool with no room for a slab gives back the
+                        // table reserved ahead first, outside the gate
+                        // (a resize may hold `resize_mx` waiting for it),
+                        // and the insert starts over: its fingerprint is
+                        // in the filter already, so it covers the key.
+                        Err(engine::Error::OutOfSpace(_)) if self.ahead_desc() != 0 => {
+                            drop(region);
+                            drop(f);
+                            drop(gate);
+                            self.make_room()?;
+                            continue;
+                        }
+                        r => r?,
+                    };
                     let w = self.pool.words(nb, 8);
                     w[w_key(0)].store(key, Ordering::Relaxed);
                     w[w_val(0)].store(value, Ordering::Relaxed);

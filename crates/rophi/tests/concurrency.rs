@@ -674,8 +674,8 @@ fn reserved_ahead_on_a_file_pool(writers: usize) {
     let pool = Arc::new(Pool::create(tmp.path(), &popts).unwrap());
     let e = Rophi::create(pool.clone(), &cfg(16, writers)).unwrap();
     let root = pool.root();
-    // A table of 2^16 heads (4 MiB: two of the thread's steps) reserved
-    // ahead of a 2^15-head one.
+    // A table of 2^16 heads (4 MiB, so the thread's 2 MiB steps end inside
+    // it) reserved ahead of a 2^15-head one.
     let k = PREPARE_MIN_K + 4;
     let key = |i: u64| fmix(i ^ 0xfa17);
     let mut model = HashMap::new();
